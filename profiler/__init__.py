@@ -1,0 +1,1 @@
+"""profiler: times transformer iterations on the local device and writes samples."""

@@ -1,0 +1,1 @@
+"""reports: tables, figures and HTML pages from runs and calibrations."""

@@ -1,0 +1,1 @@
+"""sched: the reference engine, workloads, SLO metrics and scheduling policies."""

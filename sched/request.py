@@ -1,0 +1,37 @@
+"""A request as a workload produces it: immutable facts, no runtime state.
+
+All times in the sched stage are milliseconds from the start of the run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Request:
+    """One inference request with its SLOs.
+
+    ``tpot_slo_ms`` is the per-token deadline ``D_i`` of SLOWeave (SPEC §1);
+    ``ttft_slo_ms`` bounds arrival → first output token. ``slo_class`` names the
+    class a multi-SLO workload drew it from (``"default"`` otherwise).
+    """
+
+    rid: int
+    arrival_ms: float
+    prompt_tokens: int
+    output_tokens: int
+    ttft_slo_ms: float = math.inf
+    tpot_slo_ms: float = math.inf
+    slo_class: str = "default"
+
+    def __post_init__(self) -> None:
+        if self.prompt_tokens < 1:
+            raise ValueError(f"request {self.rid}: prompt_tokens must be >= 1")
+        if self.output_tokens < 1:
+            raise ValueError(f"request {self.rid}: output_tokens must be >= 1")
+        if not self.arrival_ms >= 0:
+            raise ValueError(f"request {self.rid}: arrival_ms must be >= 0")
+        if not (self.ttft_slo_ms > 0 and self.tpot_slo_ms > 0):
+            raise ValueError(f"request {self.rid}: SLOs must be > 0")

@@ -1,0 +1,3 @@
+from servecal.cli import main
+
+main()
