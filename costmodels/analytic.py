@@ -95,6 +95,4 @@ class AnalyticPredictor:
         use_margin: bool = True,
     ) -> int:
         scale = self._scale(q)
-        return largest_fitting(
-            lambda c: self._median(n_decode, c) * scale <= budget_ms, int(limit)
-        )
+        return largest_fitting(lambda c: self._median(n_decode, c) * scale <= budget_ms, int(limit))

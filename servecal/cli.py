@@ -18,7 +18,7 @@ from servecal.costmodels.errors import InputError
 
 app = typer.Typer(
     name="servecal",
-    help="Calibrate what one LLM-serving iteration costs, and schedule requests under SLOs with it.",
+    help="Calibrate what one LLM-serving iteration costs; schedule requests under SLOs with it.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
