@@ -1,10 +1,46 @@
 """costmodels: samples, iteration-cost predictors, cost tables and drift (the ground floor).
 
-Imports nothing from the other stages.
+Imports nothing from the other stages. Importing this package loads only numpy and
+the standard library (a server loads cost tables without pandas, sklearn or
+lightgbm); the fitting and samples helpers are imported lazily on first use.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor, largest_fitting
+from servecal.costmodels.table import CostTable, MissingQuantileError
 
-__all__ = ["AnalyticPredictor", "InputError", "PLAN_QUANTILE", "Predictor", "largest_fitting"]
+#: Names loaded on first access (they pull in pandas / scikit-learn / lightgbm).
+_LAZY = {
+    "Samples": "servecal.costmodels.samples",
+    "read_samples": "servecal.costmodels.samples",
+    "write_samples": "servecal.costmodels.samples",
+    "validate_samples": "servecal.costmodels.samples",
+    "fit_cost_table": "servecal.costmodels.fit",
+    "FitResult": "servecal.costmodels.fit",
+    "evaluate": "servecal.costmodels.evaluate",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'servecal.costmodels' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
+
+
+__all__ = [
+    "AnalyticPredictor",
+    "CostTable",
+    "InputError",
+    "MissingQuantileError",
+    "PLAN_QUANTILE",
+    "Predictor",
+    "largest_fitting",
+    *_LAZY,
+]

@@ -1,0 +1,232 @@
+"""The samples contract (DESIGN.md §Samples): read, validate and write timed-iteration rows.
+
+One row per timed iteration. Required columns are :data:`SAMPLE_COLUMNS`; the
+optional device-state columns are :data:`OPTIONAL_COLUMNS`; other columns are kept
+untouched. Provenance (device, driver, model shape, ...) travels in the Parquet schema
+metadata and in a ``fingerprint.json`` beside the file, so CSV files carry it too.
+
+Every defect raises :class:`InputError` with one line naming the file, the column and
+the first bad row (rows are counted from 0, header excluded).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
+from servecal.costmodels.errors import InputError
+
+SAMPLES_SCHEMA = "servecal.samples/1"
+#: Required columns, in the order they are written.
+SAMPLE_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "ms", "energy_j", "rep")
+#: Optional device-state columns (nulls allowed).
+OPTIONAL_COLUMNS = ("power_w", "sm_clock_mhz", "temp_c", "throttle", "ts")
+#: Integer count columns (must hold whole numbers >= 0).
+COUNT_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "rep")
+#: The grid coordinates of a row.
+POINT_COLUMNS = ("n_decode", "chunk", "ctx", "prefix")
+
+#: Parquet schema-metadata keys.
+META_SCHEMA = b"servecal.schema"
+META_PROVENANCE = b"servecal.provenance"
+FINGERPRINT_FILE = "fingerprint.json"
+
+
+@dataclass(frozen=True)
+class Samples:
+    """Validated rows plus the provenance dict that came with them."""
+
+    frame: pd.DataFrame
+    provenance: dict[str, Any] = field(default_factory=dict)
+
+
+def _fail(source: str, column: str, row: int | None, what: str, count: int = 1) -> InputError:
+    where = f"column '{column}'" + (f", row {row}" if row is not None else "")
+    more = f" ({count} bad rows)" if count > 1 else ""
+    return InputError(f"{source}: {where}: {what}{more}")
+
+
+def _first_bad(mask: np.ndarray) -> tuple[int, int]:
+    bad = np.flatnonzero(mask)
+    return int(bad[0]), int(bad.size)
+
+
+def _numeric(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
+    """The column as float64; values that are present but not numbers are a defect."""
+    raw = frame[col]
+    values = pd.to_numeric(raw, errors="coerce")
+    unparsable = (values.isna() & raw.notna()).to_numpy()
+    if unparsable.any():
+        row, count = _first_bad(unparsable)
+        raise _fail(source, col, row, f"not a number: {raw.iloc[row]!r}", count)
+    return values.to_numpy(dtype=float, na_value=np.nan)
+
+
+def validate_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+    """Check ``frame`` against the samples contract; return it with canonical dtypes.
+
+    Counts become ``int64``, ``ms`` and ``energy_j`` ``float64`` (``energy_j`` may be
+    null: no meter). Raises :class:`InputError` naming ``source``, the column and the
+    first bad row.
+    """
+    columns = [str(c) for c in frame.columns]
+    for col in SAMPLE_COLUMNS:
+        if col not in columns:
+            extra = [c for c in columns if c not in SAMPLE_COLUMNS + OPTIONAL_COLUMNS]
+            close = difflib.get_close_matches(col, extra, n=1)
+            hint = f" (found '{close[0]}': misspelt?)" if close else ""
+            raise InputError(f"{source}: column '{col}': missing{hint}")
+    if len(frame) == 0:
+        raise InputError(f"{source}: column '{SAMPLE_COLUMNS[0]}': no rows (empty samples)")
+
+    out = frame.copy()
+    for col in COUNT_COLUMNS:
+        values = _numeric(frame, col, source)
+        if np.isnan(values).any():
+            row, count = _first_bad(np.isnan(values))
+            raise _fail(source, col, row, "missing value (NaN)", count)
+        whole = np.isfinite(values) & (values == np.round(values))
+        if not whole.all():
+            row, count = _first_bad(~whole)
+            raise _fail(source, col, row, f"not a whole number: {values[row]!r}", count)
+        if (values < 0).any():
+            row, count = _first_bad(values < 0)
+            raise _fail(source, col, row, f"negative count: {int(values[row])}", count)
+        out[col] = values.astype(np.int64)
+
+    ms = _numeric(frame, "ms", source)
+    if np.isnan(ms).any():
+        row, count = _first_bad(np.isnan(ms))
+        raise _fail(source, "ms", row, "missing value (NaN)", count)
+    bad = ~np.isfinite(ms) | (ms <= 0)
+    if bad.any():
+        row, count = _first_bad(bad)
+        raise _fail(source, "ms", row, f"must be a finite time > 0, got {ms[row]!r}", count)
+    out["ms"] = ms
+
+    energy = _numeric(frame, "energy_j", source)  # NaN = no meter
+    bad = ~np.isnan(energy) & (~np.isfinite(energy) | (energy < 0))
+    if bad.any():
+        row, count = _first_bad(bad)
+        raise _fail(source, "energy_j", row, f"must be >= 0 or null, got {energy[row]!r}", count)
+    out["energy_j"] = energy
+
+    empty = (out["n_decode"] + out["chunk"]).to_numpy() == 0
+    if empty.any():
+        row, count = _first_bad(empty)
+        raise _fail(source, "n_decode+chunk", row, "iteration with no tokens (must be >= 1)", count)
+
+    for col in OPTIONAL_COLUMNS:
+        if col in columns:
+            out[col] = _numeric(frame, col, source)
+    return out.reset_index(drop=True)
+
+
+def _provenance_from_parquet(path: Path, metadata: dict[bytes, bytes] | None) -> dict[str, Any]:
+    meta = metadata or {}
+    schema = meta.get(META_SCHEMA)
+    if schema is not None and schema.decode() != SAMPLES_SCHEMA:
+        raise InputError(
+            f"{path}: column '(schema)': wrong schema version '{schema.decode()}', "
+            f"expected '{SAMPLES_SCHEMA}'"
+        )
+    raw = meta.get(META_PROVENANCE)
+    if raw is None:
+        return {}
+    try:
+        prov = json.loads(raw)
+    except ValueError:
+        raise InputError(f"{path}: column '(metadata)': provenance is not valid JSON") from None
+    return prov if isinstance(prov, dict) else {}
+
+
+def _provenance_from_sidecar(path: Path) -> dict[str, Any] | None:
+    sidecar = path.parent / FINGERPRINT_FILE
+    if not sidecar.exists():
+        return None
+    try:
+        prov = json.loads(sidecar.read_text())
+    except (OSError, ValueError) as exc:
+        raise InputError(f"{sidecar}: unreadable fingerprint ({type(exc).__name__})") from None
+    if not isinstance(prov, dict):
+        raise InputError(f"{sidecar}: fingerprint must be a JSON object")
+    schema = prov.get("schema", SAMPLES_SCHEMA)
+    if schema != SAMPLES_SCHEMA:
+        raise InputError(
+            f"{sidecar}: column '(schema)': wrong schema version '{schema}', "
+            f"expected '{SAMPLES_SCHEMA}'"
+        )
+    return prov
+
+
+def _read_frame(path: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
+    """Raw frame plus Parquet provenance (``None`` for CSV)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    if path.suffix.lower() in (".csv", ".txt"):
+        try:
+            return pd.read_csv(path), None
+        except pd.errors.EmptyDataError:
+            raise InputError(f"{path}: column '(all)': empty file") from None
+        except (OSError, UnicodeDecodeError, pd.errors.ParserError) as exc:
+            raise InputError(f"{path}: unreadable CSV ({type(exc).__name__})") from None
+    try:
+        table = pq.read_table(path)
+    except (OSError, pa.ArrowException) as exc:
+        raise InputError(f"{path}: unreadable Parquet ({type(exc).__name__})") from None
+    prov = _provenance_from_parquet(path, table.schema.metadata)
+    return table.to_pandas(), prov
+
+
+def read_samples(path: str | os.PathLike[str]) -> Samples:
+    """Read and validate samples from Parquet (or ``.csv``), with their provenance.
+
+    Provenance comes from the Parquet schema metadata, else from ``fingerprint.json``
+    beside the file (which also carries a CSV file's provenance).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InputError(f"{p}: no such file")
+    if p.stat().st_size == 0:
+        raise InputError(f"{p}: column '(all)': empty file")
+    frame, prov = _read_frame(p)
+    sidecar = _provenance_from_sidecar(p)
+    if not prov and sidecar is not None:
+        prov = sidecar
+    prov = dict(prov or {})
+    prov.pop("schema", None)
+    return Samples(frame=validate_samples(frame, str(p)), provenance=prov)
+
+
+def write_samples(
+    frame: pd.DataFrame, path: str | os.PathLike[str], provenance: dict[str, Any]
+) -> None:
+    """Validate and write samples atomically as Parquet, plus ``fingerprint.json`` beside it."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    p = Path(path)
+    clean = validate_samples(frame, str(p))
+    ordered = list(SAMPLE_COLUMNS) + [c for c in clean.columns if c not in SAMPLE_COLUMNS]
+    table = pa.Table.from_pandas(clean[ordered], preserve_index=False)
+    prov_json = json.dumps(provenance, sort_keys=True, default=str)
+    meta = dict(table.schema.metadata or {})
+    meta[META_SCHEMA] = SAMPLES_SCHEMA.encode()
+    meta[META_PROVENANCE] = prov_json.encode()
+    table = table.replace_schema_metadata(meta)
+
+    with atomic_path(p) as tmp:
+        pq.write_table(table, tmp)
+    sidecar = {"schema": SAMPLES_SCHEMA, **json.loads(prov_json)}
+    atomic_write_bytes(
+        p.parent / FINGERPRINT_FILE, (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()
+    )

@@ -1,0 +1,468 @@
+"""The cost table: a monotone grid of iteration-time quantiles with a conformal margin.
+
+This is what a server loads (``CostTable.load``) and what the engine asks every
+iteration, so it imports only the standard library and numpy, and scalar queries run
+in plain Python (``bisect`` on lists, flat index arithmetic): no numpy per call.
+
+Grid: axes ``n_decode, ctx, prefix, chunk`` (chunk last, so a ``max_chunk`` row is
+contiguous); values are stored flat in C order over that axis order.
+
+* between grid points: **round up** to the next grid point on every axis (the table
+  is monotone, so this over-predicts: conservative);
+* beyond the grid: **clamp** to the edge and count the query in ``out_of_domain``.
+
+Margin: ``δ(x) = rho · P_tail(x)`` (a relative split-conformal margin, see
+docs/costtable.md), so ``P_tail + δ`` is the calibrated upper bound.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import warnings
+from bisect import bisect_left, bisect_right
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from servecal.costmodels.atomic import atomic_write_bytes
+from servecal.costmodels.errors import InputError
+from servecal.costmodels.predictor import PLAN_QUANTILE
+
+COSTTABLE_SCHEMA = "servecal.costtable/1"
+#: Storage order of the grid axes (chunk last: one max_chunk row is contiguous).
+AXES = ("n_decode", "ctx", "prefix", "chunk")
+BETWEEN_RULE = "round_up"
+BEYOND_RULE = "clamp"
+#: Provenance keys that change between runs on the same device/model (ignored when
+#: comparing fingerprints).
+VOLATILE_KEYS = frozenset({"date", "created", "servecal_version", "ts", "timestamp", "schema"})
+
+_SCALAR_TYPES = (int, float, np.integer, np.floating)
+
+
+class MissingQuantileError(InputError):
+    """The table cannot answer this quantile (e.g. fitted from medians only: no P99)."""
+
+
+class FingerprintMismatchWarning(UserWarning):
+    """The table was measured on a different device or model than the one given."""
+
+
+@dataclass(frozen=True)
+class Margin:
+    """Split-conformal margin ``δ = rho · P_quantile`` and how it was validated."""
+
+    quantile: float
+    rho: float
+    target: float
+    validated_coverage: float | None
+    calibration_points: int
+    calibration_rows: int
+    score: str = "ms / p_tail - 1"
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.quantile < 1.0 or not 0.0 < self.target < 1.0:
+            raise ValueError("margin quantile and target must be in (0, 1)")
+        if not math.isfinite(self.rho) or self.rho <= -1.0:
+            raise ValueError(f"margin rho must be finite and > -1, got {self.rho}")
+        if self.calibration_points < 1 or self.calibration_rows < 1:
+            raise ValueError("margin needs at least one calibration point and row")
+
+
+def fingerprint_diff(table_fp: Mapping[str, Any], device_fp: Mapping[str, Any]) -> list[str]:
+    """Keys present in both fingerprints whose values differ (volatile keys ignored)."""
+    common = (set(table_fp) & set(device_fp)) - VOLATILE_KEYS
+    return sorted(k for k in common if table_fp[k] != device_fp[k])
+
+
+def _is_scalar(*xs: Any) -> bool:
+    return all(isinstance(x, _SCALAR_TYPES) for x in xs)
+
+
+class CostTable:
+    """Monotone quantile grid with margin, energy and provenance (see module docstring)."""
+
+    def __init__(
+        self,
+        axes: Mapping[str, Sequence[int]],
+        quantiles: Mapping[float, ArrayLike],
+        margin: Margin | None = None,
+        energy_j: ArrayLike | None = None,
+        fingerprint: Mapping[str, Any] | None = None,
+        model: Mapping[str, Any] | None = None,
+        validation: Mapping[str, Any] | None = None,
+        created: str | None = None,
+    ) -> None:
+        if set(axes) != set(AXES):
+            raise ValueError(f"axes must be exactly {AXES}, got {sorted(axes)}")
+        self._axes = tuple(tuple(int(v) for v in axes[a]) for a in AXES)
+        for name, vals in zip(AXES, self._axes, strict=True):
+            if not vals or any(b <= a for a, b in zip(vals, vals[1:], strict=False)):
+                raise ValueError(f"axis '{name}' must be non-empty and strictly increasing")
+        self._shape = tuple(len(v) for v in self._axes)
+        size = math.prod(self._shape)
+        if not quantiles:
+            raise ValueError("a cost table needs at least one quantile")
+        self._q: dict[float, np.ndarray] = {}
+        for q in sorted(quantiles):
+            if not 0.0 < float(q) < 1.0:
+                raise ValueError(f"quantile must be in (0, 1), got {q}")
+            arr = np.asarray(quantiles[q], dtype=float).reshape(-1)
+            if arr.size != size or not np.isfinite(arr).all() or (arr < 0).any():
+                raise ValueError(f"quantile {q}: need {size} finite values >= 0")
+            self._q[float(q)] = arr.reshape(self._shape)
+        if margin is not None and margin.quantile not in self._q:
+            raise ValueError(f"margin quantile {margin.quantile} is not a table quantile")
+        self._margin = margin
+        self._energy = None
+        if energy_j is not None:
+            e = np.asarray(energy_j, dtype=float).reshape(-1)
+            if e.size != size or not np.isfinite(e).all() or (e < 0).any():
+                raise ValueError(f"energy_j: need {size} finite values >= 0")
+            self._energy = e.reshape(self._shape)
+        self._fingerprint = dict(fingerprint or {})
+        self._model = dict(model or {})
+        self._validation = dict(validation or {})
+        self._created = created
+        self._check_monotone()
+        self._prepare_fast_path()
+        self._out_of_domain = 0
+
+    # ------------------------------------------------------------------ checks
+    def _check_monotone(self) -> None:
+        arrays = dict(self._q)
+        if self._energy is not None:
+            arrays["energy_j"] = self._energy  # type: ignore[index]
+        for key, arr in arrays.items():
+            for axis, name in enumerate(AXES):
+                bad = np.argwhere(np.diff(arr, axis=axis) < 0)
+                if bad.size:
+                    cell = {
+                        a: self._axes[k][int(i)]
+                        for k, (a, i) in enumerate(zip(AXES, bad[0], strict=True))
+                    }
+                    raise ValueError(f"{key} is not non-decreasing along '{name}' at {cell}")
+        qs = list(self._q)
+        for lo, hi in zip(qs, qs[1:], strict=False):
+            if (self._q[hi] < self._q[lo]).any():
+                raise ValueError(f"quantile {hi} lies below quantile {lo} somewhere")
+
+    def _prepare_fast_path(self) -> None:
+        """Python lists for the scalar path (bisect + flat index, no numpy per call)."""
+        self._ax_lists = [list(v) for v in self._axes]
+        self._ax_arrays = [np.asarray(v, dtype=float) for v in self._axes]
+        self._flat = {q: arr.reshape(-1).tolist() for q, arr in self._q.items()}
+        rho = self._margin.rho if self._margin else 0.0
+        self._rho = rho
+        tail = self._flat[self._margin.quantile] if self._margin else None
+        self._mflat = [rho * v for v in tail] if tail is not None else None
+        self._eflat = self._energy.reshape(-1).tolist() if self._energy is not None else None
+        self._rows: dict[tuple[float, bool], dict[int, tuple[list[float], bool]]] = {}
+
+    # -------------------------------------------------------------- properties
+    @property
+    def quantiles(self) -> tuple[float, ...]:
+        """The quantiles the table answers, ascending."""
+        return tuple(self._q)
+
+    @property
+    def tail(self) -> float | None:
+        """The quantile the margin is added to, or ``None`` (median-only table)."""
+        return self._margin.quantile if self._margin else None
+
+    @property
+    def margin_info(self) -> Margin | None:
+        return self._margin
+
+    @property
+    def fingerprint(self) -> dict[str, Any]:
+        return dict(self._fingerprint)
+
+    @property
+    def model(self) -> dict[str, Any]:
+        return dict(self._model)
+
+    @property
+    def validation(self) -> dict[str, Any]:
+        return dict(self._validation)
+
+    @property
+    def axes(self) -> dict[str, tuple[int, ...]]:
+        return dict(zip(AXES, self._axes, strict=True))
+
+    @property
+    def domain(self) -> dict[str, tuple[int, int]]:
+        return {a: (v[0], v[-1]) for a, v in zip(AXES, self._axes, strict=True)}
+
+    @property
+    def has_energy(self) -> bool:
+        return self._energy is not None
+
+    @property
+    def out_of_domain(self) -> int:
+        """How many queries so far fell outside the grid and were clamped."""
+        return self._out_of_domain
+
+    def values(self, q: float) -> np.ndarray:
+        """The ``q`` grid as an array of shape ``len(axis)`` for axes in :data:`AXES`."""
+        return self._quantile_array(q).copy()
+
+    def energy_values(self) -> np.ndarray | None:
+        return None if self._energy is None else self._energy.copy()
+
+    # -------------------------------------------------------------- indexing
+    def _missing(self, q: float) -> MissingQuantileError:
+        have = ", ".join(str(k) for k in self._q)
+        if q > 0.5 and self._margin is None and len(self._q) == 1:
+            return MissingQuantileError(
+                f"cost table has no quantile {q}: it was fitted from medians only "
+                f"(one row per point), so its tail cannot be learned; it answers {have}"
+            )
+        return MissingQuantileError(f"cost table has no quantile {q}; it answers {have}")
+
+    def _no_margin(self) -> MissingQuantileError:
+        return MissingQuantileError(
+            "cost table has no calibrated margin (fitted from medians only, no tail); "
+            "use use_margin=False with q=0.5, or refit on repeated measurements"
+        )
+
+    def _quantile_array(self, q: float) -> np.ndarray:
+        try:
+            return self._q[float(q)]
+        except KeyError:
+            raise self._missing(float(q)) from None
+
+    def _index(self, n: float, ctx: float, prefix: float, chunk: float) -> int:
+        """Flat index of the round-up cell; counts the query if it is clamped."""
+        a0, a1, a2, a3 = self._ax_lists
+        out = False
+        i0 = bisect_left(a0, n)
+        if i0 == len(a0):
+            i0 -= 1
+            out = True
+        i1 = bisect_left(a1, ctx)
+        if i1 == len(a1):
+            i1 -= 1
+            out = True
+        i2 = bisect_left(a2, prefix)
+        if i2 == len(a2):
+            i2 -= 1
+            out = True
+        i3 = bisect_left(a3, chunk)
+        if i3 == len(a3):
+            i3 -= 1
+            out = True
+        if out or n < a0[0] or ctx < a1[0] or prefix < a2[0] or chunk < a3[0]:
+            self._out_of_domain += 1
+        return ((i0 * len(a1) + i1) * len(a2) + i2) * len(a3) + i3
+
+    def _vindex(self, n: ArrayLike, ctx: ArrayLike, prefix: ArrayLike, chunk: ArrayLike):
+        xs = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (n, ctx, prefix, chunk)))
+        flat = np.zeros(xs[0].shape, dtype=np.int64)
+        out = np.zeros(xs[0].shape, dtype=bool)
+        for x, ax in zip(xs, self._ax_arrays, strict=True):
+            i = np.searchsorted(ax, x, side="left")
+            out |= (x < ax[0]) | (x > ax[-1])
+            flat = flat * ax.size + np.minimum(i, ax.size - 1)
+        self._out_of_domain += int(out.sum())
+        return flat
+
+    @staticmethod
+    def _shape_out(result: np.ndarray) -> float | np.ndarray:
+        return float(result) if result.ndim == 0 else result
+
+    # -------------------------------------------------------------- predictor
+    def predict(
+        self,
+        n_decode: ArrayLike,
+        chunk: ArrayLike,
+        ctx: ArrayLike = 0,
+        prefix: ArrayLike = 0,
+        q: float = 0.5,
+    ) -> float | np.ndarray:
+        """The ``q``-quantile of iteration time in ms (round up between grid points)."""
+        lst = self._flat.get(q)
+        if lst is None:
+            lst = self._flat.get(float(q))
+            if lst is None:
+                raise self._missing(float(q))
+        if _is_scalar(n_decode, chunk, ctx, prefix):
+            return lst[self._index(n_decode, ctx, prefix, chunk)]
+        flat = self._vindex(n_decode, ctx, prefix, chunk)
+        return self._shape_out(self._q[float(q)].reshape(-1)[flat])
+
+    def margin(
+        self,
+        n_decode: ArrayLike,
+        chunk: ArrayLike,
+        ctx: ArrayLike = 0,
+        prefix: ArrayLike = 0,
+    ) -> float | np.ndarray:
+        """Calibrated margin δ in ms, so that P(actual > P_tail + δ) <= 1 - target."""
+        if self._mflat is None:
+            raise self._no_margin()
+        if _is_scalar(n_decode, chunk, ctx, prefix):
+            return self._mflat[self._index(n_decode, ctx, prefix, chunk)]
+        flat = self._vindex(n_decode, ctx, prefix, chunk)
+        return self._shape_out(np.asarray(self._mflat)[flat])
+
+    def energy(
+        self,
+        n_decode: ArrayLike,
+        chunk: ArrayLike,
+        ctx: ArrayLike = 0,
+        prefix: ArrayLike = 0,
+    ) -> float | np.ndarray:
+        """Median device energy of one iteration in J (NaN when samples had no meter)."""
+        if _is_scalar(n_decode, chunk, ctx, prefix):
+            idx = self._index(n_decode, ctx, prefix, chunk)
+            return math.nan if self._eflat is None else self._eflat[idx]
+        flat = self._vindex(n_decode, ctx, prefix, chunk)
+        if self._energy is None:
+            return self._shape_out(np.full(flat.shape, np.nan))
+        return self._shape_out(self._energy.reshape(-1)[flat])
+
+    def _row(self, q: float, use_margin: bool, base: int) -> tuple[list[float], bool]:
+        """Bounds along chunk at one (n, ctx, prefix) cell, and whether they are sorted."""
+        cache = self._rows.get((q, use_margin))
+        if cache is None:
+            lst = self._flat.get(q)
+            if lst is None:
+                raise self._missing(q)
+            if use_margin and self._mflat is None:
+                raise self._no_margin()
+            cache = self._rows[(q, use_margin)] = {}
+        hit = cache.get(base)
+        if hit is not None:
+            return hit
+        width = len(self._ax_lists[3])
+        vals = self._flat[q][base : base + width]
+        if use_margin:
+            # Same float operations as predict(...) + margin(...): exact consistency.
+            vals = [v + m for v, m in zip(vals, self._mflat[base : base + width], strict=True)]
+        ordered = all(a <= b for a, b in zip(vals, vals[1:], strict=False))
+        cache[base] = (vals, ordered)
+        return vals, ordered
+
+    def max_chunk(
+        self,
+        n_decode: int,
+        ctx: int,
+        prefix: int,
+        budget_ms: float,
+        limit: int,
+        q: float = PLAN_QUANTILE,
+        use_margin: bool = True,
+    ) -> int:
+        """Largest ``c`` in ``[1, limit]`` with ``predict(q) (+ margin) <= budget_ms``, else 0.
+
+        Exactly consistent with :meth:`predict`/:meth:`margin` for every integer chunk:
+        under round-up, the fitting chunks are ``c <= chunk_axis[k]`` for the last
+        fitting grid column ``k`` (or every chunk when the last column fits: clamp).
+        """
+        limit = int(limit)
+        if limit < 1:
+            return 0
+        a0, a1, a2, a3 = self._ax_lists
+        i0 = min(bisect_left(a0, n_decode), len(a0) - 1)
+        i1 = min(bisect_left(a1, ctx), len(a1) - 1)
+        i2 = min(bisect_left(a2, prefix), len(a2) - 1)
+        out = not (a0[0] <= n_decode <= a0[-1] and a1[0] <= ctx <= a1[-1])
+        out = out or not a2[0] <= prefix <= a2[-1]
+        base = ((i0 * len(a1) + i1) * len(a2) + i2) * len(a3)
+        row, ordered = self._row(float(q), bool(use_margin), base)
+        last = len(a3) - 1
+        answer = 0
+        if not budget_ms >= row[0] and ordered:  # also catches NaN budgets
+            answer = 0
+        elif ordered:
+            k = bisect_right(row, budget_ms) - 1  # columns 0..k fit, k+1.. do not
+            answer = limit if k == last else min(limit, a3[k])
+        else:  # float rounding broke the order (negative rho): scan the columns, still exact
+            for j in range(last, -1, -1):
+                if row[j] <= budget_ms:
+                    top = limit if j == last else min(limit, a3[j])
+                    if j == 0 or top > a3[j - 1]:
+                        answer = top
+                        break
+        if answer > a3[-1]:
+            out = True
+        if out:
+            self._out_of_domain += 1
+        return answer if answer >= 1 else 0
+
+    # -------------------------------------------------------------- JSON
+    def to_json(self) -> dict[str, Any]:
+        """The ``servecal.costtable/1`` document (see docs/costtable.md)."""
+        return {
+            "schema": COSTTABLE_SCHEMA,
+            "fingerprint": self._fingerprint,
+            "model": self._model,
+            "axis_order": list(AXES),
+            "axes": {a: list(v) for a, v in zip(AXES, self._axes, strict=True)},
+            "domain": {a: [lo, hi] for a, (lo, hi) in self.domain.items()},
+            "between": BETWEEN_RULE,
+            "beyond": BEYOND_RULE,
+            "quantiles": {repr(q): self._flat[q] for q in self._q},
+            "tail": self.tail,
+            "margin": asdict(self._margin) if self._margin else None,
+            "energy_j": self._eflat,
+            "validation": self._validation,
+            "created": self._created,
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=1, allow_nan=False) + "\n"
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the JSON document atomically."""
+        atomic_write_bytes(path, self.dumps().encode())
+
+    @classmethod
+    def from_json(cls, doc: Any, source: str = "<cost table>") -> CostTable:
+        """Build a table from a parsed document; defects raise a one-line InputError."""
+        from servecal.costmodels.table_schema import parse_document
+
+        return parse_document(cls, doc, source)
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str],
+        strict: bool = False,
+        fingerprint: Mapping[str, Any] | None = None,
+    ) -> CostTable:
+        """Load a cost table; warn (or, if ``strict``, refuse) on a fingerprint mismatch."""
+        p = Path(path)
+        try:
+            text = p.read_text()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InputError(f"{p}: cannot read cost table ({type(exc).__name__})") from None
+        try:
+            doc = json.loads(text)
+        except ValueError as exc:
+            raise InputError(f"{p}: not a cost table: invalid JSON ({exc})") from None
+        table = cls.from_json(doc, str(p))
+        if fingerprint is not None:
+            diff = fingerprint_diff(table.fingerprint, fingerprint)
+            if diff:
+                detail = ", ".join(
+                    f"{k}: table {table.fingerprint[k]!r} vs device {fingerprint[k]!r}"
+                    for k in diff
+                )
+                if strict:
+                    raise InputError(f"{p}: fingerprint mismatch ({detail})")
+                warnings.warn(
+                    f"{p}: fingerprint mismatch ({detail})", FingerprintMismatchWarning, 2
+                )
+        return table
+
+    def __repr__(self) -> str:
+        shape = "x".join(str(s) for s in self._shape)
+        return f"CostTable({shape} grid, quantiles={self.quantiles}, tail={self.tail})"

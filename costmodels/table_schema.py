@@ -1,0 +1,119 @@
+"""Parse and check a ``servecal.costtable/1`` document (docs/costtable.md).
+
+Kept apart from :mod:`table` so that the fast query code stays short; like it, this
+imports only the standard library and numpy. Every defect is one :class:`InputError`
+line naming the source and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+
+REQUIRED = (
+    "schema",
+    "fingerprint",
+    "axis_order",
+    "axes",
+    "between",
+    "beyond",
+    "quantiles",
+    "tail",
+    "margin",
+    "energy_j",
+)
+
+
+def _num_list(value: Any, source: str, name: str) -> list[float]:
+    if not isinstance(value, list) or not all(
+        isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+    ):
+        raise InputError(f"{source}: field '{name}': must be a list of numbers")
+    if not all(math.isfinite(v) for v in value):
+        raise InputError(f"{source}: field '{name}': non-finite value")
+    return [float(v) for v in value]
+
+
+def parse_document(cls: type, doc: Any, source: str) -> Any:
+    """Check ``doc`` field by field and build ``cls`` (a :class:`CostTable`) from it."""
+    from servecal.costmodels.table import (
+        AXES,
+        BETWEEN_RULE,
+        BEYOND_RULE,
+        COSTTABLE_SCHEMA,
+        Margin,
+    )
+
+    if not isinstance(doc, dict):
+        raise InputError(f"{source}: not a cost table: top level is not a JSON object")
+    schema = doc.get("schema")
+    if schema != COSTTABLE_SCHEMA:
+        raise InputError(
+            f"{source}: field 'schema': wrong schema {schema!r}, expected '{COSTTABLE_SCHEMA}'"
+        )
+    for key in REQUIRED:
+        if key not in doc:
+            raise InputError(f"{source}: field '{key}': missing")
+    if doc["axis_order"] != list(AXES):
+        raise InputError(f"{source}: field 'axis_order': must be {list(AXES)}")
+    if doc["between"] != BETWEEN_RULE or doc["beyond"] != BEYOND_RULE:
+        raise InputError(
+            f"{source}: field 'between'/'beyond': this loader implements "
+            f"'{BETWEEN_RULE}'/'{BEYOND_RULE}', got {doc['between']!r}/{doc['beyond']!r}"
+        )
+    axes = doc["axes"]
+    if not isinstance(axes, dict) or set(axes) != set(AXES):
+        raise InputError(f"{source}: field 'axes': must have exactly {list(AXES)}")
+    for name in AXES:
+        vals = axes[name]
+        if not isinstance(vals, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in vals
+        ):
+            raise InputError(f"{source}: field 'axes.{name}': must be a list of integers")
+    quantiles = doc["quantiles"]
+    if not isinstance(quantiles, dict) or not quantiles:
+        raise InputError(f"{source}: field 'quantiles': must be a non-empty object")
+    parsed: dict[float, list[float]] = {}
+    for key, values in quantiles.items():
+        try:
+            q = float(key)
+        except ValueError:
+            raise InputError(f"{source}: field 'quantiles': key {key!r} is not a number") from None
+        parsed[q] = _num_list(values, source, f"quantiles.{key}")
+    energy = doc["energy_j"]
+    if energy is not None:
+        energy = _num_list(energy, source, "energy_j")
+    for key in ("fingerprint", "model", "validation"):
+        if not isinstance(doc.get(key, {}), dict):
+            raise InputError(f"{source}: field '{key}': must be an object")
+    margin = None
+    raw = doc["margin"]
+    if raw is not None:
+        if not isinstance(raw, dict):
+            raise InputError(f"{source}: field 'margin': must be an object or null")
+        try:
+            margin = Margin(**raw)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{source}: field 'margin': {exc}") from None
+    tail = doc["tail"]
+    if tail != (margin.quantile if margin else None):
+        raise InputError(f"{source}: field 'tail': {tail!r} does not match the margin")
+    try:
+        table = cls(
+            axes=axes,
+            quantiles=parsed,
+            margin=margin,
+            energy_j=energy,
+            fingerprint=doc["fingerprint"],
+            model=doc.get("model"),
+            validation=doc.get("validation"),
+            created=doc.get("created"),
+        )
+    except ValueError as exc:
+        raise InputError(f"{source}: {exc}") from None
+    domain = doc.get("domain")
+    if domain is not None and domain != {a: [lo, hi] for a, (lo, hi) in table.domain.items()}:
+        raise InputError(f"{source}: field 'domain': does not match the axes")
+    return table
