@@ -1,0 +1,259 @@
+"""SLO metrics: the one implementation every command and report uses.
+
+Definitions (SPEC.md §Words):
+
+* TTFT = first token − arrival. A request that never produced a token is counted
+  with a *censored* TTFT, end of run − arrival (a lower bound), so a policy cannot
+  improve its TTFT figures by starving requests.
+* A request's TPOT figure is the P99 of its own inter-token gaps (``tpot_p99_ms`` in
+  the requests frame); a one-token request has no gap and meets TPOT trivially.
+* *Good* = finished, TTFT ≤ its TTFT SLO and TPOT figure ≤ its TPOT SLO (the SLOs
+  checked are ``slos``; with TTFT alone, as for a prefill instance, the first token
+  is what counts and completion is not required).
+* Goodput = good requests / (last completion − first arrival), in req/s.
+* Max goodput = the highest rate with attainment ≥ 90% (DistServe), by bisection.
+* Energy per good request = run energy / good requests: servecal's own metric
+  (ML.ENERGY defines energy per token, also reported).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from servecal.costmodels.errors import InputError
+
+SLO_NAMES = ("ttft", "tpot")
+
+REQUEST_COLUMNS = (
+    "rid",
+    "arrival_ms",
+    "prompt_tokens",
+    "output_tokens",
+    "ttft_slo_ms",
+    "tpot_slo_ms",
+    "first_token_ms",
+    "completion_ms",
+    "tokens_out",
+    "tpot_p99_ms",
+    "preemptions",
+)
+
+#: Summary keys whose spread over seeds is reported as ``<key>_std``.
+MAIN_METRICS = (
+    "goodput",
+    "attainment",
+    "p99_ttft_ms",
+    "mean_ttft_ms",
+    "p99_tpot_ms",
+    "max_goodput",
+    "energy_per_good_request_j",
+)
+
+
+def _check_slos(slos: Sequence[str]) -> tuple[str, ...]:
+    slos = tuple(slos)
+    if not slos or any(s not in SLO_NAMES for s in slos):
+        raise ValueError(f"slos must be a non-empty subset of {SLO_NAMES}, got {slos}")
+    return slos
+
+
+def _require(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise InputError(f"{what} frame lacks column(s) {', '.join(missing)}")
+
+
+def _run_end_ms(frame: pd.DataFrame) -> float:
+    """Last event of the run: the latest completion, first token or arrival."""
+    times = pd.concat([frame["completion_ms"], frame["first_token_ms"], frame["arrival_ms"]])
+    return float(times.max()) if times.notna().any() else math.nan
+
+
+def request_outcomes(requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES) -> pd.DataFrame:
+    """A copy of the requests frame with ``ttft_ms, ttft_met, tpot_met, finished, good``.
+
+    ``ttft_ms`` is NaN for a request with no first token; ``ttft_met`` is then False.
+    ``tpot_met`` is False for an unfinished request that has no gap yet.
+    """
+    slos = _check_slos(slos)
+    _require(requests, REQUEST_COLUMNS, "requests")
+    out = requests.copy()
+    finished = out["completion_ms"].notna()
+    out["finished"] = finished
+    out["ttft_ms"] = out["first_token_ms"] - out["arrival_ms"]
+    out["ttft_met"] = (out["ttft_ms"] <= out["ttft_slo_ms"]).fillna(False).astype(bool)
+    has_gap = out["tpot_p99_ms"].notna()
+    one_token_done = finished & (out["output_tokens"] <= 1)
+    gap_ok = (out["tpot_p99_ms"] <= out["tpot_slo_ms"]) & has_gap
+    out["tpot_met"] = (gap_ok | (~has_gap & one_token_done)).astype(bool)
+    good = pd.Series(True, index=out.index)
+    if "ttft" in slos:
+        good &= out["ttft_met"]
+    if "tpot" in slos:
+        good &= out["tpot_met"] & finished
+    out["good"] = good.astype(bool)
+    return out
+
+
+def _p99(values: pd.Series) -> float | None:
+    v = values.dropna().to_numpy(dtype=float)
+    return float(np.percentile(v, 99)) if v.size else None
+
+
+def _energy(iterations: pd.DataFrame | None) -> float | None:
+    """Run energy in J, or None when any iteration lacks a reading (a partial sum lies)."""
+    if iterations is None or "energy_j" not in iterations.columns or iterations.empty:
+        return None
+    e = iterations["energy_j"]
+    return None if e.isna().any() else float(e.sum())
+
+
+def _online(iterations: pd.DataFrame | None) -> dict[str, float | None]:
+    """P50 MAPE (fraction of actual) and coverage of actual ≤ P99 + margin."""
+    result: dict[str, float | None] = {"p50_mape": None, "p99_coverage": None}
+    if iterations is None or iterations.empty:
+        return result
+    actual = iterations["duration_ms"]
+    if "pred_p50_ms" in iterations.columns:
+        ok = iterations["pred_p50_ms"].notna() & (actual > 0)
+        if ok.any():
+            err = (actual[ok] - iterations["pred_p50_ms"][ok]).abs() / actual[ok]
+            result["p50_mape"] = float(err.mean())
+    if "pred_p99_ms" in iterations.columns:
+        ok = iterations["pred_p99_ms"].notna()
+        if ok.any():
+            margin = iterations.get("margin_ms", pd.Series(0.0, index=iterations.index))
+            bound = iterations["pred_p99_ms"][ok] + margin[ok].fillna(0.0)
+            result["p99_coverage"] = float((actual[ok] <= bound).mean())
+    return result
+
+
+def summarize(
+    requests: pd.DataFrame,
+    iterations: pd.DataFrame | None = None,
+    slos: Sequence[str] = SLO_NAMES,
+) -> dict[str, Any]:
+    """The headline numbers of one run (keys in the module docstring and docs/readme).
+
+    Undefined values are None (no energy meter, no good request to divide by, no
+    iterations frame), never NaN, so the dict serialises as plain JSON.
+    """
+    out = request_outcomes(requests, slos)
+    n = len(out)
+    n_good = int(out["good"].sum())
+    n_finished = int(out["finished"].sum())
+    end_ms = _run_end_ms(out)
+    # The window closes at the last completion (or last first token for TTFT-only).
+    closes = out["completion_ms"] if "tpot" in slos else out["first_token_ms"]
+    window_s = (float(closes.max()) - float(out["arrival_ms"].min())) / 1000.0 if n else 0.0
+    goodput = n_good / window_s if n_good and window_s > 0 else 0.0
+    censored_ttft = out["ttft_ms"].fillna(end_ms - out["arrival_ms"])
+
+    energy = _energy(iterations)
+    tokens = float(out["tokens_out"].sum())
+    have_iters = iterations is not None
+    if have_iters:
+        _require(iterations, ("duration_ms", "decision_us"), "iterations")
+    decision = iterations["decision_us"].dropna() if have_iters else pd.Series(dtype=float)
+    return {
+        "requests": n,
+        "finished": n_finished,
+        "good": n_good,
+        "goodput": goodput,
+        "attainment": n_good / n if n else 0.0,
+        "p99_ttft_ms": _p99(censored_ttft),
+        "mean_ttft_ms": float(censored_ttft.mean()) if n else None,
+        "p99_tpot_ms": _p99(out["tpot_p99_ms"]),
+        "energy_j": energy,
+        "energy_per_good_request_j": energy / n_good if energy is not None and n_good else None,
+        "energy_per_output_token_j": energy / tokens if energy is not None and tokens else None,
+        "iterations": len(iterations) if have_iters else None,
+        "preemptions": int(out["preemptions"].sum()),
+        "decision_us_median": float(decision.median()) if len(decision) else None,
+        "online": _online(iterations),
+    }
+
+
+def _mean_std(values: list[float]) -> tuple[float, float]:
+    a = np.asarray(values, dtype=float)
+    std = float(a.std(ddof=1)) if a.size > 1 else 0.0
+    return float(a.mean()), std
+
+
+def mean_over_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Average summaries of the same configuration over seeds.
+
+    Numbers are averaged over the seeds where they are not None (None when none
+    has one); nested dicts (``online``) are averaged key by key; the keys of
+    ``MAIN_METRICS`` also get ``<key>_std`` (sample standard deviation, 0 for one
+    seed). Other values are kept when every seed agrees. ``seeds`` counts the inputs.
+    """
+    if not summaries:
+        raise ValueError("mean_over_seeds needs at least one summary")
+    keys: list[str] = []
+    for s in summaries:
+        keys += [k for k in s if k not in keys]
+    result: dict[str, Any] = {}
+    for key in keys:
+        values = [s.get(key) for s in summaries]
+        present = [v for v in values if v is not None]
+        if present and all(isinstance(v, dict) for v in present):
+            result[key] = mean_over_seeds(present)
+            result[key].pop("seeds", None)
+        elif present and all(_is_number(v) for v in present):
+            mean, std = _mean_std(present)
+            result[key] = mean
+            if key in MAIN_METRICS:
+                result[f"{key}_std"] = std
+        elif not present:
+            result[key] = None
+            if key in MAIN_METRICS:
+                result[f"{key}_std"] = None
+        elif all(v == present[0] for v in values):
+            result[key] = present[0]
+    result["seeds"] = len(summaries)
+    return result
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+
+
+def max_goodput(
+    attainment_at: Callable[[float], float],
+    lo: float,
+    hi: float,
+    target: float = 0.9,
+    rel_tol: float = 0.02,
+) -> float:
+    """The highest arrival rate (req/s) in ``[lo, hi]`` with attainment ≥ ``target``.
+
+    Bisection on the rate, assuming attainment falls as the rate rises; the answer
+    is a rate that was measured to meet the target, within ``rel_tol`` (relative to
+    the bracket's upper end) of the first rate that does not. Edge cases:
+    attainment below target already at ``lo`` → 0.0 (below the searched range);
+    at or above target at ``hi`` → ``hi`` (a lower bound: raise ``hi``).
+    """
+    if not 0 < lo < hi or not math.isfinite(hi):
+        raise ValueError(f"need 0 < lo < hi, got lo={lo} hi={hi}")
+    if not 0 < target <= 1:
+        raise ValueError(f"target must be in (0, 1], got {target}")
+    if not rel_tol > 0:
+        raise ValueError(f"rel_tol must be > 0, got {rel_tol}")
+    if attainment_at(hi) >= target:
+        return float(hi)
+    if attainment_at(lo) < target:
+        return 0.0
+    good, bad = float(lo), float(hi)
+    while bad - good > rel_tol * bad:
+        mid = 0.5 * (good + bad)
+        if attainment_at(mid) >= target:
+            good = mid
+        else:
+            bad = mid
+    return good

@@ -1,0 +1,70 @@
+"""SLO classes: a named kind of request with its lengths and its latency targets.
+
+A workload is a mix of classes with shares; a multi-SLO workload (FlowPrefill's
+text/image/search/file) is just a workload with several classes that carry their
+own TPOT targets, and the same classes can be stamped onto a replayed trace.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from servecal.sched.workloads.lengths import LengthDist
+
+
+@dataclass(frozen=True)
+class TtftRule:
+    """TTFT SLO of a request: ``base_ms + per_token_ms · prompt_tokens``.
+
+    A fixed allowance for the user's patience plus a per-prompt-token allowance for
+    the prefill (and the queueing behind other prefills) a longer prompt costs;
+    ``per_token_ms = 0`` gives a flat SLO.
+    """
+
+    base_ms: float
+    per_token_ms: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not (self.base_ms > 0 and math.isfinite(self.base_ms)):
+            raise ValueError(f"base_ms must be a positive number, got {self.base_ms}")
+        if not (self.per_token_ms >= 0 and math.isfinite(self.per_token_ms)):
+            raise ValueError(f"per_token_ms must be >= 0, got {self.per_token_ms}")
+
+    def slo_ms(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        return self.base_ms + self.per_token_ms * np.asarray(prompt_tokens, dtype=float)
+
+
+@dataclass(frozen=True)
+class SloClass:
+    """One kind of request. ``tpot_slo_ms=None`` takes the run's TPOT target (``--tpot-slo``)."""
+
+    name: str
+    share: float
+    prompt: LengthDist
+    output: LengthDist
+    ttft: TtftRule
+    tpot_slo_ms: float | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name or any(c.isspace() for c in self.name):
+            raise ValueError(f"class name must be a non-empty word, got {self.name!r}")
+        if not (self.share > 0 and math.isfinite(self.share)):
+            raise ValueError(f"class {self.name}: share must be > 0, got {self.share}")
+        if self.tpot_slo_ms is not None and not self.tpot_slo_ms > 0:
+            raise ValueError(f"class {self.name}: tpot_slo_ms must be > 0")
+
+
+def class_probabilities(classes: tuple[SloClass, ...]) -> np.ndarray:
+    """Shares renormalised to sum to one (published shares often do not)."""
+    shares = np.array([c.share for c in classes], dtype=float)
+    return shares / shares.sum()
+
+
+def draw_classes(classes: tuple[SloClass, ...], n: int, rng: np.random.Generator) -> np.ndarray:
+    """Index into ``classes`` for each of ``n`` requests, drawn by share."""
+    if len(classes) == 1:
+        return np.zeros(n, dtype=np.int64)
+    return rng.choice(len(classes), size=n, p=class_probabilities(classes))

@@ -1,0 +1,125 @@
+"""Draw a synthetic workload: arrivals, then a class per request, then its lengths and SLOs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from servecal.costmodels.errors import InputError
+from servecal.sched.request import Request
+from servecal.sched.workloads.build import build_requests, clip_to_context
+from servecal.sched.workloads.classes import SloClass, draw_classes
+from servecal.sched.workloads.spec import WORKLOADS, WorkloadSpec
+
+TRACE_PREFIX = "trace:"
+
+
+@dataclass(frozen=True)
+class TraceWorkload:
+    """``trace:PATH``: replay a trace file (see :func:`load_trace`)."""
+
+    path: Path
+
+    @property
+    def name(self) -> str:
+        return f"{TRACE_PREFIX}{self.path}"
+
+
+def parse_workload(spec: str) -> WorkloadSpec | TraceWorkload:
+    """``chat|mixed|long|bursty|…`` (any key of ``WORKLOADS``) or ``trace:PATH``.
+
+    Raises :class:`InputError` (one line) for an unknown name or a missing trace file.
+    """
+    spec = spec.strip()
+    if spec.startswith(TRACE_PREFIX):
+        path = Path(spec[len(TRACE_PREFIX) :])
+        if not path.is_file():
+            raise InputError(f"workload {spec}: trace file {path} not found")
+        return TraceWorkload(path)
+    if spec in WORKLOADS:
+        return WORKLOADS[spec]
+    names = "|".join(WORKLOADS)
+    raise InputError(f"unknown workload {spec!r}: expected {names} or trace:PATH")
+
+
+def draw_requests(
+    spec: WorkloadSpec,
+    rate: float,
+    *,
+    tpot_slo_ms: float,
+    rng: np.random.Generator,
+    n_requests: int | None = None,
+    duration_s: float | None = None,
+) -> list[Request]:
+    """Draw ``spec`` at mean ``rate`` req/s (draw order: arrivals, classes, lengths)."""
+    if not (tpot_slo_ms > 0 and math.isfinite(tpot_slo_ms)):
+        raise ValueError(f"tpot_slo_ms must be a positive number, got {tpot_slo_ms}")
+    arrival = spec.arrivals.times_ms(rate, rng, n_requests=n_requests, duration_s=duration_s)
+    n = arrival.size
+    which = draw_classes(spec.classes, n, rng)
+    prompt = np.empty(n, dtype=np.int64)
+    output = np.empty(n, dtype=np.int64)
+    for k, cls in enumerate(spec.classes):
+        rows = np.flatnonzero(which == k)
+        prompt[rows] = cls.prompt.sample(rows.size, rng)
+        output[rows] = cls.output.sample(rows.size, rng)
+    prompt, output = clip_to_context(prompt, output, spec.context_limit)
+    ttft, tpot, names = stamp_slos(spec.classes, which, prompt, tpot_slo_ms)
+    return build_requests(arrival, prompt, output, ttft, tpot, names)
+
+
+def stamp_slos(
+    classes: tuple[SloClass, ...], which: np.ndarray, prompt: np.ndarray, tpot_slo_ms: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-request TTFT SLO, TPOT SLO and class name for class indices ``which``."""
+    ttft = np.empty(which.size, dtype=float)
+    tpot = np.empty(which.size, dtype=float)
+    names = np.empty(which.size, dtype=object)
+    for k, cls in enumerate(classes):
+        rows = which == k
+        ttft[rows] = cls.ttft.slo_ms(prompt[rows])
+        tpot[rows] = tpot_slo_ms if cls.tpot_slo_ms is None else cls.tpot_slo_ms
+        names[rows] = cls.name
+    return ttft, tpot, names
+
+
+def generate(
+    name: str,
+    rate: float,
+    n_requests: int | None = None,
+    duration_s: float | None = None,
+    *,
+    tpot_slo_ms: float,
+    rng: np.random.Generator,
+) -> list[Request]:
+    """Requests of workload ``name`` at mean ``rate`` req/s, sorted by arrival.
+
+    ``name`` is anything :func:`parse_workload` accepts; ``trace:PATH`` replays the
+    file with its arrivals rescaled to ``rate`` and the default TTFT rule. Stops after
+    ``n_requests`` or at ``duration_s``, whichever comes first. Classes that carry
+    their own TPOT SLO keep it; the others get ``tpot_slo_ms``.
+    """
+    workload = parse_workload(name)
+    if isinstance(workload, TraceWorkload):
+        from servecal.sched.workloads.trace import load_trace
+
+        return load_trace(
+            workload.path,
+            rate,
+            tpot_slo_ms=tpot_slo_ms,
+            ttft_slo_ms=None,
+            rng=rng,
+            n_requests=n_requests,
+            duration_s=duration_s,
+        )
+    return draw_requests(
+        workload,
+        rate,
+        tpot_slo_ms=tpot_slo_ms,
+        rng=rng,
+        n_requests=n_requests,
+        duration_s=duration_s,
+    )

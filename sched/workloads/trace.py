@@ -1,0 +1,154 @@
+"""Replay a request trace: Azure LLM format or a plain lengths CSV.
+
+Accepted columns (first match wins):
+
+* Azure LLM inference trace: ``TIMESTAMP, ContextTokens, GeneratedTokens``;
+* plain: ``prompt_tokens, output_tokens[, arrival_s]``;
+* Vidur's processed traces: ``num_prefill_tokens, num_decode_tokens`` (lengths only).
+
+Arrivals start at 0 ms. With a target ``rate`` every inter-arrival gap is scaled by
+the same factor, so the trace's burst structure is kept and only its mean rate
+changes; a file without arrival times gets Poisson arrivals at ``rate``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from servecal.costmodels.errors import InputError
+from servecal.sched.request import Request
+from servecal.sched.workloads.arrivals import PoissonArrivals
+from servecal.sched.workloads.build import build_requests, clip_to_context
+from servecal.sched.workloads.classes import SloClass, draw_classes
+from servecal.sched.workloads.spec import CONTEXT_LIMIT, DEFAULT_TTFT
+
+# (prompt column, output column, arrival column or None, arrival kind)
+_FORMATS = (
+    ("ContextTokens", "GeneratedTokens", "TIMESTAMP", "datetime"),
+    ("prompt_tokens", "output_tokens", "arrival_s", "seconds"),
+    ("num_prefill_tokens", "num_decode_tokens", None, None),
+)
+
+
+def _read_table(path: Path) -> pd.DataFrame:
+    if not path.is_file():
+        raise InputError(f"{path}: trace file not found")
+    try:
+        if path.suffix == ".parquet":
+            return pd.read_parquet(path)
+        return pd.read_csv(path)
+    except Exception as exc:  # any parser failure is the file's fault: one line
+        detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise InputError(f"{path}: cannot read as a trace ({detail})") from None
+
+
+def _lengths(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
+    values = pd.to_numeric(frame[column], errors="coerce")
+    bad = values.isna() | (values < 1) | (values != np.floor(values))
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(
+            f"{path}: column {column}, line {row + 2}: expected a whole number >= 1, "
+            f"got {frame[column].iloc[row]!r}"
+        )
+    return values.to_numpy(dtype=np.int64)
+
+
+def _arrival_seconds(frame: pd.DataFrame, column: str, kind: str, path: Path) -> np.ndarray:
+    if kind == "datetime":
+        parsed = pd.to_datetime(frame[column], errors="coerce")
+        seconds = (parsed - parsed.min()).dt.total_seconds()
+    else:
+        seconds = pd.to_numeric(frame[column], errors="coerce")
+    bad = seconds.isna() | (seconds < 0)
+    if bad.any():
+        row = int(np.flatnonzero(bad.to_numpy())[0])
+        raise InputError(
+            f"{path}: column {column}, line {row + 2}: not a valid arrival time: "
+            f"{frame[column].iloc[row]!r}"
+        )
+    return seconds.to_numpy(dtype=float)
+
+
+def _rescale(arrival_s: np.ndarray, rate: float | None, path: Path) -> np.ndarray:
+    """ms from the first arrival; gaps scaled so the mean rate is ``rate`` when given."""
+    rel_ms = (arrival_s - arrival_s[0]) * 1000.0
+    if rate is None or rel_ms.size < 2:
+        return rel_ms
+    span = rel_ms[-1]
+    if span <= 0:
+        raise InputError(f"{path}: all arrivals share one time; cannot rescale to a rate")
+    mean_gap_ms = span / (rel_ms.size - 1)
+    return rel_ms * ((1000.0 / rate) / mean_gap_ms)
+
+
+def load_trace(
+    path: str | Path,
+    rate: float | None,
+    tpot_slo_ms: float,
+    ttft_slo_ms: float | None,
+    rng: np.random.Generator,
+    n_requests: int | None = None,
+    *,
+    duration_s: float | None = None,
+    slo_classes: tuple[SloClass, ...] | None = None,
+    context_limit: int = CONTEXT_LIMIT,
+) -> list[Request]:
+    """Requests of a trace file (formats in the module docstring), sorted by arrival.
+
+    ``n_requests`` keeps the first rows in arrival order (a contiguous window, so
+    bursts survive); ``duration_s`` drops arrivals after it (after rescaling).
+    ``ttft_slo_ms=None`` applies the default rule ``500 ms + 0.5 ms/prompt token``.
+    ``slo_classes`` stamps a class on each request, drawn by share with ``rng``,
+    that brings its own TTFT rule and TPOT SLO; the trace's lengths are kept.
+    Prompt + output is clipped to ``context_limit``. Bad files raise :class:`InputError`.
+    """
+    path = Path(path)
+    if rate is not None and not rate > 0:
+        raise InputError(f"rate must be > 0 req/s, got {rate}")
+    frame = _read_table(path)
+    fmt = next((f for f in _FORMATS if f[0] in frame.columns and f[1] in frame.columns), None)
+    if fmt is None:
+        found = ",".join(map(str, frame.columns))
+        raise InputError(
+            f"{path}: no known trace columns (want TIMESTAMP,ContextTokens,GeneratedTokens "
+            f"or prompt_tokens,output_tokens[,arrival_s]); found {found}"
+        )
+    if frame.empty:
+        raise InputError(f"{path}: trace has no rows")
+    prompt_col, output_col, arrival_col, kind = fmt
+    prompt = _lengths(frame, prompt_col, path)
+    output = _lengths(frame, output_col, path)
+
+    if arrival_col is not None and arrival_col in frame.columns:
+        arrival_s = _arrival_seconds(frame, arrival_col, kind, path)
+        order = np.argsort(arrival_s, kind="stable")[:n_requests]
+        arrival_ms = _rescale(arrival_s[order], rate, path)
+    else:
+        if rate is None:
+            raise InputError(f"{path}: trace has no arrival times; give a rate")
+        order = np.arange(len(frame))[:n_requests]
+        arrival_ms = PoissonArrivals().times_ms(rate, rng, n_requests=order.size)
+    prompt, output = clip_to_context(prompt[order], output[order], context_limit)
+
+    if duration_s is not None:
+        keep = arrival_ms <= duration_s * 1000.0
+        arrival_ms, prompt, output = arrival_ms[keep], prompt[keep], output[keep]
+        if arrival_ms.size == 0:
+            raise InputError(f"{path}: no arrivals within the first {duration_s} s")
+
+    n = arrival_ms.size
+    if slo_classes:
+        from servecal.sched.workloads.generate import stamp_slos
+
+        which = draw_classes(slo_classes, n, rng)
+        ttft, tpot, names = stamp_slos(slo_classes, which, prompt, tpot_slo_ms)
+    else:
+        rule_ttft = DEFAULT_TTFT.slo_ms(prompt)
+        ttft = rule_ttft if ttft_slo_ms is None else np.full(n, float(ttft_slo_ms))
+        tpot = np.full(n, float(tpot_slo_ms))
+        names = np.full(n, "trace", dtype=object)
+    return build_requests(arrival_ms, prompt, output, ttft, tpot, names)
