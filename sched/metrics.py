@@ -100,6 +100,21 @@ def request_outcomes(requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES) ->
     return out
 
 
+def _window_s(out: pd.DataFrame, slos: Sequence[str]) -> float:
+    """First arrival → last completion (last first token when TPOT is not judged), in s."""
+    if out.empty:
+        return 0.0
+    closes = out["completion_ms"] if "tpot" in slos else out["first_token_ms"]
+    if not closes.notna().any():
+        return 0.0
+    return (float(closes.max()) - float(out["arrival_ms"].min())) / 1000.0
+
+
+def _censored_ttft(out: pd.DataFrame) -> pd.Series:
+    """TTFT with never-served requests counted as end of run − arrival (a lower bound)."""
+    return out["ttft_ms"].fillna(_run_end_ms(out) - out["arrival_ms"])
+
+
 def _p99(values: pd.Series) -> float | None:
     v = values.dropna().to_numpy(dtype=float)
     return float(np.percentile(v, 99)) if v.size else None
@@ -147,12 +162,9 @@ def summarize(
     n = len(out)
     n_good = int(out["good"].sum())
     n_finished = int(out["finished"].sum())
-    end_ms = _run_end_ms(out)
-    # The window closes at the last completion (or last first token for TTFT-only).
-    closes = out["completion_ms"] if "tpot" in slos else out["first_token_ms"]
-    window_s = (float(closes.max()) - float(out["arrival_ms"].min())) / 1000.0 if n else 0.0
+    window_s = _window_s(out, slos)
     goodput = n_good / window_s if n_good and window_s > 0 else 0.0
-    censored_ttft = out["ttft_ms"].fillna(end_ms - out["arrival_ms"])
+    censored_ttft = _censored_ttft(out)
 
     energy = _energy(iterations)
     tokens = float(out["tokens_out"].sum())
@@ -257,3 +269,30 @@ def max_goodput(
         else:
             bad = mid
     return good
+
+
+def summarize_by_class(
+    requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES
+) -> dict[str, dict[str, Any]]:
+    """Per ``slo_class``: requests, good, attainment, goodput, P99 TTFT and P99 TPOT.
+
+    Every class's goodput uses the whole run's window, so the classes' goodputs add
+    up to the run's goodput; TTFTs are censored at the end of the whole run.
+    """
+    slos = _check_slos(slos)
+    _require(requests, ("slo_class",), "requests")
+    out = request_outcomes(requests, slos)
+    window_s = _window_s(out, slos)
+    out["ttft_censored_ms"] = _censored_ttft(out)
+    result: dict[str, dict[str, Any]] = {}
+    for name, rows in out.groupby("slo_class", sort=True):
+        n_good = int(rows["good"].sum())
+        result[str(name)] = {
+            "requests": len(rows),
+            "good": n_good,
+            "attainment": n_good / len(rows),
+            "goodput": n_good / window_s if n_good and window_s > 0 else 0.0,
+            "p99_ttft_ms": _p99(rows["ttft_censored_ms"]),
+            "p99_tpot_ms": _p99(rows["tpot_p99_ms"]),
+        }
+    return result

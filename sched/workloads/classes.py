@@ -68,3 +68,18 @@ def draw_classes(classes: tuple[SloClass, ...], n: int, rng: np.random.Generator
     if len(classes) == 1:
         return np.zeros(n, dtype=np.int64)
     return rng.choice(len(classes), size=n, p=class_probabilities(classes))
+
+
+def stamp_slos(
+    classes: tuple[SloClass, ...], which: np.ndarray, prompt: np.ndarray, tpot_slo_ms: float
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per-request TTFT SLO, TPOT SLO and class name for class indices ``which``."""
+    ttft = np.empty(which.size, dtype=float)
+    tpot = np.empty(which.size, dtype=float)
+    names = np.empty(which.size, dtype=object)
+    for k, cls in enumerate(classes):
+        rows = which == k
+        ttft[rows] = cls.ttft.slo_ms(prompt[rows])
+        tpot[rows] = tpot_slo_ms if cls.tpot_slo_ms is None else cls.tpot_slo_ms
+        names[rows] = cls.name
+    return ttft, tpot, names

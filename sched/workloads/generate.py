@@ -11,8 +11,8 @@ import numpy as np
 from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
 from servecal.sched.workloads.build import build_requests, clip_to_context
-from servecal.sched.workloads.classes import SloClass, draw_classes
-from servecal.sched.workloads.spec import WORKLOADS, WorkloadSpec
+from servecal.sched.workloads.classes import draw_classes, stamp_slos
+from servecal.sched.workloads.spec import WORKLOADS, WorkloadSpec, slo_classes_named
 
 TRACE_PREFIX = "trace:"
 
@@ -71,21 +71,6 @@ def draw_requests(
     return build_requests(arrival, prompt, output, ttft, tpot, names)
 
 
-def stamp_slos(
-    classes: tuple[SloClass, ...], which: np.ndarray, prompt: np.ndarray, tpot_slo_ms: float
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per-request TTFT SLO, TPOT SLO and class name for class indices ``which``."""
-    ttft = np.empty(which.size, dtype=float)
-    tpot = np.empty(which.size, dtype=float)
-    names = np.empty(which.size, dtype=object)
-    for k, cls in enumerate(classes):
-        rows = which == k
-        ttft[rows] = cls.ttft.slo_ms(prompt[rows])
-        tpot[rows] = tpot_slo_ms if cls.tpot_slo_ms is None else cls.tpot_slo_ms
-        names[rows] = cls.name
-    return ttft, tpot, names
-
-
 def generate(
     name: str,
     rate: float,
@@ -94,6 +79,7 @@ def generate(
     *,
     tpot_slo_ms: float,
     rng: np.random.Generator,
+    slo_classes: str | None = None,
 ) -> list[Request]:
     """Requests of workload ``name`` at mean ``rate`` req/s, sorted by arrival.
 
@@ -101,6 +87,9 @@ def generate(
     file with its arrivals rescaled to ``rate`` and the default TTFT rule. Stops after
     ``n_requests`` or at ``duration_s``, whichever comes first. Classes that carry
     their own TPOT SLO keep it; the others get ``tpot_slo_ms``.
+
+    ``slo_classes`` (``--slo-classes``, trace replay only) names a workload whose
+    classes are stamped onto the trace's requests by share, e.g. ``multislo``.
     """
     workload = parse_workload(name)
     if isinstance(workload, TraceWorkload):
@@ -114,7 +103,10 @@ def generate(
             rng=rng,
             n_requests=n_requests,
             duration_s=duration_s,
+            slo_classes=None if slo_classes is None else slo_classes_named(slo_classes),
         )
+    if slo_classes is not None:
+        raise InputError(f"--slo-classes applies to trace:PATH workloads, not {name}")
     return draw_requests(
         workload,
         rate,

@@ -22,8 +22,8 @@ from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
 from servecal.sched.workloads.arrivals import PoissonArrivals
 from servecal.sched.workloads.build import build_requests, clip_to_context
-from servecal.sched.workloads.classes import SloClass, draw_classes
-from servecal.sched.workloads.spec import CONTEXT_LIMIT, DEFAULT_TTFT
+from servecal.sched.workloads.classes import SloClass, draw_classes, stamp_slos
+from servecal.sched.workloads.spec import CONTEXT_LIMIT, DEFAULT_TTFT, slo_classes_named
 
 # (prompt column, output column, arrival column or None, arrival kind)
 _FORMATS = (
@@ -94,7 +94,7 @@ def load_trace(
     n_requests: int | None = None,
     *,
     duration_s: float | None = None,
-    slo_classes: tuple[SloClass, ...] | None = None,
+    slo_classes: str | tuple[SloClass, ...] | None = None,
     context_limit: int = CONTEXT_LIMIT,
 ) -> list[Request]:
     """Requests of a trace file (formats in the module docstring), sorted by arrival.
@@ -102,11 +102,14 @@ def load_trace(
     ``n_requests`` keeps the first rows in arrival order (a contiguous window, so
     bursts survive); ``duration_s`` drops arrivals after it (after rescaling).
     ``ttft_slo_ms=None`` applies the default rule ``500 ms + 0.5 ms/prompt token``.
-    ``slo_classes`` stamps a class on each request, drawn by share with ``rng``,
-    that brings its own TTFT rule and TPOT SLO; the trace's lengths are kept.
+    ``slo_classes`` (a tuple, or a workload name such as ``multislo``) stamps a class
+    on each request, drawn by share with ``rng``, that brings its own TTFT rule and
+    TPOT SLO (``tpot_slo_ms`` fills classes without one); the trace's lengths are kept.
     Prompt + output is clipped to ``context_limit``. Bad files raise :class:`InputError`.
     """
     path = Path(path)
+    if isinstance(slo_classes, str):
+        slo_classes = slo_classes_named(slo_classes)
     if rate is not None and not rate > 0:
         raise InputError(f"rate must be > 0 req/s, got {rate}")
     frame = _read_table(path)
@@ -142,8 +145,6 @@ def load_trace(
 
     n = arrival_ms.size
     if slo_classes:
-        from servecal.sched.workloads.generate import stamp_slos
-
         which = draw_classes(slo_classes, n, rng)
         ttft, tpot, names = stamp_slos(slo_classes, which, prompt, tpot_slo_ms)
     else:
