@@ -262,14 +262,26 @@ class CostTable:
             self._out_of_domain += 1
         return ((i0 * len(a1) + i1) * len(a2) + i2) * len(a3) + i3
 
-    def _vindex(self, n: ArrayLike, ctx: ArrayLike, prefix: ArrayLike, chunk: ArrayLike):
-        xs = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in (n, ctx, prefix, chunk)))
+    def cells(
+        self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Flat round-up cell of each query and whether it lies outside the grid.
+
+        Does not count the queries (for offline evaluation; see :meth:`values`).
+        """
+        xs = np.broadcast_arrays(
+            *(np.asarray(x, dtype=float) for x in (n_decode, ctx, prefix, chunk))
+        )
         flat = np.zeros(xs[0].shape, dtype=np.int64)
         out = np.zeros(xs[0].shape, dtype=bool)
         for x, ax in zip(xs, self._ax_arrays, strict=True):
             i = np.searchsorted(ax, x, side="left")
             out |= (x < ax[0]) | (x > ax[-1])
             flat = flat * ax.size + np.minimum(i, ax.size - 1)
+        return flat, out
+
+    def _vindex(self, n: ArrayLike, ctx: ArrayLike, prefix: ArrayLike, chunk: ArrayLike):
+        flat, out = self.cells(n, chunk, ctx, prefix)
         self._out_of_domain += int(out.sum())
         return flat
 

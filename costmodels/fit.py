@@ -1,0 +1,227 @@
+"""Fit a predictor on samples and compile it into a calibrated cost table (``servecal fit``).
+
+Steps: split whole grid points into train / calibration / test; fit the chosen model
+on the train rows; evaluate it on every grid cell; fill cells without data (lookup
+table only); make every quantile monotone along every axis and uncrossed; add the
+split-conformal margin from the calibration points; measure the test points.
+
+Samples that are all medians (one row per point, ``rep == 0``, as importers write
+them) give a P50-only table: its tail cannot be learned and it carries no margin.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timezone
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from servecal.costmodels.conformal import conformal_rho, split_points
+from servecal.costmodels.empirical import EmpiricalQuantileTable
+from servecal.costmodels.errors import InputError
+from servecal.costmodels.evaluate import evaluate
+from servecal.costmodels.gbm import GBMQuantileRegressor
+from servecal.costmodels.grid import (
+    FEATURES,
+    choose_axes,
+    fill_holes,
+    grid_features,
+    grid_shape,
+    make_monotone,
+    uncross,
+)
+from servecal.costmodels.physics import PhysicsQuantileRegressor
+from servecal.costmodels.samples import POINT_COLUMNS, validate_samples
+from servecal.costmodels.table import AXES, CostTable, Margin
+
+MODELS = ("table", "linear", "lgbm")
+#: ``auto`` uses the lookup table when at least this fraction of grid cells is measured
+#: and points have at least :data:`TABLE_MIN_REPEATS` repeats.
+TABLE_MIN_FILL = 0.8
+TABLE_MIN_REPEATS = 10
+#: ``auto`` uses LightGBM for irregular designs with at least this many points.
+LGBM_MIN_POINTS = 200
+
+
+class TailWarning(UserWarning):
+    """The samples carry no repeats, so only a P50 table can be fitted."""
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """The compiled table, its held-out metrics, which model was used, and why."""
+
+    table: CostTable
+    metrics: dict[str, Any]
+    model: str
+    reason: str
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class DataShape:
+    """What the samples look like, for choosing a model."""
+
+    points: int
+    median_repeats: float
+    grid_fill: float
+    medians_only: bool
+
+
+def describe_samples(frame: pd.DataFrame, axes: Mapping[str, Sequence[int]]) -> DataShape:
+    counts = frame.groupby(list(POINT_COLUMNS), sort=False).size()
+    cells = int(np.prod(grid_shape(axes)))
+    medians_only = bool((counts == 1).all() and (frame["rep"] == 0).all())
+    return DataShape(
+        points=int(counts.size),
+        median_repeats=float(counts.median()),
+        grid_fill=min(1.0, counts.size / cells),
+        medians_only=medians_only,
+    )
+
+
+def choose_model(shape: DataShape) -> tuple[str, str]:
+    """The model ``--model auto`` picks, and a sentence saying why."""
+    regular = shape.grid_fill >= TABLE_MIN_FILL
+    if regular and (shape.medians_only or shape.median_repeats >= TABLE_MIN_REPEATS):
+        return "table", (
+            f"regular grid ({shape.grid_fill:.0%} of cells measured) with "
+            f"{shape.median_repeats:g} rows per point: empirical quantiles per point"
+        )
+    if not regular and shape.points >= LGBM_MIN_POINTS:
+        return "lgbm", (
+            f"irregular design ({shape.grid_fill:.0%} of cells measured, "
+            f"{shape.points} points): gradient-boosted quantiles"
+        )
+    return "linear", (
+        f"sparse data ({shape.points} points, {shape.median_repeats:g} rows per point): "
+        "physics-shaped quantile regression"
+    )
+
+
+def _make_model(kind: str, axes: dict[str, list[int]], quantiles: Sequence[float], seed: int):
+    if kind == "table":
+        return EmpiricalQuantileTable(axes=axes, quantiles=quantiles)
+    if kind == "linear":
+        return PhysicsQuantileRegressor(quantiles=quantiles, rng=np.random.default_rng(seed))
+    return GBMQuantileRegressor(quantiles=quantiles, seed=seed)
+
+
+def _compile(model: Any, axes: dict[str, list[int]]) -> dict[float, np.ndarray]:
+    """Every quantile on the grid: holes filled, monotone on every axis, uncrossed."""
+    shape = grid_shape(axes)
+    raw = model.predict_quantiles(grid_features(axes))
+    return uncross({q: make_monotone(fill_holes(v.reshape(shape))) for q, v in raw.items()})
+
+
+def _check_args(model: str, quantiles: Sequence[float], holdout: float) -> tuple[float, ...]:
+    if model not in (*MODELS, "auto"):
+        raise InputError(f"--model: unknown model '{model}' (choose {', '.join(MODELS)}, auto)")
+    qs = tuple(sorted({float(q) for q in quantiles}))
+    if not qs or not all(0.0 < q < 1.0 for q in qs):
+        raise InputError(f"--quantiles: each quantile must be in (0, 1), got {list(quantiles)}")
+    if not 0.0 < holdout < 1.0:
+        raise InputError(f"--holdout: must be in (0, 1), got {holdout}")
+    return qs
+
+
+def fit_cost_table(
+    frame: pd.DataFrame,
+    provenance: dict[str, Any],
+    model: str = "auto",
+    quantiles: Sequence[float] = (0.5, 0.99),
+    holdout: float = 0.2,
+    seed: int = 0,
+    grid: Mapping[str, Sequence[int]] | None = None,
+    progress: Callable[[str], None] | None = None,
+) -> FitResult:
+    """Fit ``model`` on ``frame`` and compile a calibrated :class:`CostTable`.
+
+    The margin is calibrated for the highest quantile above 0.5 (the *tail*, normally
+    0.99) at coverage equal to that quantile. ``grid`` overrides axis values
+    (``{"chunk": [...], ...}``); other axes come from the samples.
+    """
+    say = progress or (lambda _msg: None)
+    qs = _check_args(model, quantiles, holdout)
+    frame = validate_samples(frame, str(provenance.get("source", "samples")))
+    points = {a: frame[a].to_numpy() for a in AXES}
+    axes = choose_axes(points, grid)
+    shape = describe_samples(frame, axes)
+    notes: list[str] = []
+    if shape.medians_only:
+        msg = "samples are medians only (one row per point, rep 0): P50 table, no tail/margin"
+        warnings.warn(msg, TailWarning, stacklevel=2)
+        notes.append(msg)
+        qs = (0.5,)
+    tail = max((q for q in qs if q > 0.5), default=None)
+    kind, reason = choose_model(shape) if model == "auto" else (model, "chosen with --model")
+    rng = np.random.default_rng(seed)
+    ids = frame.groupby(list(POINT_COLUMNS), sort=False).ngroup().to_numpy()
+    split = split_points(ids, holdout, rng)
+    X = frame[list(FEATURES)].to_numpy(dtype=float)
+    y = frame["ms"].to_numpy(dtype=float)
+
+    say(f"fitting {kind} on {int(split.train.sum())} rows")
+    fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(
+        X[split.train], y[split.train]
+    )
+    values = _compile(fitted, axes)
+    energy = _fit_energy(frame, split.train, kind, axes, int(rng.integers(2**31)))
+    info: dict[str, Any] = {"kind": kind, "reason": reason, "seed": seed, "holdout": holdout}
+    if hasattr(fitted, "describe"):
+        info["coefficients"] = fitted.describe()
+    common = dict(
+        axes=axes,
+        quantiles=values,
+        energy_j=energy,
+        fingerprint=provenance,
+        model=info,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+
+    margin = None
+    if tail is not None:
+        say("calibrating the margin on held-out points")
+        bare = CostTable(**common)
+        cal = frame[split.calibration]
+        flat, _ = bare.cells(*(cal[c].to_numpy(dtype=float) for c in POINT_COLUMNS))
+        scores = cal["ms"].to_numpy() / bare.values(tail).reshape(-1)[flat] - 1.0
+        margin = Margin(
+            quantile=tail,
+            rho=conformal_rho(scores, tail),
+            target=tail,
+            validated_coverage=None,
+            calibration_points=split.calibration_points,
+            calibration_rows=int(split.calibration.sum()),
+        )
+    say("measuring held-out points")
+    table = CostTable(margin=margin, **common)
+    metrics = evaluate(table, frame[split.test])
+    if margin is not None:
+        margin = replace(margin, validated_coverage=metrics["p99_coverage"])
+    validation = {"test_points": split.test_points, **_jsonable(metrics)}
+    table = CostTable(margin=margin, validation=validation, **common)
+    return FitResult(table=table, metrics=metrics, model=kind, reason=reason, notes=tuple(notes))
+
+
+def _fit_energy(
+    frame: pd.DataFrame, train: np.ndarray, kind: str, axes: dict[str, list[int]], seed: int
+) -> np.ndarray | None:
+    """Median energy per iteration on the grid, or None when no row has a meter reading."""
+    energy = frame["energy_j"].to_numpy(dtype=float)
+    rows = train & ~np.isnan(energy)
+    if not rows.any():
+        return None
+    X = frame[list(FEATURES)].to_numpy(dtype=float)[rows]
+    fitted = _make_model(kind, axes, (0.5,), seed).fit(X, energy[rows])
+    return _compile(fitted, axes)[0.5]
+
+
+def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:
+    out = dict(metrics)
+    out["pinball"] = {repr(q): v for q, v in metrics["pinball"].items()}
+    return out
