@@ -184,3 +184,16 @@ def test_quantile_lengths_follow_their_table() -> None:
     assert x.min() >= 100 and x.max() <= 1000
     assert abs(np.median(x) - 200) <= 4
     assert abs(np.mean(x <= 150) - 0.25) < 0.01
+
+
+def test_describe_measures_and_main_prints_every_workload(capsys) -> None:
+    from servecal.sched.workloads.__main__ import main
+    from servecal.sched.workloads.describe import describe
+
+    d = describe("chat", rate=10.0, n_requests=4000, seed=1)
+    assert d["requests"] == 4000 and d["classes"] == {"chat": 1.0}
+    assert 240 <= d["prompt_median"] <= 272 and 0.8 < d["dispersion_1s"] < 1.25
+    assert main(["5", "200", "3"]) == 0
+    table = capsys.readouterr().out
+    assert all(f"| {name} |" in table for name in WORKLOADS)
+    assert main(["-1"]) == 2 and "usage" in capsys.readouterr().err
