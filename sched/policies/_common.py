@@ -1,0 +1,23 @@
+"""Helpers shared by the policies."""
+
+from __future__ import annotations
+
+from servecal.sched.live import LiveRequest, Phase
+from servecal.sched.view import EngineView
+
+#: Fraction of ``M`` kept free when a new request is admitted (vLLM's watermark).
+WATERMARK = 0.01
+
+
+def room_for(view: EngineView, live: LiveRequest, taken: int = 0) -> int:
+    """Most prefill tokens ``live`` may get this iteration, ``taken`` already planned.
+
+    Within the KV left after every decode. A request not started yet is admitted
+    only when its whole remaining prefill fits with a 1% watermark (vLLM's rule), so
+    that a prefill is not evicted again as soon as the decodes grow.
+    """
+    room = view.prefill_room - taken
+    need = live.remaining_prefill
+    if live.phase == Phase.WAITING and need + int(WATERMARK * view.kv_capacity) > room:
+        return 0
+    return max(0, min(room, need))

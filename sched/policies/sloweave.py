@@ -1,0 +1,191 @@
+"""SLOWeave (SPEC §1): the largest prefill chunk that finishes before every decode deadline.
+
+At scheduler time ``s`` with ready (decoding) requests ``A``:
+
+* no prefill waiting → decode-only;
+* ``A`` empty → no deadline binds: prefill ``min(C_max, L)`` of the oldest prompt;
+* otherwise ``B = max(0, min_i d_i − s)`` with ``d_i = ℓ_i + D_i`` (``ℓ_i`` the last
+  token's time; for a request whose prefill just finished, the prefill's completion,
+  which is also when its first token came out), and
+  ``c* = max{c ≤ min(C_max, L) : T̂_q(|A|, c) + δ(|A|, c) ≤ B}`` by the predictor's
+  ``max_chunk`` (binary search). If not even ``c = 1`` fits, decode-only: decodes are
+  never skipped.
+
+``min_i d_i`` comes from the engine's deadline heaps in O(log |A|). Per-request
+``D_i`` (heterogeneous SLOs) fall out of that minimum. Options (fields of
+:class:`SLOWeaveConfig`, all off by default except the P99 + δ planning): aging with
+SLO exceptions, admission control, multi-prefill first-fit.
+
+Several chunks in one iteration are priced as one: the predictor is asked about the
+total tokens, with the token-weighted mean prefix.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
+from servecal.sched.live import LiveRequest
+from servecal.sched.plan import DECODE_ONLY, Plan
+from servecal.sched.policies._common import room_for
+from servecal.sched.view import EngineView
+
+
+@dataclass(frozen=True)
+class SLOWeaveConfig:
+    """SLOWeave's options; each is a ``servecal simulate`` flag.
+
+    * ``c_max`` (4096): largest chunk, ``C_max``.
+    * ``quantile`` (0.99) and ``use_margin`` (True): plan on ``T̂_q + δ``. The P50-only
+      variant of the margin experiment is ``quantile=0.5, use_margin=False``.
+    * ``aging_ms`` (None = off): a prompt that has waited this long since arrival gets at
+      least ``aging_chunk`` (256) tokens even if that breaks deadlines; the requests whose
+      deadline it breaks are recorded as SLO exceptions.
+    * ``admission`` (False): refuse a new arrival when the predicted decode-only cost with
+      it admitted exceeds ``admission_fraction`` (0.9) of its ``D_i``.
+    * ``multi_prefill`` (False): after the oldest prompt's whole remainder fits, fill the
+      rest of the budget first-fit with the next prompts, up to ``max_prefills`` (8).
+    """
+
+    c_max: int = 4096
+    quantile: float = PLAN_QUANTILE
+    use_margin: bool = True
+    aging_ms: float | None = None
+    aging_chunk: int = 256
+    admission: bool = False
+    admission_fraction: float = 0.9
+    multi_prefill: bool = False
+    max_prefills: int = 8
+
+    def __post_init__(self) -> None:
+        if self.c_max < 1:
+            raise ValueError("SLOWeaveConfig.c_max must be >= 1")
+        if not 0.0 < self.quantile < 1.0:
+            raise ValueError("SLOWeaveConfig.quantile must be in (0, 1)")
+        if self.aging_ms is not None and not self.aging_ms >= 0:
+            raise ValueError("SLOWeaveConfig.aging_ms must be >= 0 (or None: off)")
+        if self.aging_chunk < 1:
+            raise ValueError("SLOWeaveConfig.aging_chunk must be >= 1")
+        if not 0.0 < self.admission_fraction <= 1.0:
+            raise ValueError("SLOWeaveConfig.admission_fraction must be in (0, 1]")
+        if self.max_prefills < 1:
+            raise ValueError("SLOWeaveConfig.max_prefills must be >= 1")
+
+
+class SLOWeave:
+    """The SLOWeave policy."""
+
+    def __init__(self, config: SLOWeaveConfig | None = None) -> None:
+        self.config = config or SLOWeaveConfig()
+
+    def plan(self, view: EngineView, predictor: Predictor) -> Plan:
+        cfg = self.config
+        reject = self._admission(view, predictor) if cfg.admission else ()
+        live = view.next_prefill()
+        if live is not None and reject and live.rid in reject:
+            live = next((x for x in view.prefill_queue() if x.rid not in reject), None)
+        if live is None:
+            return Plan(reject=reject) if reject else DECODE_ONLY
+        n = view.n_decode
+        limit = min(cfg.c_max, room_for(view, live))
+        if n == 0:  # no deadline binds
+            chunks = ((live.rid, limit),) if limit > 0 else ()
+            if cfg.multi_prefill and chunks:
+                chunks = self._fill(view, predictor, chunks, math.inf, reject)
+            return Plan(prefill=chunks, reject=reject) if chunks or reject else DECODE_ONLY
+        now = view.now_ms
+        budget = max(0.0, view.earliest_deadline_ms() - now)
+        ctx = view.ctx_mean
+        c = predictor.max_chunk(
+            n, ctx, live.prefilled, budget, limit, q=cfg.quantile, use_margin=cfg.use_margin
+        )
+        exceptions: tuple[int, ...] = ()
+        if (
+            c < cfg.aging_chunk
+            and cfg.aging_ms is not None
+            and now - live.arrival_ms >= cfg.aging_ms
+            and limit > c
+        ):
+            c = min(cfg.aging_chunk, limit)
+            exceptions = self._broken(view, predictor, n, c, ctx, live.prefilled)
+        if c <= 0:
+            return Plan(reject=reject, budget_ms=budget)
+        chunks = ((live.rid, c),)
+        if cfg.multi_prefill and c == live.remaining_prefill and not exceptions:
+            chunks = self._fill(view, predictor, chunks, budget, reject)
+        return Plan(prefill=chunks, reject=reject, exceptions=exceptions, budget_ms=budget)
+
+    def _cost(self, p: Predictor, n: int, c: int, ctx: float, prefix: float) -> float:
+        cost = p.predict(n, c, ctx, prefix, q=self.config.quantile)
+        if self.config.use_margin:
+            cost += p.margin(n, c, ctx, prefix)
+        return float(cost)
+
+    def _broken(
+        self, view: EngineView, p: Predictor, n: int, c: int, ctx: float, prefix: int
+    ) -> tuple[int, ...]:
+        """Ready requests whose deadline an aged chunk ``c`` is predicted to break."""
+        end = view.now_ms + self._cost(p, n, c, ctx, prefix)
+        return tuple(r.rid for r in view.ready if r.deadline_ms < end)
+
+    def _fill(
+        self,
+        view: EngineView,
+        p: Predictor,
+        chunks: tuple[tuple[int, int], ...],
+        budget: float,
+        reject: tuple[int, ...],
+    ) -> tuple[tuple[int, int], ...]:
+        """First-fit: add the next prompts while the total still fits the budget."""
+        cfg = self.config
+        planned = list(chunks)
+        total = sum(c for _, c in planned)
+        weighted = sum(view.get(rid).prefilled * c for rid, c in planned)
+        names = {rid for rid, _ in planned} | set(reject)
+        for live in view.prefill_queue():
+            if len(planned) >= cfg.max_prefills or total >= cfg.c_max:
+                break
+            if live.rid in names:
+                continue
+            room = min(room_for(view, live, total), cfg.c_max - total)
+            if room <= 0:
+                break
+            if math.isinf(budget):
+                extra = room
+            else:  # price the total; the new chunk's prefix weighs in at its full room
+                prefix = (weighted + live.prefilled * room) / (total + room)
+                fits = p.max_chunk(
+                    view.n_decode,
+                    view.ctx_mean,
+                    int(prefix),
+                    budget,
+                    total + room,
+                    q=cfg.quantile,
+                    use_margin=cfg.use_margin,
+                )
+                extra = fits - total
+            if extra <= 0:
+                break
+            planned.append((live.rid, extra))
+            total += extra
+            weighted += live.prefilled * extra
+            if extra < live.remaining_prefill:
+                break
+        return tuple(planned)
+
+    def _admission(self, view: EngineView, p: Predictor) -> tuple[int, ...]:
+        """New arrivals refused because decoding them too would approach ``D_i``."""
+        new = view.new_arrivals
+        if not new:
+            return ()
+        n = len(view.running) + len(view.waiting) - len(new)
+        refused = []
+        for rid in new:
+            live: LiveRequest = view.get(rid)
+            cost = self._cost(p, n + 1, 0, view.ctx_mean, 0)
+            if cost > self.config.admission_fraction * live.tpot_slo_ms:
+                refused.append(rid)
+            else:
+                n += 1
+        return tuple(refused)

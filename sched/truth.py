@@ -1,0 +1,263 @@
+"""Ground-truth iteration costs for the simulated executor (never the predictor itself).
+
+* :class:`AnalyticTruth`: the SPEC §1 formula × log-normal noise ``exp(σZ)``, with
+  rare spikes (probability ``spike_prob``, duration × ``spike_factor``).
+* :class:`SampledTruth`: bootstrap from measured samples at the nearest grid point.
+* :class:`Drift`: either of them slowed by ``factor`` from ``at_ms`` on, optionally
+  only inside an ``(n_decode, chunk)`` region.
+
+``truth.executor(rng)`` binds a :class:`numpy.random.Generator` and returns an
+:class:`~servecal.sched.executor.Executor`. Random draws are taken in blocks so a
+scalar iteration costs no numpy call.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from servecal.costmodels.analytic import AnalyticPredictor
+from servecal.costmodels.errors import InputError
+
+_BLOCK = 4096
+
+
+class _Draws:
+    """Standard normals and uniforms drawn 4096 at a time, handed out as floats."""
+
+    __slots__ = ("_rng", "_z", "_u", "_i")
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        self._rng = rng
+        self._i = _BLOCK
+
+    def next(self) -> tuple[float, float]:
+        if self._i == _BLOCK:
+            self._z = self._rng.standard_normal(_BLOCK).tolist()
+            self._u = self._rng.random(_BLOCK).tolist()
+            self._i = 0
+        i = self._i
+        self._i = i + 1
+        return self._z[i], self._u[i]
+
+
+@dataclass(frozen=True)
+class Drift:
+    """From ``at_ms`` on, iterations with ``n_decode`` in ``n_range`` and ``chunk`` in
+    ``c_range`` (inclusive; ``None``: any) take ``factor`` × as long."""
+
+    at_ms: float
+    factor: float
+    n_range: tuple[int, int] | None = None
+    c_range: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.at_ms >= 0:
+            raise ValueError("Drift.at_ms must be >= 0")
+        if not self.factor > 0:
+            raise ValueError("Drift.factor must be > 0")
+        for r in (self.n_range, self.c_range):
+            if r is not None and not 0 <= r[0] <= r[1]:
+                raise ValueError(f"Drift range {r} must satisfy 0 <= lo <= hi")
+
+    def applies(self, n_decode: int, chunk: int, now_ms: float) -> bool:
+        if now_ms < self.at_ms:
+            return False
+        if self.n_range is not None and not self.n_range[0] <= n_decode <= self.n_range[1]:
+            return False
+        return self.c_range is None or self.c_range[0] <= chunk <= self.c_range[1]
+
+
+@dataclass(frozen=True)
+class AnalyticTruth:
+    """SPEC §1 cost × ``exp(sigma·Z)``, × ``spike_factor`` with probability ``spike_prob``.
+
+    ``power_w`` (optional) models energy as constant power × duration.
+    """
+
+    formula: AnalyticPredictor = field(default_factory=AnalyticPredictor)
+    sigma: float = 0.0
+    spike_prob: float = 0.0
+    spike_factor: float = 3.0
+    power_w: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.sigma < 0:
+            raise ValueError("AnalyticTruth.sigma must be >= 0")
+        if not 0 <= self.spike_prob < 1:
+            raise ValueError("AnalyticTruth.spike_prob must be in [0, 1)")
+        if self.spike_factor < 1:
+            raise ValueError("AnalyticTruth.spike_factor must be >= 1")
+        if self.power_w is not None and self.power_w < 0:
+            raise ValueError("AnalyticTruth.power_w must be >= 0")
+
+    @property
+    def energy_source(self) -> str:
+        return "none" if self.power_w is None else "model"
+
+    def oracle(self) -> AnalyticPredictor:
+        """The predictor that knows this truth's formula and noise (not its spikes)."""
+        f = self.formula
+        return AnalyticPredictor(
+            f.base, f.decode_fixed, f.decode_per_token, f.prefill_fixed, f.prefill_per_token,
+            sigma=self.sigma,
+        )  # fmt: skip
+
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> _AnalyticExecutor:
+        return _AnalyticExecutor(self, rng, drift)
+
+
+class _AnalyticExecutor:
+    def __init__(self, truth: AnalyticTruth, rng: np.random.Generator, drift: Drift | None):
+        f = truth.formula
+        self._coef = (f.base, f.decode_fixed, f.decode_per_token, f.prefill_fixed)
+        self._per_token = f.prefill_per_token
+        self._sigma = truth.sigma
+        self._spike_p = truth.spike_prob
+        self._spike_f = truth.spike_factor
+        self._power = truth.power_w
+        self._noisy = truth.sigma > 0 or truth.spike_prob > 0
+        self._draws = _Draws(rng)
+        self._drift = drift
+        self.energy_source = truth.energy_source
+
+    def execute(
+        self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
+    ) -> tuple[float, float | None]:
+        base, dfix, dper, pfix = self._coef
+        t = base
+        if n_decode > 0:
+            t += dfix + dper * n_decode
+        if chunk > 0:
+            t += pfix + self._per_token * chunk
+        if self._noisy:
+            z, u = self._draws.next()
+            t *= math.exp(self._sigma * z)
+            if u < self._spike_p:
+                t *= self._spike_f
+        if self._drift is not None and self._drift.applies(n_decode, chunk, now_ms):
+            t *= self._drift.factor
+        return t, (None if self._power is None else self._power * t / 1000.0)
+
+
+@dataclass(frozen=True)
+class SampledTruth:
+    """Bootstrap: an iteration's duration (and energy) is a measured row, drawn at random
+    among the rows of the grid point nearest to its shape.
+
+    Nearness is Euclidean in ``log1p`` of ``(n_decode, chunk, ctx, prefix)``, since
+    profiling grids are roughly geometric. Answers per shape are cached.
+    """
+
+    path: str
+    points: np.ndarray = field(repr=False)  # (P, 4) grid points
+    ms: tuple[np.ndarray, ...] = field(repr=False)  # per point
+    energy: tuple[np.ndarray, ...] | None = field(repr=False)  # per point, or None
+
+    @classmethod
+    def load(cls, path: str | Path) -> SampledTruth:
+        """Read a samples file (Parquet or CSV, DESIGN.md §Samples); bad file → InputError."""
+        from servecal.costmodels.samples import POINT_COLUMNS, read_samples
+
+        frame = read_samples(path).frame
+        if frame.empty:
+            raise InputError(f"{path}: no sample rows")
+        groups = frame.groupby(list(POINT_COLUMNS), sort=True)
+        points = np.array(list(groups.groups.keys()), dtype=float).reshape(-1, 4)
+        ms = tuple(g["ms"].to_numpy(dtype=float) for _, g in groups)
+        energy = None
+        if frame["energy_j"].notna().all():
+            energy = tuple(g["energy_j"].to_numpy(dtype=float) for _, g in groups)
+        return cls(str(path), points, ms, energy)
+
+    @property
+    def energy_source(self) -> str:
+        return "none" if self.energy is None else "samples"
+
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> _SampledExecutor:
+        return _SampledExecutor(self, rng, drift)
+
+
+class _SampledExecutor:
+    def __init__(self, truth: SampledTruth, rng: np.random.Generator, drift: Drift | None):
+        self._truth = truth
+        self._coords = np.log1p(truth.points)
+        self._cache: dict[tuple[int, int, int, int], int] = {}
+        self._draws = _Draws(rng)
+        self._drift = drift
+        self.energy_source = truth.energy_source
+
+    def _nearest(self, key: tuple[int, int, int, int]) -> int:
+        idx = self._cache.get(key)
+        if idx is None:
+            d = ((self._coords - np.log1p(np.array(key, dtype=float))) ** 2).sum(axis=1)
+            idx = self._cache[key] = int(np.argmin(d))
+        return idx
+
+    def execute(
+        self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
+    ) -> tuple[float, float | None]:
+        i = self._nearest((n_decode, chunk, int(round(ctx)), int(round(prefix))))
+        rows = self._truth.ms[i]
+        _, u = self._draws.next()
+        j = min(int(u * rows.size), rows.size - 1)
+        t = float(rows[j])
+        e = None if self._truth.energy is None else float(self._truth.energy[i][j])
+        if self._drift is not None and self._drift.applies(n_decode, chunk, now_ms):
+            t *= self._drift.factor
+            e = None if e is None else e * self._drift.factor
+        return t, e
+
+
+def parse_drift(spec: str) -> Drift:
+    """``AT:FACTOR[:REGION]``, e.g. ``60s:1.10`` or ``500ms:1.3:n=0-64,c=512-4096``.
+
+    ``AT`` is seconds (``60``, ``60s``) or milliseconds (``500ms``).
+    """
+    parts = spec.split(":")
+    if len(parts) not in (2, 3):
+        raise InputError(f"--drift {spec!r}: expected AT:FACTOR[:REGION], e.g. 60s:1.10")
+    at, factor = parts[0].strip().lower(), parts[1].strip()
+    try:
+        at_ms = float(at[:-2]) if at.endswith("ms") else float(at.rstrip("s")) * 1000.0
+        fac = float(factor)
+        ranges: dict[str, tuple[int, int]] = {}
+        if len(parts) == 3:
+            for item in parts[2].split(","):
+                axis, _, rng_text = item.partition("=")
+                lo, _, hi = rng_text.partition("-")
+                if axis.strip() not in ("n", "c") or not hi:
+                    raise ValueError(item)
+                ranges[axis.strip()] = (int(lo), int(hi))
+        return Drift(at_ms, fac, ranges.get("n"), ranges.get("c"))
+    except ValueError as exc:
+        raise InputError(
+            f"--drift {spec!r}: {exc}; expected AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"
+        ) from None
+
+
+def parse_truth(spec: str) -> AnalyticTruth | SampledTruth:
+    """``analytic``, ``analytic:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300``, or
+    ``samples:PATH``."""
+    if spec.startswith("samples:"):
+        return SampledTruth.load(spec[len("samples:") :])
+    name, _, opts = spec.partition(":")
+    if name != "analytic":
+        raise InputError(f"--truth {spec!r}: expected analytic[:key=value,...] or samples:PATH")
+    kwargs: dict[str, float] = {}
+    allowed = ("sigma", "spike_prob", "spike_factor", "power_w")
+    for item in filter(None, opts.split(",")):
+        key, _, value = item.partition("=")
+        if key not in allowed:
+            raise InputError(f"--truth {spec!r}: unknown option {key!r} (known: {allowed})")
+        try:
+            kwargs[key] = float(value)
+        except ValueError:
+            raise InputError(f"--truth {spec!r}: {key} needs a number, got {value!r}") from None
+    try:
+        return AnalyticTruth(**kwargs)
+    except ValueError as exc:
+        raise InputError(f"--truth {spec!r}: {exc}") from None
