@@ -4,7 +4,9 @@ Definitions (SPEC.md §Words):
 
 * TTFT = first token − arrival. A request that never produced a token is counted
   with a *censored* TTFT, end of run − arrival (a lower bound), so a policy cannot
-  improve its TTFT figures by starving requests.
+  improve its TTFT figures by starving requests. Requests the engine *rejected*
+  (optional ``rejected`` column) are left out of TTFT statistics, count as not
+  good, and are reported as ``rejected``.
 * A request's TPOT figure is the P99 of its own inter-token gaps (``tpot_p99_ms`` in
   the requests frame); a one-token request has no gap and meets TPOT trivially.
 * *Good* = finished, TTFT ≤ its TTFT SLO and TPOT figure ≤ its TPOT SLO (the SLOs
@@ -110,9 +112,21 @@ def _window_s(out: pd.DataFrame, slos: Sequence[str]) -> float:
     return (float(closes.max()) - float(out["arrival_ms"].min())) / 1000.0
 
 
+def _rejected(out: pd.DataFrame) -> pd.Series:
+    """Requests the engine refused (admission control, too large for KV); optional column."""
+    if "rejected" not in out.columns:
+        return pd.Series(False, index=out.index)
+    return out["rejected"].fillna(False).astype(bool)
+
+
 def _censored_ttft(out: pd.DataFrame) -> pd.Series:
-    """TTFT with never-served requests counted as end of run − arrival (a lower bound)."""
-    return out["ttft_ms"].fillna(_run_end_ms(out) - out["arrival_ms"])
+    """TTFT with never-served requests counted as end of run − arrival (a lower bound).
+
+    Rejected requests are left out (NaN): they were refused, not kept waiting; they
+    count as not good and are reported by number.
+    """
+    censored = out["ttft_ms"].fillna(_run_end_ms(out) - out["arrival_ms"])
+    return censored.mask(_rejected(out))
 
 
 def _p99(values: pd.Series) -> float | None:
@@ -179,13 +193,14 @@ def summarize(
         "goodput": goodput,
         "attainment": n_good / n if n else 0.0,
         "p99_ttft_ms": _p99(censored_ttft),
-        "mean_ttft_ms": float(censored_ttft.mean()) if n else None,
+        "mean_ttft_ms": float(censored_ttft.mean()) if censored_ttft.notna().any() else None,
         "p99_tpot_ms": _p99(out["tpot_p99_ms"]),
         "energy_j": energy,
         "energy_per_good_request_j": energy / n_good if energy is not None and n_good else None,
         "energy_per_output_token_j": energy / tokens if energy is not None and tokens else None,
         "iterations": len(iterations) if have_iters else None,
         "preemptions": int(out["preemptions"].sum()),
+        "rejected": int(_rejected(out).sum()),
         "decision_us_median": float(decision.median()) if len(decision) else None,
         "online": _online(iterations),
     }

@@ -255,3 +255,13 @@ def test_max_goodput_edges() -> None:
         max_goodput(always, 5.0, 5.0)
     with pytest.raises(ValueError):
         max_goodput(always, 1.0, 5.0, target=1.5)
+
+
+def test_rejected_requests_are_not_good_and_leave_ttft_stats() -> None:
+    frame = _requests(TOY)
+    frame["rejected"] = [False, False, False, False, True]
+    s = summarize(frame)
+    assert s["rejected"] == 1 and s["good"] == 2 and s["attainment"] == pytest.approx(0.4)
+    # Request 4's censored 200 ms is gone: TTFTs 100, 600, 50, 100.
+    assert s["mean_ttft_ms"] == pytest.approx(212.5)
+    assert summarize(_requests(TOY))["rejected"] == 0
