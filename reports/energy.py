@@ -1,0 +1,174 @@
+"""Energy section: joules per good request and per output token, next to goodput.
+
+Energy per *good* request (device energy of the whole run divided by the requests
+that met both SLOs) is servecal's definition, not ML.ENERGY's per-token one; both
+are shown. Each row names its energy source, and runs whose sources differ are
+never averaged together: the source is part of the grouping key.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from servecal.reports import figures as F
+from servecal.reports.aggregate import policy_order, workload_order
+from servecal.reports.blocks import Figure, Section, Table, Text, fmt
+from servecal.reports.loading import RunData
+
+#: SPEC §1 GPU figures (J per good request), shown when a run's setting matches.
+REFERENCE = (
+    # device, model, workload, TPOT target, baseline J, SLOWeave J, baseline name
+    ("A100", "llama-3-8b", "mixed", 25.0, 18.7, 12.4, "runtime default"),
+    ("H100", "llama-3-70b", "long", 25.0, 92.6, 58.5, "runtime default (TP8)"),
+)
+
+
+@dataclass(frozen=True)
+class EnergyRow:
+    tpot_slo_ms: float
+    workload: str
+    policy: str
+    source: str
+    goodput: float
+    j_per_good_request: float
+    j_per_token: float
+    seeds: int
+
+
+def _run_energy(run: RunData) -> tuple[float, float]:
+    """(J per good request, J per output token) of one run; NaN without energy."""
+    if run.energy_source == "unavailable":
+        return math.nan, math.nan
+    per_good = run.summary.get("energy_per_good_request_j")
+    per_token = run.summary.get("energy_per_output_token_j")
+    return (
+        math.nan if per_good is None else float(per_good),
+        math.nan if per_token is None else float(per_token),
+    )
+
+
+def energy_rows(runs: Sequence[RunData]) -> list[EnergyRow]:
+    """Means over seeds per (target, workload, policy, energy source)."""
+    groups: dict[tuple[float, str, str, str], list[RunData]] = {}
+    for run in runs:
+        key = (run.tpot_slo_ms, run.workload, run.policy, run.energy_source)
+        groups.setdefault(key, []).append(run)
+    rows = []
+    for (tpot, w, p, source), members in groups.items():
+        per = np.array([_run_energy(r) for r in members], dtype=float).reshape(-1, 2)
+        goodput = np.array([float(r.summary.get("goodput", math.nan)) for r in members])
+        rows.append(
+            EnergyRow(
+                tpot, w, p, source,
+                float(np.mean(goodput)),
+                float(np.mean(per[:, 0])),
+                float(np.mean(per[:, 1])),
+                len(members),
+            )
+        )  # fmt: skip
+    rows.sort(
+        key=lambda r: (r.tpot_slo_ms, workload_order(r.workload), policy_order(r.policy), r.source)
+    )
+    return rows
+
+
+def workloads_from(rows: Sequence[EnergyRow]) -> list[str]:
+    return sorted({r.workload for r in rows}, key=workload_order)
+
+
+def _figure(rows: Sequence[EnergyRow], tpot: float) -> Figure | None:
+    chosen = [r for r in rows if r.tpot_slo_ms == tpot and not math.isnan(r.j_per_good_request)]
+    if not chosen:
+        return None
+    ws = workloads_from(chosen)
+    colours = F.colour_map([r.policy for r in rows])
+    fig, axes = F.new_figure(1, len(ws), width=4.0, height=3.4)
+    for j, w in enumerate(ws):
+        ax = axes[0, j]
+        for r in (r for r in chosen if r.workload == w):
+            ax.scatter(
+                r.goodput, r.j_per_good_request, color=colours[r.policy], label=r.policy, s=30
+            )
+        ax.set_title(w)
+        ax.set_xlabel("goodput (req/s)")
+        ax.set_ylabel("energy per good request (J)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    return Figure(
+        f"Energy per good request vs goodput, TPOT target {fmt(tpot)} ms",
+        F.to_png(fig),
+        "One point per policy (mean over seeds); down and to the right is better.",
+    )
+
+
+def reference_table(runs: Sequence[RunData], device: str, model: str) -> Table:
+    settings = {(r.workload, r.tpot_slo_ms) for r in runs}
+    rows = []
+    for dev, mdl, w, tpot, base, ours, base_name in REFERENCE:
+        match = dev.lower() in device.lower() and mdl == model.lower() and (w, tpot) in settings
+        rows.append(
+            (f"{dev}, {mdl}, {w}, {fmt(tpot)} ms", base_name, fmt(base), fmt(ours),
+             "yes" if match else "no")
+        )  # fmt: skip
+    return Table(
+        "Reference: SPEC §1 GPU figures (J per good request)",
+        ("setting", "baseline", "baseline J/good req", "SLOWeave J/good req",
+         "matches this report's setting"),
+        tuple(rows),
+        "Published figures (SLOWeave paper, via SPEC §1), not measured here; compare only where "
+        "the last column says yes.",
+    )  # fmt: skip
+
+
+def energy_section(runs: Sequence[RunData], device: str = "", model: str = "") -> Section:
+    """The Energy section; ``device``/``model`` select matching reference figures."""
+    if not runs:
+        return Section("energy", "Energy", (Text("No run folder was given."),))
+    rows = energy_rows(runs)
+    sources = sorted({r.source for r in rows})
+    blocks: list = [
+        Text(
+            "Energy per good request is the device energy of the whole run divided by the number "
+            "of requests that met both their TTFT and TPOT SLOs: servecal's definition (ML.ENERGY "
+            "reports energy per token, shown too). Energy source(s) in this report: "
+            + "; ".join(sources)
+            + ". Rows with different sources are never averaged together."
+        ),
+        Table(
+            "Energy per policy",
+            (
+                "TPOT target (ms)",
+                "workload",
+                "policy",
+                "goodput (req/s)",
+                "J per good request",
+                "J per output token",
+                "energy source",
+                "seeds",
+            ),
+            tuple(
+                (
+                    fmt(r.tpot_slo_ms),
+                    r.workload,
+                    r.policy,
+                    fmt(r.goodput),
+                    fmt(r.j_per_good_request),
+                    fmt(r.j_per_token, 3),
+                    r.source,
+                    str(r.seeds),
+                )
+                for r in rows
+            ),
+            "'—' where the run had no energy meter, or no request met its SLOs.",
+        ),  # fmt: skip
+    ]
+    for tpot in sorted({r.tpot_slo_ms for r in rows}):
+        fig = _figure(rows, tpot)
+        if fig is not None:
+            blocks.append(fig)
+    blocks.append(reference_table(runs, device, model))
+    return Section("energy", "Energy", tuple(blocks))

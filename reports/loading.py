@@ -1,0 +1,232 @@
+"""Find and read what a report is made from: run folders and calibration folders.
+
+A *run* folder holds ``run.json``, ``iterations.parquet`` and ``requests.parquet``
+(DESIGN.md §Engine); a *calibration* folder holds ``samples.parquet`` and/or
+``costtable.json`` with ``fingerprint.json`` (DESIGN.md §Samples, §Cost table).
+A path given by the user may be either, or any folder above them (a ``compare``
+output with one run per policy × workload × target × seed): it is searched.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from servecal.costmodels.errors import InputError
+from servecal.costmodels.predictor import Predictor
+
+RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
+ITERATION_COLUMNS = ("start_ms", "duration_ms", "n_decode", "chunk")
+REQUEST_COLUMNS = ("rid", "arrival_ms", "first_token_ms", "tpot_p99_ms")
+
+#: The only energy sources a report names; anything else is reported verbatim.
+ENERGY_SOURCES = {
+    "nvml": "NVML",
+    "rapl": "RAPL",
+    "table": "estimated from the cost table's energy column",
+    "costtable": "estimated from the cost table's energy column",
+    "estimated": "estimated from the cost table's energy column",
+    "none": "unavailable",
+    "unavailable": "unavailable",
+    "": "unavailable",
+}
+
+
+def energy_source_name(raw: Any) -> str:
+    """The report's wording for an energy source recorded in ``run.json``."""
+    if raw is None:
+        return "unavailable"
+    if isinstance(raw, dict):
+        raw = raw.get("source", raw.get("name"))
+        if raw is None:
+            return "unavailable"
+    key = str(raw).strip().lower()
+    for prefix, name in ENERGY_SOURCES.items():
+        if prefix and key.startswith(prefix):
+            return name
+    return ENERGY_SOURCES.get(key, str(raw))
+
+
+def _first(mapping: dict[str, Any], *keys: str, default: Any = None) -> Any:
+    for k in keys:
+        if k in mapping and mapping[k] is not None:
+            return mapping[k]
+    return default
+
+
+@dataclass(frozen=True)
+class RunData:
+    """One simulated or real run: its config, summary and the two logs."""
+
+    path: Path
+    config: dict[str, Any]
+    summary: dict[str, Any]
+    iterations: pd.DataFrame
+    requests: pd.DataFrame
+    energy_source: str = "unavailable"
+    drift: dict[str, Any] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def policy(self) -> str:
+        return str(_first(self.config, "policy", "policy_name", default="?"))
+
+    @property
+    def workload(self) -> str:
+        return str(_first(self.config, "workload", "workload_name", default="?"))
+
+    @property
+    def tpot_slo_ms(self) -> float:
+        value = _first(self.config, "tpot_slo_ms", "tpot_slo", "tpot_target_ms", default=math.nan)
+        if isinstance(value, (list, tuple)):
+            value = value[0] if value else math.nan
+        return float(value)
+
+    @property
+    def seed(self) -> int:
+        return int(_first(self.config, "seed", default=0))
+
+    @property
+    def has_drift(self) -> bool:
+        return "drift_state" in self.iterations.columns or bool(self.drift)
+
+
+@dataclass(frozen=True)
+class CalibrationData:
+    """Measured samples, the fitted table (any predictor) and the device fingerprint."""
+
+    path: Path
+    samples: pd.DataFrame
+    predictor: Predictor | None
+    fingerprint: dict[str, Any]
+    table_json: dict[str, Any] = field(default_factory=dict)
+    evaluation: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class ReportInputs:
+    runs: tuple[RunData, ...] = ()
+    calibrations: tuple[CalibrationData, ...] = ()
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: cannot read ({exc.__class__.__name__})") from None
+    except json.JSONDecodeError as exc:
+        raise InputError(f"{path}: not valid JSON (line {exc.lineno})") from None
+    if not isinstance(data, dict):
+        raise InputError(f"{path}: expected a JSON object at the top level")
+    return data
+
+
+def _read_parquet(path: Path, required: Sequence[str]) -> pd.DataFrame:
+    try:
+        df = pd.read_parquet(path)
+    except Exception as exc:  # pyarrow raises many types for one cause: unreadable
+        raise InputError(
+            f"{path}: not a readable Parquet file ({exc.__class__.__name__})"
+        ) from None
+    missing = [c for c in required if c not in df.columns]
+    if missing:
+        raise InputError(f"{path}: missing column {missing[0]!r}")
+    return df
+
+
+def load_run(folder: Path) -> RunData:
+    """Read one run folder; a missing file or column is one-line :class:`InputError`."""
+    for name in RUN_FILES:
+        if not (folder / name).is_file():
+            raise InputError(f"{folder}: not a run folder (no {name})")
+    info = _read_json(folder / "run.json")
+    config = info.get("config", {})
+    if not isinstance(config, dict):
+        raise InputError(f"{folder / 'run.json'}: 'config' must be an object")
+    summary = info.get("summary", {})
+    if not isinstance(summary, dict):
+        raise InputError(f"{folder / 'run.json'}: 'summary' must be an object")
+    energy = _first(info, "energy_source", "energy", default=config.get("energy_source"))
+    drift = info.get("drift")
+    iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
+    requests = _read_parquet(folder / "requests.parquet", REQUEST_COLUMNS)
+    if not summary:  # an older or hand-made run: the one metrics implementation fills it in
+        from servecal.sched.metrics import summarize
+
+        summary = summarize(requests, iterations)
+    return RunData(
+        path=folder,
+        config=config,
+        summary=summary,
+        iterations=iterations,
+        requests=requests,
+        energy_source=energy_source_name(energy),
+        drift=drift if isinstance(drift, dict) else None,
+        meta={k: v for k, v in info.items() if k not in ("config", "summary", "drift")},
+    )
+
+
+def load_calibration(folder: Path) -> CalibrationData:
+    """Read a calibration folder (samples and/or cost table, fingerprint)."""
+    samples_path = folder / "samples.parquet"
+    table_path = folder / "costtable.json"
+    if not samples_path.is_file():
+        raise InputError(f"{folder}: calibration folder without samples.parquet")
+    from servecal.costmodels.samples import read_samples
+
+    read = read_samples(samples_path)
+    predictor = None
+    table_json: dict[str, Any] = {}
+    if table_path.is_file():
+        from servecal.costmodels import CostTable
+
+        table_json = _read_json(table_path)
+        predictor = CostTable.load(table_path)
+    fp_path = folder / "fingerprint.json"
+    fingerprint = (
+        _read_json(fp_path)
+        if fp_path.is_file()
+        else table_json.get("fingerprint") or read.provenance
+    )
+    return CalibrationData(
+        path=folder,
+        samples=read.frame,
+        predictor=predictor,
+        fingerprint=fingerprint if isinstance(fingerprint, dict) else {},
+        table_json=table_json,
+    )
+
+
+def _candidates(root: Path) -> Iterable[Path]:
+    if (root / "run.json").is_file() or (root / "samples.parquet").is_file():
+        yield root
+        return
+    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+        yield from _candidates(child)
+
+
+def discover(paths: Sequence[str | Path]) -> ReportInputs:
+    """All runs and calibrations under the given paths (each searched recursively)."""
+    runs: list[RunData] = []
+    cals: list[CalibrationData] = []
+    for raw in paths:
+        root = Path(raw)
+        if not root.exists():
+            raise InputError(f"{root}: no such file or folder")
+        if not root.is_dir():
+            raise InputError(f"{root}: expected a run or calibration folder, got a file")
+        found = list(_candidates(root))
+        if not found:
+            raise InputError(f"{root}: no run (run.json) or calibration (samples.parquet) in it")
+        for folder in found:
+            if (folder / "run.json").is_file():
+                runs.append(load_run(folder))
+            else:
+                cals.append(load_calibration(folder))
+    return ReportInputs(runs=tuple(runs), calibrations=tuple(cals))

@@ -1,0 +1,108 @@
+"""Assemble the sections into ``report.html`` and ``report.md`` and write them atomically."""
+
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from servecal.reports.blocks import Section, Text
+from servecal.reports.calibration import calibration_section
+from servecal.reports.drift import drift_section
+from servecal.reports.energy import energy_section
+from servecal.reports.loading import ReportInputs, discover
+from servecal.reports.render import to_html, to_markdown
+from servecal.reports.scheduling import scheduling_section
+
+HTML_NAME = "report.html"
+MD_NAME = "report.md"
+
+
+@dataclass(frozen=True)
+class ReportFiles:
+    html: Path
+    markdown: Path
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _device_and_model(inputs: ReportInputs) -> tuple[str, str]:
+    for cal in inputs.calibrations:
+        fp = cal.fingerprint
+        device = str(fp.get("device_name", fp.get("device", "")))
+        model = fp.get("model", fp.get("model_shape", ""))
+        if isinstance(model, dict):
+            model = model.get("name", "")
+        return device, str(model)
+    return "", ""
+
+
+def sections(inputs: ReportInputs, preface: Sequence[str] = ()) -> list[Section]:
+    """All report sections, in reading order (a preface section first when given)."""
+    device, model = _device_and_model(inputs)
+    out = []
+    if preface:
+        out.append(Section("setup", "Setup", tuple(Text(p) for p in preface)))
+    out += [
+        calibration_section(inputs.calibrations),
+        scheduling_section(inputs.runs),
+        energy_section(inputs.runs, device=device, model=model),
+        drift_section(inputs.runs),
+    ]
+    return out
+
+
+def write_report(
+    inputs: ReportInputs,
+    out_dir: str | Path,
+    title: str = "servecal report",
+    preface: Sequence[str] = (),
+) -> ReportFiles:
+    """Render every section and write ``report.html`` and ``report.md`` into ``out_dir``."""
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    meta = [
+        f"Generated {stamp}; {len(inputs.runs)} run(s), {len(inputs.calibrations)} calibration(s).",
+        *[f"Input: {p}" for p in _inputs_list(inputs)],
+    ]
+    return write_pages(sections(inputs, preface), out_dir, title, meta)
+
+
+def write_pages(
+    secs: Sequence[Section], out_dir: str | Path, title: str, meta: Sequence[str] = ()
+) -> ReportFiles:
+    """Write already-built sections as ``report.html`` and ``report.md`` (atomically)."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    files = ReportFiles(out / HTML_NAME, out / MD_NAME)
+    _write_atomic(files.html, to_html(title, meta, secs))
+    _write_atomic(files.markdown, to_markdown(title, meta, secs, HTML_NAME))
+    return files
+
+
+def _inputs_list(inputs: ReportInputs, limit: int = 6) -> list[str]:
+    paths = [str(c.path) for c in inputs.calibrations]
+    roots = sorted({str(r.path.parent) for r in inputs.runs})
+    paths += roots
+    return paths if len(paths) <= limit else paths[:limit] + [f"... and {len(paths) - limit} more"]
+
+
+def build_report(
+    paths: Sequence[str | Path],
+    out_dir: str | Path,
+    title: str = "servecal report",
+    preface: Sequence[str] = (),
+) -> ReportFiles:
+    """Find runs and calibrations under ``paths`` and write the report into ``out_dir``."""
+    return write_report(discover(paths), out_dir, title=title, preface=preface)

@@ -1,0 +1,231 @@
+"""Scheduling section: the SPEC §1 table per TPOT target, ratios, distributions, timelines.
+
+Numbers are means over seeds (± their standard deviation) of each run's summary;
+distribution plots pool the per-request figures of all seeds of a cell.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import numpy as np
+
+from servecal.reports import figures as F
+from servecal.reports.aggregate import (
+    Cell,
+    best_static,
+    cells,
+    is_static,
+    targets,
+    workload_order,
+    workloads,
+)
+from servecal.reports.blocks import Figure, Section, Table, Text, fmt, pct
+from servecal.reports.loading import RunData
+
+MAX_TIMELINE_POINTS = 4000
+
+
+def _pm(cell: Cell, key: str, scale: float = 1.0, percent: bool = False) -> str:
+    mean = cell.get(key)
+    if math.isnan(mean):
+        return "—"
+    sd = cell.spread.get(key, math.nan)
+    main = pct(mean) if percent else fmt(mean * scale)
+    if len(cell.runs) < 2 or math.isnan(sd) or sd == 0:
+        return main
+    return f"{main} ± {pct(sd) if percent else fmt(sd * scale, 2)}"
+
+
+def _ratio(cell: Cell, cs: Sequence[Cell]) -> str:
+    best = best_static(cs, cell.tpot_slo_ms, cell.workload)
+    if best is None or best.get("goodput") <= 0:
+        return "—"
+    return f"{cell.get('goodput') / best.get('goodput'):.2f}×"
+
+
+def _target_table(cs: Sequence[Cell], tpot: float) -> Table:
+    rows = tuple(
+        (
+            c.workload,
+            c.policy,
+            _pm(c, "goodput"),
+            _pm(c, "attainment", percent=True),
+            _pm(c, "p99_ttft_ms"),
+            _pm(c, "p99_tpot_ms"),
+            _ratio(c, cs),
+            str(len(c.runs)),
+        )
+        for c in cs
+        if c.tpot_slo_ms == tpot
+    )
+    return Table(
+        f"TPOT target {fmt(tpot)} ms",
+        (
+            "workload",
+            "policy",
+            "goodput (req/s)",
+            "SLO attainment",
+            "P99 TTFT (ms)",
+            "P99 TPOT (ms)",
+            "goodput / best static",
+            "seeds",
+        ),
+        rows,
+        "Goodput counts requests meeting both TTFT and TPOT SLOs per second of run; TPOT is "
+        "each request's own P99 inter-token gap, aggregated over requests (SPEC §Words). "
+        "Mean ± standard deviation over seeds.",
+    )
+
+
+def _ratio_table(cs: Sequence[Cell]) -> Table | None:
+    adaptive = sorted({c.policy for c in cs if not is_static(c.policy)})
+    rows = []
+    for policy in adaptive:
+        for tpot in targets(cs):
+            for w in workloads(cs):
+                cell = next(
+                    (c for c in cs if (c.tpot_slo_ms, c.workload, c.policy) == (tpot, w, policy)),
+                    None,
+                )
+                best = best_static(cs, tpot, w)
+                if cell is None or best is None:
+                    continue
+                rows.append(
+                    (policy, fmt(tpot), w, best.policy, fmt(best.get("goodput")),
+                     fmt(cell.get("goodput")), _ratio(cell, cs))
+                )  # fmt: skip
+    if not rows:
+        return None
+    return Table(
+        "Ratio to the best static policy",
+        ("policy", "TPOT target (ms)", "workload", "best static", "its goodput (req/s)",
+         "goodput (req/s)", "ratio"),
+        tuple(rows),
+        "Best static = the fixed-chunk, token-budget or full-prefill policy with the highest "
+        "mean goodput at that target and workload.",
+    )  # fmt: skip
+
+
+def _ttft_ms(run: RunData) -> np.ndarray:
+    r = run.requests
+    return (r["first_token_ms"] - r["arrival_ms"]).to_numpy(dtype=float)
+
+
+def _distribution_figure(cs: Sequence[Cell], tpot: float) -> Figure:
+    ws = workloads(cs)
+    colours = F.colour_map([c.policy for c in cs])
+    fig, axes = F.new_figure(2, len(ws), width=4.2, height=3.2)
+    for j, w in enumerate(ws):
+        for c in (c for c in cs if c.tpot_slo_ms == tpot and c.workload == w):
+            ttft = np.concatenate([_ttft_ms(r) for r in c.runs])
+            tpot_req = np.concatenate([r.requests["tpot_p99_ms"].to_numpy(float) for r in c.runs])
+            F.ecdf(axes[0, j], ttft, c.policy, colours[c.policy])
+            F.ecdf(axes[1, j], tpot_req, c.policy, colours[c.policy])
+        axes[0, j].set_title(f"{w}")
+        axes[0, j].set_xscale("log")
+        axes[0, j].set_xlabel("TTFT (ms, log)")
+        axes[1, j].axvline(tpot, color="#57606a", linestyle="--", linewidth=1)
+        axes[1, j].set_xlabel("request P99 TPOT (ms)")
+        for i in (0, 1):
+            axes[i, j].set_ylabel("fraction of requests")
+            axes[i, j].grid(alpha=0.3)
+        axes[0, j].legend(fontsize=7)
+    return Figure(
+        f"TTFT and TPOT distributions, TPOT target {fmt(tpot)} ms",
+        F.to_png(fig),
+        "Empirical CDFs over all requests of all seeds, one line per policy. Top: time to first "
+        "token; bottom: each request's P99 inter-token gap, with the TPOT target dashed.",
+    )
+
+
+def _timeline_figure(runs: Sequence[RunData], tpot: float) -> Figure | None:
+    chosen = {}
+    for r in sorted(runs, key=lambda r: r.seed):
+        if r.policy.lower().startswith("sloweave") and r.tpot_slo_ms == tpot:
+            chosen.setdefault(r.workload, r)
+    if not chosen:
+        return None
+    ws = sorted(chosen, key=workload_order)
+    fig, axes = F.new_figure(2, len(ws), width=4.2, height=2.8)
+    for j, w in enumerate(ws):
+        it = chosen[w].iterations
+        step = max(1, len(it) // MAX_TIMELINE_POINTS)
+        it = it.iloc[::step]
+        t = it["start_ms"].to_numpy(float) / 1000.0
+        axes[0, j].plot(t, it["chunk"].to_numpy(float), ".", markersize=2, color="#1f77b4")
+        axes[0, j].set_title(f"{w} (seed {chosen[w].seed})")
+        axes[0, j].set_ylabel("prefill chunk (tokens)")
+        if "budget_ms" in it:
+            b = it["budget_ms"].to_numpy(float)
+            ok = np.isfinite(b)
+            axes[1, j].plot(t[ok], b[ok], ".", markersize=2, color="#ff7f0e")
+        else:
+            F.empty_note(axes[1, j], "no budget_ms column")
+        axes[1, j].axhline(tpot, color="#57606a", linestyle="--", linewidth=1)
+        axes[1, j].set_ylabel("deadline budget B_t (ms)")
+        for i in (0, 1):
+            axes[i, j].set_xlabel("time (s)")
+            axes[i, j].grid(alpha=0.3)
+    return Figure(
+        f"SLOWeave chunk size and budget over time, TPOT target {fmt(tpot)} ms",
+        F.to_png(fig),
+        "Each dot is one iteration (thinned to at most "
+        f"{MAX_TIMELINE_POINTS} per run). Top: prefill tokens chosen; bottom: the budget to the "
+        "earliest decode deadline it was chosen under (iterations without decodes have none).",
+    )
+
+
+def _events_table(cs: Sequence[Cell]) -> Table:
+    rows = []
+    for c in cs:
+        exceptions = sum(
+            int(r.requests["slo_exception"].sum()) if "slo_exception" in r.requests else 0
+            for r in c.runs
+        )
+        decision = [
+            float(np.median(r.iterations["decision_us"]))
+            for r in c.runs
+            if "decision_us" in r.iterations and len(r.iterations)
+        ]
+        rows.append(
+            (
+                fmt(c.tpot_slo_ms),
+                c.workload,
+                c.policy,
+                fmt(c.get("preemptions")),
+                fmt(exceptions),
+                fmt(float(np.mean([len(r.iterations) for r in c.runs]))),
+                fmt(float(np.mean(decision))) if decision else "—",
+            )
+        )
+    return Table(
+        "Preemptions and SLO exceptions",
+        ("TPOT target (ms)", "workload", "policy", "preemptions (mean/seed)",
+         "SLO exceptions (all seeds)", "iterations (mean/seed)", "median decision time (µs)"),
+        tuple(rows),
+        "SLO exceptions are deadlines a policy broke on purpose (SLOWeave's aging rule) and "
+        "recorded as such; preemptions are recompute evictions when KV memory ran out.",
+    )  # fmt: skip
+
+
+def scheduling_section(runs: Sequence[RunData]) -> Section:
+    """The Scheduling section over every run given."""
+    if not runs:
+        return Section("scheduling", "Scheduling", (Text("No run folder was given."),))
+    cs = cells(runs)
+    blocks: list = []
+    for tpot in targets(cs):
+        blocks.append(_target_table(cs, tpot))
+    ratio = _ratio_table(cs)
+    if ratio is not None:
+        blocks.append(ratio)
+    for tpot in targets(cs):
+        blocks.append(_distribution_figure(cs, tpot))
+    for tpot in targets(cs):
+        timeline = _timeline_figure(runs, tpot)
+        if timeline is not None:
+            blocks.append(timeline)
+    blocks.append(_events_table(cs))
+    return Section("scheduling", "Scheduling", tuple(blocks))

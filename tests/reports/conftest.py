@@ -1,0 +1,23 @@
+"""Fixtures shared by the report tests: synthetic runs and a calibration."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import factories  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def grid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return factories.write_grid(tmp_path_factory.mktemp("grid"), np.random.default_rng(1))
+
+
+@pytest.fixture()
+def calibration():
+    return factories.calibration(np.random.default_rng(2))
