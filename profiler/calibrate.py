@@ -1,0 +1,254 @@
+"""`servecal calibrate`: plan or resume a sweep, run it, write samples, fit a cost table.
+
+Output folder::
+
+    DIR/shards/          plan.json + one shard per measured point (resume state)
+    DIR/samples.parquet  every timed iteration (samples contract) with provenance
+    DIR/fingerprint.json the same provenance, readable without Parquet
+    DIR/costtable.json   the fitted table (skipped when a signal stopped the run)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from rich.console import Console
+
+from servecal.costmodels.errors import InputError
+from servecal.profiler.design import Grid, Point, default_grid, design_points
+from servecal.profiler.energy import open_meter
+from servecal.profiler.fingerprint import attention_backend, fingerprint
+from servecal.profiler.model import build_model, default_dtype
+from servecal.profiler.runner import MeasureConfig
+from servecal.profiler.shapes import ModelShape
+from servecal.profiler.shards import ShardStore
+from servecal.profiler.sweep import StopFlag, SweepOutcome, run_sweep
+from servecal.profiler.timing import LayerScale, make_clock
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+#: Layers built when the user does not say: enough for the per-layer cost to be
+#: steady, few enough that deep models' KV at large points fits in memory.
+DEFAULT_LAYERS_TIMED = 4
+
+
+@dataclass(frozen=True)
+class CalibrateConfig:
+    """Options of one ``servecal calibrate`` call (``None``: default, or the plan's on resume)."""
+
+    out: Path
+    device: str = "auto"
+    model: str | None = None
+    budget_s: float | None = None
+    repeats: int | None = None
+    warmup: int = 3
+    grid: str | None = None
+    layers: int | None = None
+    dtype: str | None = None
+    threads: int | None = None
+    seed: int = 0
+    resume: bool = False
+    fit: bool = True
+
+    def __post_init__(self) -> None:
+        if self.budget_s is not None and self.budget_s <= 0:
+            raise InputError(f"--budget must be > 0 seconds, got {self.budget_s}")
+        if self.repeats is not None and self.repeats < 2:
+            raise InputError(f"--repeats must be >= 2, got {self.repeats}")
+        if self.layers is not None and self.layers < 1:
+            raise InputError(f"--layers must be >= 1, got {self.layers}")
+        if self.threads is not None and self.threads < 1:
+            raise InputError(f"--threads must be >= 1, got {self.threads}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+
+@dataclass
+class CalibrationResult:
+    out: Path
+    outcome: SweepOutcome
+    points: int
+    rows: int
+    provenance: dict[str, Any]
+    metrics: dict[str, Any] = field(default_factory=dict)
+    samples_path: Path | None = None
+    table_path: Path | None = None
+
+
+def resolve_device(spec: str) -> torch.device:
+    """``auto`` → the first CUDA device, else the CPU; ``cpu``; ``cuda`` or ``cuda:N``."""
+    if spec == "auto":
+        return torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(spec)
+    except RuntimeError:
+        raise InputError(f"--device {spec!r}: expected auto, cpu or cuda:N") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise InputError(f"--device {spec}: no CUDA device available here")
+        index = device.index or 0
+        if index >= torch.cuda.device_count():
+            raise InputError(f"--device {spec}: only {torch.cuda.device_count()} CUDA device(s)")
+        return torch.device("cuda", index)
+    if device.type != "cpu":
+        raise InputError(f"--device {spec!r}: expected auto, cpu or cuda:N")
+    return device
+
+
+def default_threads() -> int:
+    """Half the usable cores (at least 1, at most 4): steadier timings on a shared host."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(4, (cores or 2) // 2))
+
+
+def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
+    default_model = "tiny" if device.type == "cpu" else "llama-3-8b"
+    shape = ModelShape.resolve(cfg.model or default_model)
+    grid = Grid.from_file(cfg.grid) if cfg.grid else default_grid(device.type)
+    points = design_points(grid, np.random.default_rng(cfg.seed))
+    dtype = cfg.dtype or str(default_dtype(device)).removeprefix("torch.")
+    layers = cfg.layers or min(shape.n_layers, DEFAULT_LAYERS_TIMED)
+    if layers > shape.n_layers:
+        raise InputError(f"--layers {layers}: {shape.name} has only {shape.n_layers} layers")
+    return {
+        "shape": shape.to_dict(),
+        "device": str(device),
+        "dtype": dtype,
+        "layers_timed": layers,
+        "repeats": cfg.repeats or 20,
+        "warmup": cfg.warmup,
+        "seed": cfg.seed,
+        "grid": grid.to_dict(),
+        "points": [[p.n_decode, p.chunk, p.ctx, p.prefix] for p in points],
+    }
+
+
+def _check_resume(
+    plan: dict[str, Any], cfg: CalibrateConfig, device: torch.device, where: Path
+) -> None:
+    """A resumed run must measure what it started measuring."""
+    asked = {
+        "model": None if cfg.model is None else ModelShape.resolve(cfg.model).to_dict(),
+        "device": None if cfg.device == "auto" else str(device),
+        "repeats": cfg.repeats,
+        "layers_timed": cfg.layers,
+        "dtype": cfg.dtype,
+        "grid": None if cfg.grid is None else Grid.from_file(cfg.grid).to_dict(),
+    }
+    stored = {**plan, "model": plan["shape"]}
+    for key, value in asked.items():
+        if value is not None and value != stored[key]:
+            raise InputError(
+                f"{where}: --resume with a different {key} than the run was started with "
+                f"({stored[key] if key != 'model' else stored['shape']['name']}); "
+                "drop the option or use another --out"
+            )
+
+
+def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
+    """Run (or resume) a calibration into ``cfg.out``; see the module docstring for files."""
+    store = ShardStore(cfg.out)
+    requested = resolve_device(cfg.device)
+    if cfg.resume:
+        plan = store.read_plan()
+        _check_resume(plan, cfg, requested, store.plan_path)
+        device = resolve_device(plan["device"])
+        store.clean_temporaries()
+    else:
+        if store.exists() or (cfg.out / "samples.parquet").exists():
+            raise InputError(
+                f"{cfg.out}: already holds a calibration; pass --resume or another --out"
+            )
+        device = requested
+        plan = _new_plan(cfg, device)
+        store.write_plan(plan)
+    if cfg.device == "auto":
+        console.print(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
+
+    shape = ModelShape(**plan["shape"])
+    points = [Point(*p) for p in plan["points"]]
+    threads = None
+    if device.type == "cpu":
+        threads = cfg.threads or default_threads()
+        torch.set_num_threads(threads)
+    model = build_model(shape, device, DTYPES[plan["dtype"]], plan["layers_timed"], plan["seed"])
+    scale = LayerScale(plan["layers_timed"], shape.n_layers)
+    meter, notice = open_meter(device)
+    if notice:
+        console.print(notice)
+    provenance = fingerprint(model, scale, threads, attention_backend(model))
+    provenance.update(
+        energy_source=meter.source if meter is not None else None,
+        energy_notice=notice,
+        repeats=plan["repeats"],
+        warmup=plan["warmup"],
+        seed=plan["seed"],
+        grid=plan["grid"],
+        budget_s=cfg.budget_s,
+    )
+    # Interleave repeats over a few points on CPU (shared hosts are bursty); on a GPU
+    # one point at a time, since every live point holds its KV in device memory.
+    measure = MeasureConfig(
+        repeats=plan["repeats"], warmup=plan["warmup"], block=1 if device.type == "cuda" else 8
+    )
+    stop = StopFlag()
+    with stop.installed():
+        outcome = run_sweep(
+            model,
+            points,
+            store,
+            scale,
+            measure,
+            make_clock(device),
+            meter,
+            cfg.budget_s,
+            stop,
+            console,
+            np.random.default_rng([plan["seed"], len(store.done())]),
+        )
+    provenance["infeasible_points"] = store.infeasible()
+    provenance["points_planned"] = len(points)
+    return _finish(cfg, store, outcome, provenance, console, len(points))
+
+
+def _finish(
+    cfg: CalibrateConfig,
+    store: ShardStore,
+    outcome: SweepOutcome,
+    provenance: dict[str, Any],
+    console: Console,
+    planned: int,
+) -> CalibrationResult:
+    from servecal.costmodels.samples import write_samples
+
+    frame = store.frame()
+    points = 0 if frame.empty else len(frame.groupby(["n_decode", "chunk", "ctx", "prefix"]))
+    result = CalibrationResult(cfg.out, outcome, points, len(frame), provenance)
+    console.print(
+        f"measured {points}/{planned} points, {len(frame)} timed iterations "
+        f"({len(provenance['infeasible_points'])} infeasible); stopped: {outcome.stopped_by}"
+    )
+    if frame.empty:
+        raise InputError(f"{cfg.out}: no point was measured (budget too small?); nothing to write")
+    provenance["points_measured"] = points
+    samples_path = cfg.out / "samples.parquet"
+    write_samples(frame, samples_path, provenance)
+    result.samples_path = samples_path
+    if outcome.stopped_by == "signal":
+        console.print(
+            f"interrupted: measured points are kept; continue with --resume --out {cfg.out}"
+        )
+        return result
+    if cfg.fit:
+        from servecal.costmodels.fit import fit_cost_table
+
+        fitted = fit_cost_table(frame, provenance)
+        table_path = cfg.out / "costtable.json"
+        fitted.table.save(table_path)
+        result.table_path = table_path
+        result.metrics = dict(fitted.metrics)
+    return result

@@ -1,0 +1,170 @@
+"""Energy meters: NVML's total-energy counter on NVIDIA GPUs, Linux RAPL on CPUs.
+
+Both are cumulative counters that move in coarse steps (NVML about every 100 ms),
+so the sweep reads one around a *group* of iterations long enough for it to move
+and divides by the count. :func:`open_meter` returns a meter, or ``None`` and one
+line saying why energy is unavailable; callers then write ``energy_j = null``,
+never zero.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+RAPL_ROOT = "/sys/class/powercap"
+
+
+class EnergyMeter(Protocol):
+    source: str
+
+    def read_j(self) -> float:
+        """Joules consumed since the meter opened (monotone)."""
+        ...
+
+    def device_state(self) -> dict[str, float | int | None]:
+        """Power (W), SM clock (MHz), temperature (°C), throttle reasons, where known."""
+        ...
+
+
+def rapl_delta_uj(before: int, after: int, max_range_uj: int) -> int:
+    """Energy between two RAPL readings in µJ; the counter wraps at ``max_energy_range_uj``."""
+    if after >= before:
+        return after - before
+    return after + max_range_uj - before
+
+
+@dataclass
+class _RaplZone:
+    path: str
+    max_range_uj: int
+    last_uj: int
+
+
+class RaplMeter:
+    """Sum of the top-level ``intel-rapl:N`` package zones (the whole socket, all processes)."""
+
+    source = "rapl"
+
+    def __init__(self, zones: list[str]) -> None:
+        self._zones = []
+        for z in zones:
+            with open(os.path.join(z, "max_energy_range_uj")) as f:
+                max_range = int(f.read())
+            self._zones.append(_RaplZone(z, max_range, self._raw(z)))
+        self._total_uj = 0
+
+    @staticmethod
+    def _raw(zone: str) -> int:
+        with open(os.path.join(zone, "energy_uj")) as f:
+            return int(f.read())
+
+    def read_j(self) -> float:
+        for z in self._zones:
+            now = self._raw(z.path)
+            self._total_uj += rapl_delta_uj(z.last_uj, now, z.max_range_uj)
+            z.last_uj = now
+        return self._total_uj / 1e6
+
+    def device_state(self) -> dict[str, float | int | None]:
+        return {}
+
+
+class NvmlMeter:
+    """NVML total-energy counter (mJ, Volta and newer) and device state of one GPU."""
+
+    source = "nvml"
+
+    def __init__(self, nvml: object, handle: object) -> None:
+        self._nvml = nvml
+        self._h = handle
+        self._start_mj = nvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+
+    def read_j(self) -> float:
+        now = self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._h)
+        return (now - self._start_mj) / 1e3
+
+    def device_state(self) -> dict[str, float | int | None]:
+        n = self._nvml
+        state: dict[str, float | int | None] = {}
+        probes = {
+            "power_w": lambda: n.nvmlDeviceGetPowerUsage(self._h) / 1e3,
+            "sm_clock_mhz": lambda: n.nvmlDeviceGetClockInfo(self._h, n.NVML_CLOCK_SM),
+            "temp_c": lambda: n.nvmlDeviceGetTemperature(self._h, n.NVML_TEMPERATURE_GPU),
+            "throttle": lambda: _throttle_reasons(n)(self._h),
+        }
+        for key, probe in probes.items():
+            try:
+                state[key] = probe()
+            except n.NVMLError:  # one unsupported query must not cost the others
+                state[key] = None
+        return state
+
+
+def _throttle_reasons(nvml: object) -> object:
+    # Renamed "clocks event reasons" in newer NVML; the old name is kept as an alias.
+    return getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
+        nvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    )
+
+
+def nvml_handle(device: torch.device) -> tuple[object, object]:
+    """``(pynvml, handle)`` for a CUDA device, matched by UUID (indices can differ)."""
+    import pynvml
+
+    pynvml.nvmlInit()
+    index = device.index or 0
+    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+    if uuid is not None:
+        try:
+            return pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
+        except pynvml.NVMLError:
+            pass
+    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+
+
+def _open_nvml(device: torch.device) -> tuple[EnergyMeter | None, str | None]:
+    try:
+        import pynvml
+    except ImportError:
+        return None, "energy unavailable: nvidia-ml-py is not installed"
+    try:
+        nvml, handle = nvml_handle(device)
+        return NvmlMeter(nvml, handle), None
+    except pynvml.NVMLError_LibraryNotFound:
+        return None, "energy unavailable: NVML library not found (no NVIDIA driver)"
+    except pynvml.NVMLError_NotSupported:
+        return None, "energy unavailable: this GPU has no total-energy counter (pre-Volta?)"
+    except pynvml.NVMLError as exc:
+        return None, f"energy unavailable: NVML error: {exc}"
+
+
+def rapl_zones(root: str = RAPL_ROOT) -> list[str]:
+    """Top-level package zones (``intel-rapl:0``), not their sub-zones (``intel-rapl:0:0``)."""
+    zones = glob.glob(os.path.join(root, "intel-rapl:*"))
+    return sorted(z for z in zones if re.fullmatch(r"intel-rapl:\d+", os.path.basename(z)))
+
+
+def _open_rapl(root: str = RAPL_ROOT) -> tuple[EnergyMeter | None, str | None]:
+    zones = rapl_zones(root)
+    if not zones:
+        return None, f"energy unavailable: no RAPL package zones under {root}"
+    try:
+        return RaplMeter(zones), None
+    except OSError as exc:
+        where = exc.filename or zones[0]
+        return None, f"energy unavailable: cannot read RAPL counter {where} ({exc.strerror})"
+
+
+def open_meter(
+    device: torch.device, rapl_root: str = RAPL_ROOT
+) -> tuple[EnergyMeter | None, str | None]:
+    """The meter for ``device``, or ``(None, reason)`` when energy cannot be measured."""
+    if device.type == "cuda":
+        return _open_nvml(device)
+    return _open_rapl(rapl_root)

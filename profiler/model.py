@@ -1,0 +1,302 @@
+"""A decoder-only transformer built from a :class:`ModelShape`, with random weights.
+
+Llama layout: embedding → ``n_layers`` × (RMSNorm → fused QKV → RoPE → grouped-query
+attention through ``scaled_dot_product_attention`` → output projection, residual;
+RMSNorm → SwiGLU MLP, residual) → final RMSNorm → LM head on the positions that
+sample a token. One forward pass runs a whole engine iteration (decode tokens of
+many sequences plus prefill chunks, see :mod:`servecal.profiler.kv`).
+
+The pieces are public so that an executor can run part of an iteration: call
+:meth:`Transformer.prepare` once, :meth:`Transformer.embed`, then for each layer
+``i`` either ``layers[i](x, batch, ictx)`` or its two halves
+``layers[i].attention(...)`` and ``layers[i].mlp(...)`` (stop between them and
+resume later with the same ``x``), and finally :meth:`Transformer.head`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from servecal.profiler.kv import DecodeGroup, IterationBatch, PrefillSegment
+from servecal.profiler.shapes import ModelShape
+
+try:  # torch >= 2.3: bottom-right-aligned causal mask that flash/efficient kernels accept
+    from torch.nn.attention.bias import causal_lower_right
+except ImportError:  # pragma: no cover - older torch
+    causal_lower_right = None
+
+
+def _probe_gqa() -> bool:
+    q = torch.zeros(1, 2, 1, 2)
+    kv = torch.zeros(1, 1, 1, 2)
+    try:
+        F.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    except TypeError:  # torch < 2.5
+        return False
+    return True
+
+
+_HAS_GQA = _probe_gqa()
+
+
+def sdpa(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | object | None = None,
+    is_causal: bool = False,
+) -> torch.Tensor:
+    """``scaled_dot_product_attention`` with grouped-query K/V (fewer heads than Q)."""
+    if _HAS_GQA:
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, is_causal=is_causal, enable_gqa=True
+        )
+    groups = q.shape[1] // k.shape[1]
+    k = k.repeat_interleave(groups, dim=1)
+    v = v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
+
+
+def prefill_mask(prefix: int, chunk: int, device: torch.device | str) -> object | None:
+    """Causal mask for ``chunk`` queries at positions ``prefix..`` over ``prefix+chunk`` keys."""
+    if prefix == 0:
+        return None  # plain is_causal
+    if causal_lower_right is not None:
+        return causal_lower_right(chunk, prefix + chunk)
+    q_pos = torch.arange(prefix, prefix + chunk, device=device)[:, None]
+    return torch.arange(prefix + chunk, device=device)[None, :] <= q_pos
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        var = x.float().pow(2).mean(-1, keepdim=True)
+        return (x.float() * torch.rsqrt(var + self.eps)).to(x.dtype) * self.weight
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate ``x`` ``[tokens, heads, head_dim]`` by per-token angles (half-split layout)."""
+    half = x.shape[-1] // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
+
+
+@dataclass
+class IterationContext:
+    """Per-iteration tensors shared by every layer (computed once by ``prepare``)."""
+
+    cos: torch.Tensor  # [tokens, 1, head_dim/2]
+    sin: torch.Tensor
+    logit_rows: torch.Tensor  # token rows whose logits the head computes
+    prefill_masks: list[object | None]
+    decode_mask: torch.Tensor | None  # [n, 1, 1, Lmax] when decode lengths differ
+
+
+class DecoderLayer(nn.Module):
+    """One transformer block; ``index`` selects its K/V in the pools."""
+
+    def __init__(self, shape: ModelShape, index: int) -> None:
+        super().__init__()
+        self.shape = shape
+        self.index = index
+        self.attn_norm = RMSNorm(shape.hidden, shape.norm_eps)
+        self.wqkv = nn.Linear(shape.hidden, shape.q_dim + 2 * shape.kv_dim, bias=False)
+        self.wo = nn.Linear(shape.q_dim, shape.hidden, bias=False)
+        self.mlp_norm = RMSNorm(shape.hidden, shape.norm_eps)
+        self.w_gate_up = nn.Linear(shape.hidden, 2 * shape.intermediate, bias=False)
+        self.w_down = nn.Linear(shape.intermediate, shape.hidden, bias=False)
+
+    def attention(
+        self, x: torch.Tensor, batch: IterationBatch, ictx: IterationContext
+    ) -> torch.Tensor:
+        """Attention half: writes this iteration's K/V into the pools, returns ``x + attn``."""
+        s = self.shape
+        qkv = self.wqkv(self.attn_norm(x))
+        q, k, v = qkv.split((s.q_dim, s.kv_dim, s.kv_dim), dim=-1)
+        q = apply_rope(q.view(-1, s.n_heads, s.head_dim), ictx.cos, ictx.sin)
+        k = apply_rope(k.view(-1, s.n_kv_heads, s.head_dim), ictx.cos, ictx.sin)
+        v = v.view(-1, s.n_kv_heads, s.head_dim)
+        outs = []
+        start = 0
+        if batch.decode is not None:
+            n = batch.decode.n
+            outs.append(self._decode(q[:n], k[:n], v[:n], batch.decode, ictx.decode_mask))
+            start = n
+        for seg, mask in zip(batch.prefills, ictx.prefill_masks, strict=True):
+            end = start + seg.chunk
+            outs.append(self._prefill(q[start:end], k[start:end], v[start:end], seg, mask))
+            start = end
+        attn = outs[0] if len(outs) == 1 else torch.cat(outs)
+        return x + self.wo(attn)
+
+    def _decode(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        group: DecodeGroup,
+        mask: torch.Tensor | None,
+    ) -> torch.Tensor:
+        pk, pv = group.pool.k[self.index], group.pool.v[self.index]
+        run = group.contiguous
+        if run is not None and group.uniform:
+            length = group.lengths[0]
+            pk[run, :, length] = k
+            pv[run, :, length] = v
+            keys, values = pk[run, :, : length + 1], pv[run, :, : length + 1]
+        else:  # ragged or scattered slots: index (a copy), pad to the longest, mask
+            slots = torch.as_tensor(list(group.slots), device=q.device)
+            lengths = torch.as_tensor(list(group.lengths), device=q.device)
+            pk[slots, :, lengths] = k
+            pv[slots, :, lengths] = v
+            longest = max(group.lengths) + 1
+            keys, values = pk[slots, :, :longest], pv[slots, :, :longest]
+        out = sdpa(q.unsqueeze(2), keys, values, mask=mask)  # [n, heads, 1, head_dim]
+        return out.reshape(q.shape[0], -1)
+
+    def _prefill(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        seg: PrefillSegment,
+        mask: object | None,
+    ) -> torch.Tensor:
+        pk, pv = seg.pool.k[self.index], seg.pool.v[self.index]
+        end = seg.prefix + seg.chunk
+        pk[seg.slot, :, seg.prefix : end] = k.transpose(0, 1)
+        pv[seg.slot, :, seg.prefix : end] = v.transpose(0, 1)
+        keys = pk[seg.slot : seg.slot + 1, :, :end]
+        values = pv[seg.slot : seg.slot + 1, :, :end]
+        qh = q.transpose(0, 1).unsqueeze(0)  # [1, heads, chunk, head_dim]
+        out = sdpa(qh, keys, values, mask=mask, is_causal=mask is None)
+        return out[0].transpose(0, 1).reshape(seg.chunk, -1)
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        """MLP half (SwiGLU): returns ``x + mlp``."""
+        gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
+        return x + self.w_down(F.silu(gate) * up)
+
+    def forward(
+        self, x: torch.Tensor, batch: IterationBatch, ictx: IterationContext
+    ) -> torch.Tensor:
+        return self.mlp(self.attention(x, batch, ictx))
+
+
+class Transformer(nn.Module):
+    """Embedding, ``len(layers)`` decoder layers (may be fewer than the shape's), head."""
+
+    def __init__(self, shape: ModelShape, n_layers: int) -> None:
+        super().__init__()
+        self.shape = shape
+        self.embedding = nn.Embedding(shape.vocab, shape.hidden)
+        self.layers = nn.ModuleList(DecoderLayer(shape, i) for i in range(n_layers))
+        self.norm = RMSNorm(shape.hidden, shape.norm_eps)
+        self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        half = shape.head_dim // 2
+        inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(half, dtype=torch.float64) / half))
+        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+
+    @property
+    def device(self) -> torch.device:
+        return self.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm_head.weight.dtype
+
+    def prepare(self, batch: IterationBatch) -> IterationContext:
+        """Rotary angles, causal masks and logit rows for ``batch`` (shared by all layers)."""
+        dev = self.device
+        angles = batch.positions(dev).float()[:, None] * self.inv_freq[None, :]
+        cos = angles.cos().to(self.dtype).unsqueeze(1)
+        sin = angles.sin().to(self.dtype).unsqueeze(1)
+        rows = list(range(batch.n_decode))
+        end = batch.n_decode
+        for seg in batch.prefills:
+            end += seg.chunk
+            rows.append(end - 1)
+        decode_mask = None
+        group = batch.decode
+        if group is not None and not (group.contiguous is not None and group.uniform):
+            lengths = torch.as_tensor(list(group.lengths), device=dev)
+            keys = torch.arange(max(group.lengths) + 1, device=dev)
+            decode_mask = (keys[None, :] <= lengths[:, None])[:, None, None, :]
+        return IterationContext(
+            cos=cos,
+            sin=sin,
+            logit_rows=torch.as_tensor(rows, device=dev),
+            prefill_masks=[prefill_mask(p.prefix, p.chunk, dev) for p in batch.prefills],
+            decode_mask=decode_mask,
+        )
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.embedding(tokens)
+
+    def run_layers(
+        self,
+        x: torch.Tensor,
+        batch: IterationBatch,
+        ictx: IterationContext,
+        start: int = 0,
+        stop: int | None = None,
+    ) -> torch.Tensor:
+        """Layers ``[start, stop)`` in order."""
+        for layer in self.layers[start:stop]:
+            x = layer(x, batch, ictx)
+        return x
+
+    def head(self, x: torch.Tensor, ictx: IterationContext) -> torch.Tensor:
+        """Logits ``[n_logits, vocab]`` for the rows that sample a token."""
+        return self.lm_head(self.norm(x[ictx.logit_rows]))
+
+    def forward(self, tokens: torch.Tensor, batch: IterationBatch) -> torch.Tensor:
+        ictx = self.prepare(batch)
+        return self.head(self.run_layers(self.embed(tokens), batch, ictx), ictx)
+
+
+def default_dtype(device: torch.device | str) -> torch.dtype:
+    """bf16 on CUDA, float32 elsewhere (CPU bf16 GEMMs are slow on most hosts)."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32
+
+
+def build_model(
+    shape: ModelShape,
+    device: torch.device | str = "cpu",
+    dtype: torch.dtype | None = None,
+    n_layers: int | None = None,
+    seed: int = 0,
+) -> Transformer:
+    """A :class:`Transformer` for ``shape`` with ``n_layers`` (default all) random layers.
+
+    Weights are drawn from a seeded generator on ``device`` (N(0, 0.02), norms at 1),
+    so builds are reproducible; the model is in eval mode with gradients off.
+    """
+    n_layers = shape.n_layers if n_layers is None else n_layers
+    if not 1 <= n_layers <= shape.n_layers:
+        raise ValueError(f"n_layers must be in [1, {shape.n_layers}], got {n_layers}")
+    dtype = default_dtype(device) if dtype is None else dtype
+    with torch.device("meta"):
+        model = Transformer(shape, n_layers)
+    model = model.to_empty(device=device)
+    gen = torch.Generator(device=device).manual_seed(seed)
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.endswith("norm.weight"):
+                param.fill_(1.0)
+            else:
+                param.normal_(0.0, 0.02, generator=gen)
+        half = shape.head_dim // 2
+        exponents = torch.arange(half, dtype=torch.float64, device=device) / half
+        model.inv_freq.copy_((1.0 / shape.rope_theta**exponents).float())
+    model = model.to(dtype=dtype)
+    model.inv_freq = model.inv_freq.float()
+    return model.eval().requires_grad_(False)

@@ -1,0 +1,180 @@
+"""Measure a block of design points: build batches, warm up, time R repeats, read energy.
+
+Each repeat is timed alone (see :mod:`servecal.profiler.timing`). Energy is read
+around a group of back-to-back iterations of one point lasting at least
+``energy_window_s`` (NVML's counter moves about every 100 ms) and divided by the
+group's size. When only ``k`` of ``L`` layers are built, the per-iteration energy
+is scaled like time (estimated full-model time over measured ``k``-layer time:
+constant power assumed).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from servecal.profiler.design import Point
+from servecal.profiler.energy import EnergyMeter
+from servecal.profiler.kv import DecodeGroup, IterationBatch, KVPool, PrefillSegment
+from servecal.profiler.model import Transformer
+from servecal.profiler.timing import CpuClock, CudaClock, LayerScale, timed_iteration
+
+
+@dataclass(frozen=True)
+class MeasureConfig:
+    repeats: int = 20
+    warmup: int = 3
+    energy_window_s: float = 0.2
+    block: int = 1  # points whose repeats are interleaved (memory: all are live at once)
+
+    def __post_init__(self) -> None:
+        if self.block < 1:
+            raise ValueError(f"block must be >= 1, got {self.block}")
+        if self.repeats < 1:
+            raise ValueError(f"repeats must be >= 1, got {self.repeats}")
+        if self.warmup < 0:
+            raise ValueError(f"warmup must be >= 0, got {self.warmup}")
+        if self.energy_window_s < 0:
+            raise ValueError(f"energy_window_s must be >= 0, got {self.energy_window_s}")
+
+
+class PointInfeasible(Exception):
+    """The point does not fit the device (out of memory); the sweep records it and goes on."""
+
+
+def point_batch(model: Transformer, point: Point) -> tuple[IterationBatch, torch.Tensor]:
+    """Real KV pools for ``point`` (decodes at ``ctx``, one chunk after ``prefix``) and tokens."""
+    shape, layers, dev, dtype = model.shape, len(model.layers), model.device, model.dtype
+    decode = None
+    if point.n_decode:
+        pool = KVPool(shape, layers, point.n_decode, point.ctx + 1, dev, dtype)
+        decode = DecodeGroup(pool, range(point.n_decode), [point.ctx] * point.n_decode)
+    prefills = []
+    if point.chunk:
+        pool = KVPool(shape, layers, 1, point.prefix + point.chunk, dev, dtype)
+        prefills.append(PrefillSegment(pool, 0, point.prefix, point.chunk))
+    batch = IterationBatch(decode, prefills)
+    gen = torch.Generator(device=dev).manual_seed(point.n_decode * 7919 + point.chunk)
+    tokens = torch.randint(0, shape.vocab, (batch.n_tokens,), device=dev, generator=gen)
+    return batch, tokens
+
+
+def _is_oom(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError):
+        return True
+    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
+    if oom_type is not None and isinstance(exc, oom_type):
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in text or "can't allocate memory" in text
+    )
+
+
+@dataclass
+class _Live:
+    """A point being measured: its batch, tokens and rows so far."""
+
+    point: Point
+    batch: IterationBatch
+    tokens: torch.Tensor
+    rows: list[dict[str, Any]]
+
+
+def _guard(model: Transformer, fn: Any, *args: Any) -> Any:
+    """Run ``fn``; turn an out-of-memory error into :class:`PointInfeasible`."""
+    try:
+        return fn(*args)
+    except (RuntimeError, MemoryError) as exc:
+        if not _is_oom(exc):
+            raise
+        if model.device.type == "cuda":
+            torch.cuda.empty_cache()
+        raise PointInfeasible(f"out of memory: {str(exc).splitlines()[0][:200]}") from None
+
+
+def measure_block(
+    model: Transformer,
+    points: list[Point],
+    scale: LayerScale,
+    cfg: MeasureConfig,
+    clock: CpuClock | CudaClock,
+    meter: EnergyMeter | None,
+    rng: np.random.Generator,
+) -> list[list[dict[str, Any]] | PointInfeasible]:
+    """Rows (samples-contract columns, one per repeat) or the reason, for each point.
+
+    The repeats of a block's points are interleaved: ``repeats`` rounds, each timing
+    every live point once in a fresh random order. A burst of load from elsewhere
+    on the host then spreads over all points of the block instead of shifting one
+    point's median, and slow drifts do not line up with the repeat index.
+    """
+    results: list[list[dict[str, Any]] | PointInfeasible] = []
+    live: dict[int, _Live] = {}
+    for i, point in enumerate(points):
+        try:
+            batch, tokens = _guard(model, point_batch, model, point)
+            for _ in range(cfg.warmup):
+                _guard(model, timed_iteration, model, batch, tokens, clock)
+        except PointInfeasible as exc:
+            results.append(exc)
+            continue
+        live[i] = _Live(point, batch, tokens, [])
+        results.append([])
+    for rep in range(cfg.repeats):
+        for i in [list(live)[j] for j in rng.permutation(len(live))]:
+            lp = live[i]
+            try:
+                segments = _guard(model, timed_iteration, model, lp.batch, lp.tokens, clock)
+            except PointInfeasible as exc:
+                results[i] = exc
+                del live[i]
+                continue
+            row = {**_point_columns(lp.point), "ms": scale.estimate(segments), "rep": rep}
+            row["ts"] = time.time()
+            lp.rows.append(row)
+    for i, lp in live.items():
+        energy_j, state = None, {}
+        if meter is not None:
+            energy_j, state = _energy(model, lp, scale, cfg, clock, meter)
+        for row in lp.rows:
+            row["energy_j"] = energy_j
+            row.update(state)
+        results[i] = lp.rows
+    return results
+
+
+def _energy(
+    model: Transformer,
+    lp: _Live,
+    scale: LayerScale,
+    cfg: MeasureConfig,
+    clock: CpuClock | CudaClock,
+    meter: EnergyMeter,
+) -> tuple[float | None, dict[str, Any]]:
+    """Joules per iteration from a group of back-to-back iterations, and device state."""
+    e0 = meter.read_j()
+    t0 = time.perf_counter()
+    count, measured_ms = 0, 0.0
+    while count == 0 or time.perf_counter() - t0 < cfg.energy_window_s:
+        measured_ms += sum(timed_iteration(model, lp.batch, lp.tokens, clock))
+        count += 1
+    used_j = meter.read_j() - e0
+    state = meter.device_state()
+    if used_j <= 0:  # a counter that did not move says nothing (not "zero energy")
+        return None, state
+    estimated_ms = sum(r["ms"] for r in lp.rows) / len(lp.rows)
+    return used_j / count * estimated_ms / (measured_ms / count), state
+
+
+def _point_columns(point: Point) -> dict[str, int]:
+    return {
+        "n_decode": point.n_decode,
+        "chunk": point.chunk,
+        "ctx": point.ctx,
+        "prefix": point.prefix,
+    }

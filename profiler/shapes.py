@@ -1,0 +1,126 @@
+"""Model shapes: the handful of dimensions that decide what an iteration costs.
+
+Timing does not depend on weight values, so a shape is all the profiler needs to
+build a stand-in transformer. Shipped shapes copy the dimensions of the public
+Hugging Face configs; a user can pass their own as a JSON or TOML file with the
+same fields (``name`` optional, defaults to the file's stem).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+from servecal.profiler.files import load_mapping
+
+
+@dataclass(frozen=True)
+class ModelShape:
+    """Dimensions of a decoder-only transformer (Llama family layout)."""
+
+    name: str
+    n_layers: int
+    hidden: int
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    rope_theta: float = 10000.0
+    norm_eps: float = 1e-5
+
+    def __post_init__(self) -> None:
+        for f in ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate"):
+            value = getattr(self, f)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"ModelShape.{f} must be a positive integer, got {value!r}")
+        if not isinstance(self.vocab, int) or self.vocab < 1:
+            raise ValueError(f"ModelShape.vocab must be a positive integer, got {self.vocab!r}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"ModelShape.n_heads ({self.n_heads}) must be a multiple of "
+                f"n_kv_heads ({self.n_kv_heads}) for grouped-query attention"
+            )
+        if self.head_dim % 2:
+            raise ValueError(f"ModelShape.head_dim must be even for RoPE, got {self.head_dim}")
+        if self.rope_theta <= 0 or self.norm_eps <= 0:
+            raise ValueError("ModelShape.rope_theta and norm_eps must be > 0")
+
+    @property
+    def hash(self) -> str:
+        """Short content hash of the dimensions (the name is a label, not part of it)."""
+        dims = {k: v for k, v in asdict(self).items() if k != "name"}
+        blob = json.dumps(dims, sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    @property
+    def q_dim(self) -> int:
+        return self.n_heads * self.head_dim
+
+    @property
+    def kv_dim(self) -> int:
+        return self.n_kv_heads * self.head_dim
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_name(cls, name: str) -> ModelShape:
+        """A shipped shape by name (see :data:`SHAPES`)."""
+        try:
+            return SHAPES[name]
+        except KeyError:
+            known = ", ".join(sorted(SHAPES))
+            raise InputError(
+                f"unknown model shape {name!r}; known: {known}, or a .json/.toml file"
+            ) from None
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ModelShape:
+        """A user shape from a JSON or TOML file with :class:`ModelShape`'s fields."""
+        path = Path(path)
+        data = load_mapping(path, "model shape")
+        data.setdefault("name", path.stem)
+        allowed = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise InputError(f"{path}: unknown model shape field(s) {', '.join(unknown)}")
+        missing = [m for m in _REQUIRED if m not in data]
+        if missing:
+            raise InputError(f"{path}: model shape is missing field(s) {', '.join(missing)}")
+        try:
+            return cls(**data)
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"{path}: {exc}") from None
+
+    @classmethod
+    def resolve(cls, spec: str) -> ModelShape:
+        """A shipped name, or a path ending in ``.json``/``.toml``."""
+        if spec in SHAPES:
+            return SHAPES[spec]
+        if spec.endswith((".json", ".toml")) or Path(spec).is_file():
+            return cls.from_file(spec)
+        return cls.from_name(spec)
+
+
+_REQUIRED = ("n_layers", "hidden", "n_heads", "n_kv_heads", "head_dim", "intermediate", "vocab")
+
+# Public configs (config.json on the Hugging Face hub). Qwen2.5's QKV bias and
+# sliding-window details do not change the cost shape enough to model here.
+SHAPES: dict[str, ModelShape] = {
+    s.name: s
+    for s in (
+        # name, layers, hidden, heads, kv heads, head dim, intermediate, vocab, rope theta
+        ModelShape("llama-3-8b", 32, 4096, 32, 8, 128, 14336, 128256, 500000.0),
+        ModelShape("llama-3-70b", 80, 8192, 64, 8, 128, 28672, 128256, 500000.0),
+        ModelShape("qwen2.5-14b", 48, 5120, 40, 8, 128, 13824, 152064, 1000000.0, 1e-6),
+        ModelShape("mistral-7b", 32, 4096, 32, 8, 128, 14336, 32000, 10000.0),
+        # The CPU default: small enough that one iteration of the CPU grid takes
+        # about 0.5-20 ms on one core, so a 90 s budget covers the grid with 20+ repeats.
+        ModelShape("tiny", 4, 128, 4, 2, 32, 384, 2048, 10000.0),
+    )
+}

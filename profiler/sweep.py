@@ -1,0 +1,129 @@
+"""The sweep loop: visit planned points until done, out of budget, or asked to stop.
+
+Points are measured in blocks of ``cfg.block`` consecutive plan entries (their
+repeats interleaved, see :func:`measure_block`); each finished point becomes a
+shard at once. Stopping is always *between* blocks: the budget is checked before
+each, and SIGINT/SIGTERM only set a flag that the loop reads before the next one
+(a second SIGINT stops at once). A point is on disk whole or not at all.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import numpy as np
+from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from servecal.profiler.design import Point
+from servecal.profiler.energy import EnergyMeter
+from servecal.profiler.model import Transformer
+from servecal.profiler.runner import MeasureConfig, PointInfeasible, measure_block
+from servecal.profiler.shards import ShardStore
+from servecal.profiler.timing import CpuClock, CudaClock, LayerScale
+
+
+class StopFlag:
+    """Set by SIGINT/SIGTERM while :meth:`installed`; read by the loop between points."""
+
+    def __init__(self) -> None:
+        self.signal: int | None = None
+
+    def _handle(self, signum: int, frame: object) -> None:
+        if self.signal is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # second Ctrl-C: the user really means now
+        self.signal = signum
+
+    @contextmanager
+    def installed(self) -> Iterator[StopFlag]:
+        previous = {}
+        try:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                previous[sig] = signal.signal(sig, self._handle)
+        except ValueError:  # not the main thread: run without handlers
+            pass
+        try:
+            yield self
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+@dataclass(frozen=True)
+class SweepOutcome:
+    measured: int  # points measured in this call
+    infeasible: int  # points found infeasible in this call
+    remaining: int  # planned points still without a shard
+    stopped_by: str  # "complete", "budget" or "signal"
+    elapsed_s: float
+
+
+def run_sweep(
+    model: Transformer,
+    plan: list[Point],
+    store: ShardStore,
+    scale: LayerScale,
+    cfg: MeasureConfig,
+    clock: CpuClock | CudaClock,
+    meter: EnergyMeter | None,
+    budget_s: float | None,
+    stop: StopFlag,
+    console: Console,
+    rng: np.random.Generator,
+) -> SweepOutcome:
+    """Measure every planned point without a shard, in plan order."""
+    done = store.done()
+    todo = [i for i in range(len(plan)) if i not in done]
+    start = time.monotonic()
+    measured = infeasible = 0
+    stopped_by = "complete"
+
+    def left() -> str:
+        if budget_s is None:
+            return "no budget"
+        return f"{max(0.0, budget_s - (time.monotonic() - start)):.0f} s left"
+
+    columns = (
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("points · {task.fields[left]}"),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("calibrating", total=len(plan), completed=len(done), left=left())
+        for first in range(0, len(todo), cfg.block):
+            if stop.signal is not None:
+                stopped_by = "signal"
+                break
+            if budget_s is not None and time.monotonic() - start >= budget_s:
+                stopped_by = "budget"
+                break
+            block = todo[first : first + cfg.block]
+            points = [plan[i] for i in block]
+            label = points[0].label() + (f" +{len(points) - 1}" if len(points) > 1 else "")
+            bar.update(task, description=label, left=left())
+            results = measure_block(model, points, scale, cfg, clock, meter, rng)
+            for index, point, result in zip(block, points, results, strict=True):
+                if isinstance(result, PointInfeasible):
+                    store.write_infeasible(index, point, str(result))
+                    infeasible += 1
+                else:
+                    store.write_rows(index, result)
+                    measured += 1
+            bar.update(task, advance=len(block), left=left())
+        bar.update(task, description="calibrated" if stopped_by == "complete" else "stopped")
+    remaining = len(plan) - len(store.done())
+    if stopped_by == "complete" and remaining:
+        stopped_by = "signal" if stop.signal is not None else "budget"
+    return SweepOutcome(measured, infeasible, remaining, stopped_by, time.monotonic() - start)

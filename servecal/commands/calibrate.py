@@ -1,0 +1,66 @@
+"""``servecal calibrate``: time iterations on this device and fit a cost table."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from servecal.commands._common import user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "calibrate",
+        help="Time iterations on this device over (n, chunk, ctx, prefix); fit a cost table.",
+    )(calibrate)
+
+
+@user_errors
+def calibrate(
+    device: str = typer.Option("auto", help="auto (first CUDA device, else CPU), cpu or cuda:N."),
+    model: str = typer.Option(
+        None,
+        help="Shape: tiny, llama-3-8b, llama-3-70b, qwen2.5-14b, mistral-7b or a .json/.toml "
+        "file. Default: tiny on CPU, llama-3-8b on CUDA.",
+    ),
+    budget: float = typer.Option(None, help="Stop between points after this many seconds."),
+    repeats: int = typer.Option(None, help="Timed repeats per point (default 20)."),
+    out: Path = typer.Option(Path("calibration"), help="Output folder."),
+    resume: bool = typer.Option(False, "--resume", help="Continue a stopped run in --out."),
+    grid: str = typer.Option(None, help="JSON/TOML file with n_decode, chunk, ctx, prefix lists."),
+    layers: int = typer.Option(None, help="Layers to build and time (scaled to the model's)."),
+    dtype: str = typer.Option(None, help="float32, bfloat16 or float16 (default: bf16 on CUDA)."),
+    threads: int = typer.Option(None, help="torch threads on CPU (default: half the cores)."),
+    seed: int = typer.Option(0, help="Seed of the point order and weights."),
+) -> None:
+    """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
+    import sys
+
+    from rich.console import Console
+
+    from servecal.profiler.calibrate import CalibrateConfig
+    from servecal.profiler.calibrate import calibrate as run
+
+    cfg = CalibrateConfig(
+        out=out,
+        device=device,
+        model=model,
+        budget_s=budget,
+        repeats=repeats,
+        grid=grid,
+        layers=layers,
+        dtype=dtype,
+        threads=threads,
+        seed=seed,
+        resume=resume,
+    )
+    result = run(cfg, Console(stderr=True))
+    typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")
+    if result.outcome.stopped_by == "signal":
+        sys.exit(130)
+    m = result.metrics
+    typer.echo(f"wrote {result.table_path}")
+    typer.echo(
+        f"held-out P50 MAPE {100 * m['p50_mape']:.1f}%  P99 coverage {100 * m['p99_coverage']:.1f}%"
+    )
