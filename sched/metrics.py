@@ -265,6 +265,9 @@ def max_goodput(
     the bracket's upper end) of the first rate that does not. Edge cases:
     attainment below target already at ``lo`` → 0.0 (below the searched range);
     at or above target at ``hi`` → ``hi`` (a lower bound: raise ``hi``).
+
+    ``attainment_at`` should draw every rate's workload from the same seeds (common
+    random numbers), so that sampling noise does not make the curve non-monotone.
     """
     if not 0 < lo < hi or not math.isfinite(hi):
         raise ValueError(f"need 0 < lo < hi, got lo={lo} hi={hi}")
