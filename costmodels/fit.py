@@ -115,7 +115,7 @@ def _compile(model: Any, axes: dict[str, list[int]]) -> dict[float, np.ndarray]:
     """Every quantile on the grid: holes filled, monotone on every axis, uncrossed."""
     shape = grid_shape(axes)
     raw = model.predict_quantiles(grid_features(axes))
-    return uncross({q: make_monotone(fill_holes(v.reshape(shape))) for q, v in raw.items()})
+    return uncross({q: make_monotone(fill_holes(v.reshape(shape), axes)) for q, v in raw.items()})
 
 
 def _check_args(model: str, quantiles: Sequence[float], holdout: float) -> tuple[float, ...]:

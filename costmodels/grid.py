@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -79,24 +80,84 @@ def _rev_cummin_all(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-def fill_holes(arr: np.ndarray) -> np.ndarray:
-    """Give NaN cells the midpoint of their monotone bounds from the known cells.
+def _line_estimates(
+    arr: np.ndarray, coords: np.ndarray, axis: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """Per cell, along one axis line: (two-sided interpolation, one-sided extrapolation).
 
-    The lower bound of a hole is the largest known value it dominates on every axis,
-    the upper bound the smallest known value dominating it; along a dense axis this is
-    close to linear interpolation between the two neighbours. A hole with one bound
-    takes that bound. Needs at least one known cell.
+    Interpolates linearly between the nearest known cells below and above; where only
+    one side is known, extrapolates from the two nearest known cells on that side
+    with a non-negative slope (one known cell: its value). NaN where nothing is known.
+    """
+    a = np.moveaxis(arr, axis, -1)
+    size = a.shape[-1]
+    idx = np.broadcast_to(np.arange(size), a.shape)
+    known = ~np.isnan(a)
+    prev = np.maximum.accumulate(np.where(known, idx, -1), axis=-1)
+    nxt = np.flip(np.minimum.accumulate(np.flip(np.where(known, idx, size), -1), -1), -1)
+
+    def at(ix: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        safe = np.clip(ix, 0, size - 1)
+        return np.take_along_axis(a, safe, -1), coords[safe]
+
+    x = coords[idx]
+    vp, xp = at(prev)
+    vn, xn = at(nxt)
+    has_p, has_n = prev >= 0, nxt < size
+    with np.errstate(invalid="ignore", divide="ignore"):
+        two = np.where(
+            has_p & has_n, vp + (vn - vp) * (x - xp) / np.where(xn > xp, xn - xp, 1), np.nan
+        )
+        # second known cell before prev / after next, for one-sided extrapolation
+        prev2 = np.take_along_axis(prev, np.clip(prev - 1, 0, size - 1), -1)
+        prev2 = np.where(prev >= 1, prev2, -1)
+        nxt2 = np.take_along_axis(nxt, np.clip(nxt + 1, 0, size - 1), -1)
+        nxt2 = np.where(nxt <= size - 2, nxt2, size)
+        vp2, xp2 = at(prev2)
+        vn2, xn2 = at(nxt2)
+        up = vp + np.maximum(0, (vp - vp2) / (xp - xp2)) * (x - xp)
+        up = np.where(prev2 >= 0, up, vp)
+        down = vn - np.maximum(0, (vn2 - vn) / (xn2 - xn)) * (xn - x)
+        down = np.where(nxt2 < size, np.maximum(down, 0.0), vn)
+    one = np.where(has_p & ~has_n, up, np.where(has_n & ~has_p, down, np.nan))
+    return np.moveaxis(two, -1, axis), np.moveaxis(one, -1, axis)
+
+
+def fill_holes(arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None = None) -> np.ndarray:
+    """Give NaN cells values from the known cells along their axis lines.
+
+    Each hole averages the linear interpolations along the axes where it has known
+    neighbours on both sides; failing that, the one-sided linear extrapolations. On
+    ``n_decode`` and ``chunk`` the cell at 0 is a different regime (no decode / no
+    prefill launch), so lines never interpolate across it. Holes with no known cell
+    on any line take the midpoint of their monotone bounds. Needs one known cell.
     """
     known = ~np.isnan(arr)
     if known.all():
         return arr.copy()
     if not known.any():
         raise ValueError("cannot fill a grid without any known cell")
+    twos, ones = [], []
+    for k, name in enumerate(AXES):
+        coords = np.asarray(axes[name] if axes else range(arr.shape[k]), dtype=float)
+        two = np.full(arr.shape, np.nan)
+        one = np.full(arr.shape, np.nan)
+        start = 1 if name in ("n_decode", "chunk") and coords[0] == 0 and coords.size > 2 else 0
+        part = [slice(None)] * arr.ndim
+        part[k] = slice(start, None)
+        part_t = tuple(part)
+        two[part_t], one[part_t] = _line_estimates(arr[part_t], coords[start:], k)
+        twos.append(two)
+        ones.append(one)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices are expected
+        est = np.nanmean(np.stack(twos), axis=0)
+        est = np.where(np.isnan(est), np.nanmean(np.stack(ones), axis=0), est)
     lower = _cummax_all(np.where(known, arr, -np.inf))
     upper = _rev_cummin_all(np.where(known, arr, np.inf))
     both = np.isfinite(lower) & np.isfinite(upper)
-    fill = np.where(both, 0.5 * (lower + upper), np.where(np.isfinite(lower), lower, upper))
-    return np.where(known, arr, fill)
+    bounds = np.where(both, 0.5 * (lower + upper), np.where(np.isfinite(lower), lower, upper))
+    return np.where(known, arr, np.where(np.isnan(est), bounds, est))
 
 
 def make_monotone(arr: np.ndarray) -> np.ndarray:

@@ -37,23 +37,24 @@ def physics_design(X: np.ndarray) -> np.ndarray:
 
 
 def pinball_lp(A: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
-    """Non-negative ``b`` minimising the ``q`` pinball loss of ``y - A b`` (exact LP)."""
-    from scipy import sparse
+    """Non-negative ``b`` minimising the ``q`` pinball loss of ``y - A b`` (exact LP).
+
+    Solved in its dual form, ``max yᵀd  s.t.  Aᵀd <= 0,  q-1 <= d <= q``: one
+    constraint per term instead of one per row, so HiGHS takes a fraction of a second
+    on thousands of rows; ``b`` is read off the constraint multipliers.
+    """
     from scipy.optimize import linprog
 
     col_scale = np.abs(A).max(axis=0)
-    col_scale[col_scale == 0] = 1.0  # an absent term (e.g. ctx always 0) keeps b = 0
+    absent = col_scale == 0  # a term that never occurs (e.g. ctx always 0): b = 0
+    col_scale[absent] = 1.0
     y_scale = float(np.median(np.abs(y))) or 1.0
     As, ys = A / col_scale, y / y_scale
-    m, k = As.shape
-    eye = sparse.identity(m, format="csr")
-    a_eq = sparse.hstack([sparse.csr_matrix(As), eye, -eye], format="csr")
-    cost = np.concatenate([np.zeros(k), np.full(m, q), np.full(m, 1.0 - q)])
-    res = linprog(cost, A_eq=a_eq, b_eq=ys, bounds=(0, None), method="highs")
+    res = linprog(-ys, A_ub=As.T, b_ub=np.zeros(As.shape[1]), bounds=(q - 1.0, q), method="highs")
     if not res.success:
         raise ValueError(f"quantile regression at q={q} failed: {res.message}")
-    b = res.x[:k] / col_scale * y_scale
-    b[np.abs(A).max(axis=0) == 0] = 0.0
+    b = -np.asarray(res.ineqlin.marginals) / col_scale * y_scale
+    b[absent] = 0.0
     return np.maximum(b, 0.0)
 
 
@@ -66,7 +67,7 @@ class PhysicsQuantileRegressor:
     def __init__(
         self,
         quantiles: Sequence[float] = (0.5, 0.99),
-        max_rows: int = 8000,
+        max_rows: int = 20000,
         rng: np.random.Generator | None = None,
     ) -> None:
         self.quantiles = quantiles
