@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 
@@ -92,6 +93,7 @@ class Thresholds:
         }
 
 
+@lru_cache(maxsize=64)  # profiles are frozen: monitors of one run share the work
 def derive_thresholds(
     profile: NoiseProfile,
     *,
