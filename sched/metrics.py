@@ -170,7 +170,8 @@ def summarize(
     """The headline numbers of one run (keys in the module docstring and docs/readme).
 
     Undefined values are None (no energy meter, no good request to divide by, no
-    iterations frame), never NaN, so the dict serialises as plain JSON.
+    iterations frame), never NaN, so the dict serialises as plain JSON. A run with
+    several SLO classes also gets ``by_class`` (see :func:`summarize_by_class`).
     """
     out = request_outcomes(requests, slos)
     n = len(out)
@@ -186,7 +187,7 @@ def summarize(
     if have_iters:
         _require(iterations, ("duration_ms", "decision_us"), "iterations")
     decision = iterations["decision_us"].dropna() if have_iters else pd.Series(dtype=float)
-    return {
+    summary = {
         "requests": n,
         "finished": n_finished,
         "good": n_good,
@@ -204,6 +205,9 @@ def summarize(
         "decision_us_median": float(decision.median()) if len(decision) else None,
         "online": _online(iterations),
     }
+    if "slo_class" in out.columns and out["slo_class"].nunique() > 1:
+        summary["by_class"] = summarize_by_class(requests, slos)
+    return summary
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:

@@ -122,3 +122,16 @@ def test_summarize_by_class_splits_goodput() -> None:
         summarize(frame)["goodput"]
     )
     assert by["search"]["goodput"] == pytest.approx(1 / 4.0)
+    assert summarize(frame)["by_class"] == by
+    assert "by_class" not in summarize(frame[frame.slo_class == "text"])
+
+
+def test_by_class_averages_over_seeds() -> None:
+    from servecal.sched.metrics import mean_over_seeds
+
+    a = {"goodput": 1.0, "by_class": {"text": {"goodput": 1.0}, "file": {"goodput": 2.0}}}
+    b = {"goodput": 3.0, "by_class": {"text": {"goodput": 3.0}}}
+    m = mean_over_seeds([a, b])
+    assert m["by_class"]["text"]["goodput"] == 2.0
+    assert m["by_class"]["file"]["goodput"] == 2.0  # only the seed that had the class
+    assert "seeds" not in m["by_class"] and "seeds" not in m["by_class"]["text"]
