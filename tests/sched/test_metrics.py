@@ -265,3 +265,9 @@ def test_rejected_requests_are_not_good_and_leave_ttft_stats() -> None:
     # Request 4's censored 200 ms is gone: TTFTs 100, 600, 50, 100.
     assert s["mean_ttft_ms"] == pytest.approx(212.5)
     assert summarize(_requests(TOY))["rejected"] == 0
+
+
+def test_empty_run_summarises_to_zeros_and_nones() -> None:
+    s = summarize(_requests(TOY).iloc[0:0])
+    assert s["requests"] == 0 and s["goodput"] == 0.0 and s["attainment"] == 0.0
+    assert s["p99_ttft_ms"] is None and s["mean_ttft_ms"] is None and s["p99_tpot_ms"] is None
