@@ -1,0 +1,168 @@
+"""Operator times from aiconfigurator's per-layer tables (ms per layer; see data README).
+
+A folder (or any file in it) holding three CSVs: ``*gemm_perf*`` (``m, n, k,
+latency``), ``*context_attention_perf*`` (prefill attention without prefix:
+``batch_size, isl``) and ``*generation_attention_perf*`` (decode attention:
+``batch_size, step`` = KV length), both per ``num_heads, num_key_value_heads,
+head_dim``. Reads between profiled sizes are linear (bilinear over GEMM ``n, k``;
+linear over ``m``, batch, step and length); beyond them, proportional.
+
+What the tables lack and how it is handled (recorded in provenance):
+* prefill with a cached prefix: read at the prompt length with the same causal
+  attention work, ``L = sqrt(c² + 2·c·p)`` (``c·p + c²/2`` score entries);
+* embedding lookup and norms/rope/activation/residual adds: not profiled, 0;
+* tensor-parallel all-reduces: not profiled, 0 (each GPU's share is what is timed).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from servecal.costmodels.errors import InputError
+from servecal.profiler.importers.interp import ExtrapolationLog, Series, bracket
+from servecal.profiler.shapes import ModelShape
+
+KINDS = {
+    "gemm": ("*gemm_perf*.csv", ("m", "n", "k", "latency")),
+    "context": ("*context_attention_perf*.csv", ("batch_size", "isl", "latency")),
+    "generation": ("*generation_attention_perf*.csv", ("batch_size", "step", "latency")),
+}
+HEAD_COLUMNS = ("num_heads", "num_key_value_heads", "head_dim")
+
+
+def _find(folder: Path, kind: str) -> pd.DataFrame:
+    pattern, needed = KINDS[kind]
+    matches = sorted(folder.glob(pattern))
+    if len(matches) != 1:
+        found = "none" if not matches else ", ".join(m.name for m in matches)
+        raise InputError(f"{folder}: expected one {pattern} file for {kind} times, found {found}")
+    path = matches[0]
+    try:
+        frame = pd.read_csv(path)
+    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
+        raise InputError(f"{path}: unreadable CSV ({type(exc).__name__})") from None
+    needed = needed + (HEAD_COLUMNS if kind != "gemm" else ())
+    missing = [c for c in needed if c not in frame.columns]
+    if missing:
+        raise InputError(f"{path}: column '{missing[0]}': missing")
+    return frame
+
+
+class AiConfiguratorSource:
+    """Per-layer operator times of ``shape`` at tensor-parallel degree ``tp``."""
+
+    name = "aiconfigurator"
+
+    def __init__(self, path: str | Path, shape: ModelShape, tp: int, log: ExtrapolationLog) -> None:
+        folder = Path(path)
+        folder = folder if folder.is_dir() else folder.parent
+        if shape.n_heads % tp or shape.intermediate % tp or shape.vocab % tp:
+            raise InputError(f"--tp {tp}: must divide {shape.name}'s heads, MLP width and vocab")
+        self.folder, self.shape, self.tp, self.log = folder, shape, tp, log
+        self.heads = shape.n_heads // tp
+        self.kv_heads = max(1, shape.n_kv_heads // tp)  # KV heads are replicated below 1/GPU
+        gemm = _find(folder, "gemm")
+        self._gemm = {
+            (float(n), float(k)): Series.from_pairs(g["m"], g["latency"])
+            for (n, k), g in gemm.groupby(["n", "k"])
+        }
+        self._ns = sorted({n for n, _ in self._gemm})
+        self._ks = sorted({k for _, k in self._gemm})
+        gen = self._heads_rows(_find(folder, "generation"), "generation")
+        self._gen = {
+            float(s): Series.from_pairs(g["batch_size"], g["latency"])
+            for s, g in gen.groupby("step")
+        }
+        self._steps = sorted(self._gen)
+        ctx = self._heads_rows(_find(folder, "context"), "context")
+        ctx = ctx[ctx["batch_size"] == 1]
+        if ctx.empty:
+            raise InputError(f"{folder}: no context-attention rows with batch_size 1")
+        self._prefill = Series.from_pairs(ctx["isl"], ctx["latency"])
+        self.device = str(gemm["device"].iloc[0]) if "device" in gemm.columns else None
+
+    def _heads_rows(self, frame: pd.DataFrame, kind: str) -> pd.DataFrame:
+        hd = self.shape.head_dim
+        rows = frame[
+            (frame["num_heads"] == self.heads)
+            & (frame["num_key_value_heads"] == self.kv_heads)
+            & (frame["head_dim"] == hd)
+        ]
+        if rows.empty:
+            raise InputError(
+                f"{self.folder}: no {kind}-attention rows for heads={self.heads}, "
+                f"kv_heads={self.kv_heads}, head_dim={hd} ({self.shape.name} at TP {self.tp})"
+            )
+        return rows
+
+    def gemm_ms(self, m: float, n: float, k: float) -> float:
+        """``[m, k] × [k, n]`` time: bilinear over profiled ``(n, k)``, linear over ``m``."""
+        n0, n1, wn = bracket(self._ns, n)
+        k0, k1, wk = bracket(self._ks, k)
+        total = 0.0
+        for nn, w_n in ((n0, 1 - wn), (n1, wn)):
+            for kk, w_k in ((k0, 1 - wk), (k1, wk)):
+                if w_n * w_k == 0:
+                    continue
+                series = self._gemm.get((nn, kk))
+                if series is None:
+                    raise InputError(
+                        f"{self.folder}: GEMM profile has no rows for n={nn:g}, k={kk:g}"
+                    )
+                total += w_n * w_k * series.at(m, self.log)
+        for size, top in ((n, self._ns[-1]), (k, self._ks[-1])):
+            if size > top:  # wider than anything profiled: proportional
+                self.log.count += 1
+                total *= size / top
+        return total
+
+    def linear_ms(self, tokens: int) -> tuple[float, float]:
+        s, hd = self.shape, self.shape.head_dim
+        qkv = self.gemm_ms(tokens, (self.heads + 2 * self.kv_heads) * hd, s.hidden)
+        out = self.gemm_ms(tokens, s.hidden, self.heads * hd)
+        gate_up = self.gemm_ms(tokens, 2 * s.intermediate // self.tp, s.hidden)
+        down = self.gemm_ms(tokens, s.hidden, s.intermediate // self.tp)
+        return qkv + out + gate_up + down, 0.0
+
+    def decode_attention_ms(self, n: int, ctx: int) -> float:
+        step = max(ctx, 1)
+        s0, s1, w = bracket(self._steps, step)
+        t = (1 - w) * self._gen[s0].at(n, self.log)
+        if w:
+            t += w * self._gen[s1].at(n, self.log)
+        if step > self._steps[-1]:
+            self.log.count += 1
+            t *= step / self._steps[-1]
+        return t
+
+    def prefill_attention_ms(self, chunk: int, prefix: int) -> float:
+        equivalent = math.sqrt(chunk * chunk + 2 * chunk * prefix)
+        return self._prefill.at(equivalent, self.log)
+
+    def comm_ms(self, tokens: int) -> float:
+        return 0.0
+
+    def embed_ms(self, tokens: int) -> float:
+        return 0.0
+
+    def head_ms(self, rows: int) -> float:
+        return self.gemm_ms(rows, self.shape.vocab // self.tp, self.shape.hidden) if rows else 0.0
+
+    def provenance(self) -> dict[str, Any]:
+        return {
+            "device_name": self.device,
+            "profile": "aiconfigurator per-layer operator tables (ms per layer)",
+            "profile_path": str(self.folder),
+            "interpolation": "linear between profiled sizes (bilinear over GEMM n,k); "
+            "proportional beyond the largest; clamped below the smallest",
+            "approximations": [
+                "prefill with prefix p read at length sqrt(c^2 + 2cp) (same causal work)",
+                "embedding, norms, rope, activation, residual adds: not profiled (0)",
+                "tensor-parallel all-reduce: not profiled (0)",
+                "decode attention step read at ctx",
+            ],
+        }

@@ -1,0 +1,90 @@
+"""Compose iteration times from per-operator profiles, the way Vidur does.
+
+For an iteration with ``n`` decode tokens (KV length ``ctx`` each) and a prefill
+chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens:
+
+    per layer = linear ops on T tokens (QKV, output, gate/up, down GEMMs; norms,
+                rope, activation, adds where the profile has them)
+              + decode attention (n requests at ctx) + prefill attention (c after p)
+              + tensor-parallel all-reduces (2 per layer, where the profile has them)
+    iteration = n_layers × per layer + embedding(T) + LM head(n + 1[c > 0] rows)
+
+Each source answers those operator questions from its tables; this module sums.
+The rows it returns are medians (``rep = 0``): the samples carry no tail.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import pandas as pd
+
+from servecal.profiler.design import Point
+from servecal.profiler.shapes import ModelShape
+
+#: Per-iteration component columns written next to the contract columns (ms).
+PART_COLUMNS = (
+    "op_linear_ms",
+    "op_other_ms",
+    "op_attn_decode_ms",
+    "op_attn_prefill_ms",
+    "op_comm_ms",
+    "op_embed_ms",
+    "op_head_ms",
+)
+
+
+class OperatorSource(Protocol):
+    """Per-layer operator times (ms) of one model shape and TP degree, from a profile."""
+
+    name: str
+
+    def linear_ms(self, tokens: int) -> tuple[float, float]:
+        """(GEMMs, other pointwise ops) of one layer on ``tokens`` tokens."""
+        ...
+
+    def decode_attention_ms(self, n: int, ctx: int) -> float: ...
+
+    def prefill_attention_ms(self, chunk: int, prefix: int) -> float: ...
+
+    def comm_ms(self, tokens: int) -> float:
+        """All-reduces of one layer (0 when TP = 1 or not profiled)."""
+        ...
+
+    def embed_ms(self, tokens: int) -> float: ...
+
+    def head_ms(self, rows: int) -> float: ...
+
+    def provenance(self) -> dict[str, Any]: ...
+
+
+def compose_row(source: OperatorSource, shape: ModelShape, point: Point) -> dict[str, Any]:
+    """One samples row (median, ``rep = 0``) with its per-component breakdown."""
+    n, c = point.n_decode, point.chunk
+    tokens = n + c
+    layers = shape.n_layers
+    linear, other = source.linear_ms(tokens)
+    parts = {
+        "op_linear_ms": layers * linear,
+        "op_other_ms": layers * other,
+        "op_attn_decode_ms": layers * source.decode_attention_ms(n, point.ctx) if n else 0.0,
+        "op_attn_prefill_ms": layers * source.prefill_attention_ms(c, point.prefix) if c else 0.0,
+        "op_comm_ms": layers * source.comm_ms(tokens),
+        "op_embed_ms": source.embed_ms(tokens),
+        "op_head_ms": source.head_ms(n + (1 if c else 0)),
+    }
+    return {
+        "n_decode": n,
+        "chunk": c,
+        "ctx": point.ctx,
+        "prefix": point.prefix,
+        "ms": sum(parts.values()),
+        "energy_j": None,
+        "rep": 0,
+        **parts,
+    }
+
+
+def compose(source: OperatorSource, shape: ModelShape, points: list[Point]) -> pd.DataFrame:
+    """Samples rows for ``points`` (sorted), one median row each."""
+    return pd.DataFrame([compose_row(source, shape, p) for p in sorted(points)])

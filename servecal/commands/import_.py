@@ -1,0 +1,39 @@
+"""``servecal import``: samples composed from a public per-operator GPU profile."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from servecal.commands._common import user_errors
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "import", help="Compose iteration samples from aiconfigurator or Vidur operator profiles."
+    )(import_profile)
+
+
+@user_errors
+def import_profile(
+    kind: str = typer.Argument(..., help="aiconfigurator or vidur."),
+    path: Path = typer.Argument(..., help="Profile folder (or a file in it)."),
+    model: str = typer.Option(..., help="Shape name (llama-3-8b, ...) or a .json/.toml file."),
+    tp: int = typer.Option(1, help="Tensor-parallel degree (per-GPU share of the model)."),
+    out: Path = typer.Option(Path("samples.parquet"), help="Samples file to write."),
+    grid: str = typer.Option(None, help="JSON/TOML grid file (default: the GPU grid)."),
+) -> None:
+    """Import: compose per-operator medians into iteration samples (rep 0, P50 only)."""
+    from servecal.costmodels.samples import write_samples
+    from servecal.profiler.design import Grid
+    from servecal.profiler.importers import import_profile as run
+    from servecal.profiler.shapes import ModelShape
+
+    shape = ModelShape.resolve(model)
+    frame, provenance = run(kind, path, shape, tp, Grid.from_file(grid) if grid else None)
+    write_samples(frame, out, provenance)
+    typer.echo(
+        f"wrote {out}: {len(frame)} rows ({shape.name}, TP {tp}, {kind}; medians, rep 0; "
+        f"{provenance['extrapolated_reads']} reads beyond the profiled sizes)"
+    )
