@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from heapq import heapify, heappush
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
+from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.executor import Executor
 from servecal.sched.live import Clock, LiveRequest, Phase
@@ -71,6 +72,14 @@ ITERATION_COLUMNS = (
     "decision_us",
     "budget_ms",
 )
+
+
+def _answer(query: Callable[[], Any]) -> float:
+    """A logged prediction; NaN when the predictor has none (P50-only table: no P99)."""
+    try:
+        return float(query())
+    except InputError:
+        return math.nan
 
 
 class Engine:
@@ -449,9 +458,9 @@ class Engine:
             c,
             ctx,
             prefix,
-            float(p.predict(n, c, ctx, prefix, q=0.5)),
-            float(p.predict(n, c, ctx, prefix, q=PLAN_QUANTILE)),
-            float(p.margin(n, c, ctx, prefix)),
+            _answer(lambda: p.predict(n, c, ctx, prefix, q=0.5)),
+            _answer(lambda: p.predict(n, c, ctx, prefix, q=PLAN_QUANTILE)),
+            _answer(lambda: p.margin(n, c, ctx, prefix)),
             actual,
             energy,
         )

@@ -8,12 +8,14 @@ are differences of those end times. Computed once here, never per iteration.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
+from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.sched.live import LiveRequest, Phase
 
@@ -98,6 +100,15 @@ def _request_rows(engine: Engine) -> dict[str, list[Any]]:
         rows["slo_exception"].append(bool(live._exception) if live is not None else False)
         rows["rejected"].append(live is not None and live._phase == Phase.REJECTED)
     return rows
+
+
+def _logged(n: int, query: Callable[[], Any]) -> np.ndarray:
+    """A predictor column for the log; NaN where the predictor has no such answer (a
+    P50-only cost table has no P99 and no margin)."""
+    try:
+        return np.broadcast_to(np.asarray(query(), dtype=float), (n,))
+    except InputError:
+        return np.full(n, np.nan)
 
 
 def build_result(engine: Engine) -> RunResult:
