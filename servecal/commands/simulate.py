@@ -47,7 +47,8 @@ def simulate_command(
     seeds: int = typer.Option(5, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     truth: str = typer.Option(
-        "analytic", help="analytic[:sigma=..,spike_prob=..,spike_factor=..,power_w=..] or samples:PATH"
+        "analytic",
+        help="analytic[:sigma=..,spike_prob=..,spike_factor=..,power_w=..] or samples:PATH",
     ),
     predictor: str = typer.Option("oracle", help="oracle or a cost table JSON."),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
@@ -126,7 +127,7 @@ def simulate_command(
     table.add_column("mean over seeds", justify="right")
     for key, value in result.items():
         if isinstance(value, dict):
-            value = ", ".join(f"{k}={v:.3g}" if v is not None else f"{k}=-" for k, v in value.items())
+            value = ", ".join(f"{k}={'-' if v is None else f'{v:.3g}'}" for k, v in value.items())
         elif isinstance(value, float):
             value = f"{value:.4g}"
         table.add_row(key, "-" if value is None else str(value))
@@ -135,6 +136,6 @@ def simulate_command(
 
 
 def register(app: typer.Typer) -> None:
-    app.command(
-        "simulate", help="Simulate one workload x policy x TPOT target over seeds."
-    )(simulate_command)
+    app.command("simulate", help="Simulate one workload x policy x TPOT target over seeds.")(
+        simulate_command
+    )

@@ -36,9 +36,15 @@ def random_requests(
 
 
 def engine(
-    requests: list[Request], policy: Policy, *, kv: int = 500_000, truth: AnalyticTruth | None = None,
-    predictor=None, seed: int = 0, observers=(),
-) -> Engine:  # fmt: skip
+    requests: list[Request],
+    policy: Policy,
+    *,
+    kv: int = 500_000,
+    truth: AnalyticTruth | None = None,
+    predictor=None,
+    seed: int = 0,
+    observers=(),
+) -> Engine:
     truth = truth or AnalyticTruth()
     return Engine(
         requests,

@@ -95,7 +95,7 @@ def test_worked_example_of_the_seed():
     ready = [FakeLive(i, 0, deadline_ms=10.0) for i in range(4)]
     view = FakeView(ready=ready, queue=[FakeLive(9, 5000)])
     plan = SLOWeave().plan(view, T)
-    (rid, c), = plan.prefill
+    ((rid, c),) = plan.prefill
     # the seed's "c ≈ 1350": T(4, c) = 1.87 + 0.006 c reaches 10 ms at c = 1355 (in floats
     # T(4, 1355) rounds to a hair above 10, so 1354)
     assert rid == 9 and c in (1354, 1355)
