@@ -33,9 +33,9 @@ def calibrate(
     dtype: str = typer.Option(None, help="float32, bfloat16 or float16 (default: bf16 on CUDA)."),
     threads: int = typer.Option(None, help="torch threads on CPU (default: half the cores)."),
     seed: int = typer.Option(0, help="Seed of the point order and weights."),
+    fit: bool = typer.Option(True, "--fit/--no-fit", help="Fit costtable.json after the sweep."),
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
-    import sys
 
     from rich.console import Console
 
@@ -54,11 +54,14 @@ def calibrate(
         threads=threads,
         seed=seed,
         resume=resume,
+        fit=fit,
     )
     result = run(cfg, Console(stderr=True))
     typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")
     if result.outcome.stopped_by == "signal":
-        sys.exit(130)
+        raise typer.Exit(130)
+    if result.table_path is None:
+        return
     m = result.metrics
     typer.echo(f"wrote {result.table_path}")
     typer.echo(

@@ -1,0 +1,116 @@
+"""Energy meters: RAPL wraparound, NVML without a driver, null energy and one notice."""
+
+import pytest
+import torch
+
+from servecal.profiler import energy
+from servecal.profiler.design import Point
+from servecal.profiler.model import build_model
+from servecal.profiler.runner import MeasureConfig, measure_block
+from servecal.profiler.shapes import ModelShape
+from servecal.profiler.timing import CpuClock, LayerScale
+
+
+def test_rapl_delta_handles_wraparound():
+    assert energy.rapl_delta_uj(100, 350, 1000) == 250
+    assert energy.rapl_delta_uj(900, 50, 1000) == 150  # wrapped once at 1000
+    assert energy.rapl_delta_uj(5, 5, 1000) == 0
+
+
+def _zone(root, name, uj, max_uj):
+    z = root / name
+    z.mkdir()
+    (z / "energy_uj").write_text(f"{uj}\n")
+    (z / "max_energy_range_uj").write_text(f"{max_uj}\n")
+    return z
+
+
+def test_rapl_meter_sums_packages_across_a_wrap(tmp_path):
+    p0 = _zone(tmp_path, "intel-rapl:0", 999_000_000, 1_000_000_000)
+    _zone(tmp_path, "intel-rapl:1", 10_000_000, 1_000_000_000)
+    _zone(tmp_path, "intel-rapl:0:0", 1, 10)  # a sub-zone: part of package 0, not counted
+    meter, notice = energy.open_meter(torch.device("cpu"), rapl_root=str(tmp_path))
+    assert notice is None and meter.source == "rapl"
+    (p0 / "energy_uj").write_text("2000000\n")  # wrapped: +3 J
+    (tmp_path / "intel-rapl:1" / "energy_uj").write_text("12000000\n")  # +2 J
+    assert meter.read_j() == pytest.approx(5.0)
+
+
+def test_no_rapl_means_no_meter_and_a_reason(tmp_path):
+    meter, notice = energy.open_meter(torch.device("cpu"), rapl_root=str(tmp_path / "none"))
+    assert meter is None and "energy unavailable" in notice and "RAPL" in notice
+
+
+def test_unreadable_rapl_says_why(tmp_path):
+    z = _zone(tmp_path, "intel-rapl:0", 1, 10)
+    (z / "energy_uj").unlink()
+    meter, notice = energy.open_meter(torch.device("cpu"), rapl_root=str(tmp_path))
+    assert meter is None and "cannot read RAPL counter" in notice
+
+
+def test_nvml_without_driver_gives_no_meter_and_one_notice(monkeypatch):
+    import pynvml
+
+    def no_library():
+        raise pynvml.NVMLError_LibraryNotFound()
+
+    monkeypatch.setattr(pynvml, "nvmlInit", no_library)
+    meter, notice = energy.open_meter(torch.device("cuda", 0))
+    assert meter is None
+    assert notice == "energy unavailable: NVML library not found (no NVIDIA driver)"
+
+
+def test_without_meter_rows_have_null_energy_never_zero():
+    shape = ModelShape.from_name("tiny")
+    model = build_model(shape, "cpu", n_layers=1)
+    rows = measure_block(
+        model,
+        [Point(2, 8, 16, 0)],
+        LayerScale(1, shape.n_layers),
+        MeasureConfig(repeats=3, warmup=1),
+        CpuClock(),
+        None,
+        __import__("numpy").random.default_rng(0),
+    )[0]
+    assert len(rows) == 3 and all(r["energy_j"] is None for r in rows)
+    assert [r["rep"] for r in rows] == [0, 1, 2] and all(r["ms"] > 0 for r in rows)
+
+
+class FakeMeter:
+    """A counter at 50 W that moves only every 10 ms, like a coarse hardware counter."""
+
+    source = "fake"
+
+    def __init__(self):
+        import time
+
+        self._t0 = time.perf_counter()
+
+    def read_j(self):
+        import time
+
+        return 50.0 * ((time.perf_counter() - self._t0) // 0.01) * 0.01
+
+    def device_state(self):
+        return {"power_w": 50.0, "sm_clock_mhz": None, "temp_c": None, "throttle": None}
+
+
+def test_energy_is_read_over_a_group_long_enough_for_the_counter_to_move():
+    import numpy as np
+
+    shape = ModelShape.from_name("tiny")
+    model = build_model(shape, "cpu", n_layers=1)
+    cfg = MeasureConfig(repeats=2, warmup=0, energy_window_s=0.1)
+    rows = measure_block(
+        model,
+        [Point(1, 0, 8, 0)],
+        LayerScale(1, 1),
+        cfg,
+        CpuClock(),
+        FakeMeter(),
+        np.random.default_rng(0),
+    )[0]
+    e = rows[0]["energy_j"]
+    # 50 W × iteration time, within the counter's 10 ms granularity over a 100 ms group.
+    assert e == pytest.approx(50.0 * rows[0]["ms"] / 1e3, rel=0.6)
+    assert e > 0 and rows[0]["power_w"] == 50.0
