@@ -162,6 +162,18 @@ def fit_cost_table(
     rng = np.random.default_rng(seed)
     ids = frame.groupby(list(POINT_COLUMNS), sort=False).ngroup().to_numpy()
     split = split_points(ids, holdout, rng)
+    if tail is not None and split.calibration.sum() < tail / (1.0 - tail):
+        # Too few rows to calibrate on half the held-out points: calibrate on all of
+        # them; the reported metrics are then in-sample for the margin (said in a note).
+        split = replace(
+            split,
+            calibration=split.calibration | split.test,
+            calibration_points=split.calibration_points + split.test_points,
+        )
+        notes.append(
+            "few held-out rows: the margin is calibrated on all held-out points, so the "
+            "reported coverage is not independent of it"
+        )
     X = frame[list(FEATURES)].to_numpy(dtype=float)
     y = frame["ms"].to_numpy(dtype=float)
 

@@ -130,13 +130,20 @@ def fill_holes(arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None = None)
     neighbours on both sides; failing that, the one-sided linear extrapolations. On
     ``n_decode`` and ``chunk`` the cell at 0 is a different regime (no decode / no
     prefill launch), so lines never interpolate across it. Holes with no known cell
-    on any line take the midpoint of their monotone bounds. Needs one known cell.
+    on any of their lines are filled in later rounds from the cells filled before
+    (every cell is reached: the grid is connected by its lines). Needs one known cell.
     """
-    known = ~np.isnan(arr)
-    if known.all():
-        return arr.copy()
-    if not known.any():
+    if not (~np.isnan(arr)).any():
         raise ValueError("cannot fill a grid without any known cell")
+    out = np.array(arr, dtype=float)
+    while np.isnan(out).any():
+        est = _round_estimates(out, axes)
+        todo = np.isnan(out) & ~np.isnan(est)
+        out[todo] = est[todo]
+    return out
+
+
+def _round_estimates(arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None) -> np.ndarray:
     twos, ones = [], []
     for k, name in enumerate(AXES):
         coords = np.asarray(axes[name] if axes else range(arr.shape[k]), dtype=float)
@@ -147,17 +154,16 @@ def fill_holes(arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None = None)
         part[k] = slice(start, None)
         part_t = tuple(part)
         two[part_t], one[part_t] = _line_estimates(arr[part_t], coords[start:], k)
+        if start:  # the 0 cell still takes a one-sided value from the positive side
+            one[(slice(None),) * k + (0,)] = _line_estimates(arr, coords, k)[1][
+                (slice(None),) * k + (0,)
+            ]
         twos.append(two)
         ones.append(one)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices are expected
         est = np.nanmean(np.stack(twos), axis=0)
-        est = np.where(np.isnan(est), np.nanmean(np.stack(ones), axis=0), est)
-    lower = _cummax_all(np.where(known, arr, -np.inf))
-    upper = _rev_cummin_all(np.where(known, arr, np.inf))
-    both = np.isfinite(lower) & np.isfinite(upper)
-    bounds = np.where(both, 0.5 * (lower + upper), np.where(np.isfinite(lower), lower, upper))
-    return np.where(known, arr, np.where(np.isnan(est), bounds, est))
+        return np.where(np.isnan(est), np.nanmean(np.stack(ones), axis=0), est)
 
 
 def make_monotone(arr: np.ndarray) -> np.ndarray:

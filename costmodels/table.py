@@ -147,7 +147,8 @@ class CostTable:
                         a: self._axes[k][int(i)]
                         for k, (a, i) in enumerate(zip(AXES, bad[0], strict=True))
                     }
-                    raise ValueError(f"{key} is not non-decreasing along '{name}' at {cell}")
+                    label = key if key == "energy_j" else f"quantile {key}"
+                    raise ValueError(f"{label} decreases along '{name}' after cell {cell}")
         qs = list(self._q)
         for lo, hi in zip(qs, qs[1:], strict=False):
             if (self._q[hi] < self._q[lo]).any():

@@ -1,0 +1,189 @@
+"""CostTable queries, rules, errors and the numpy-only loader."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tablefactory import AXES_SMALL, physics_grid, small_table
+
+from servecal.costmodels import CostTable, InputError, MissingQuantileError, Predictor
+from servecal.costmodels.table import FingerprintMismatchWarning
+
+
+def test_is_a_predictor_and_answers_grid_points_exactly() -> None:
+    t = small_table()
+    assert isinstance(t, Predictor)
+    grid = physics_grid(AXES_SMALL)
+    # grid value at n=8, ctx=1024, prefix=0, chunk=256
+    assert t.predict(8, 256, 1024, 0) == grid[1, 1, 0, 2]
+    assert t.predict(8, 256, 1024, 0, q=0.99) == grid[1, 1, 0, 2] * 1.2
+    assert t.margin(8, 256, 1024, 0) == 0.05 * grid[1, 1, 0, 2] * 1.2
+    assert t.energy(8, 256, 1024) == grid[1, 1, 0, 2] * 0.3
+    assert t.quantiles == (0.5, 0.99) and t.tail == 0.99 and t.out_of_domain == 0
+
+
+def test_between_grid_points_rounds_up() -> None:
+    t = small_table()
+    assert t.predict(5, 65, 1, 0) == t.predict(8, 256, 1024, 0)
+    assert t.predict(8.0, 64.0) == t.predict(8, 64)
+    assert t.out_of_domain == 0
+
+
+def test_beyond_grid_clamps_and_counts() -> None:
+    t = small_table()
+    assert t.predict(64, 4096, 5000, 7) == t.predict(32, 1024, 1024, 0)
+    assert t.out_of_domain == 1
+    t.predict(-1, 0)
+    assert t.out_of_domain == 2
+    t.predict(np.array([1, 64, 100]), np.array([10, 10, 10]))
+    assert t.out_of_domain == 4
+
+
+def test_vectorised_matches_scalar_and_broadcasts() -> None:
+    t = small_table()
+    rng = np.random.default_rng(0)
+    n = rng.integers(0, 40, 200)
+    c = rng.integers(0, 1200, 200)
+    ctx = rng.integers(0, 1100, 200)
+    for q in t.quantiles:
+        vec = t.predict(n, c, ctx, 0, q=q)
+        assert vec.shape == (200,)
+        assert vec.tolist() == [
+            t.predict(int(a), int(b), int(x), 0, q=q) for a, b, x in zip(n, c, ctx, strict=True)
+        ]
+    assert t.margin(n, c, ctx).tolist() == [
+        t.margin(int(a), int(b), int(x)) for a, b, x in zip(n, c, ctx, strict=True)
+    ]
+    assert t.predict(np.array([1, 8]), 64).shape == (2,)
+    assert isinstance(t.predict(np.int64(3), np.int64(10)), float)
+
+
+def test_max_chunk_uses_grid_values_and_limit() -> None:
+    t = small_table(rho=0.0)
+    bound = t.predict(8, 256, 0, 0, q=0.99) + t.margin(8, 256, 0, 0)
+    assert t.max_chunk(8, 0, 0, bound, 4096) == 256
+    assert t.max_chunk(8, 0, 0, bound, 100) == 100
+    assert t.max_chunk(8, 0, 0, bound - 1e-9, 4096) == 64
+    assert t.max_chunk(8, 0, 0, 0.0, 4096) == 0
+    assert t.max_chunk(8, 0, 0, float("nan"), 4096) == 0
+    assert t.max_chunk(8, 0, 0, 1e9, 0) == 0
+    top = t.predict(8, 1024, q=0.99) + t.margin(8, 1024)
+    assert t.max_chunk(8, 0, 0, top, 5000) == 5000  # clamp beyond the top: as predict says
+    assert t.out_of_domain == 1
+
+
+def test_degenerate_axes_work() -> None:
+    axes = {"n_decode": [4], "ctx": [0], "prefix": [0], "chunk": [128]}
+    t = CostTable(axes, {0.5: [2.0]})
+    assert t.predict(4, 128) == 2.0
+    assert t.predict(np.array([1, 2]), 7).tolist() == [2.0, 2.0]
+    assert t.max_chunk(4, 0, 0, 3.0, 50, q=0.5, use_margin=False) == 50
+
+
+def test_median_only_table_refuses_tail_questions() -> None:
+    t = CostTable(AXES_SMALL, {0.5: physics_grid(AXES_SMALL)})
+    assert t.tail is None and t.to_json()["margin"] is None
+    with pytest.raises(MissingQuantileError, match="medians only"):
+        t.predict(1, 1, q=0.99)
+    with pytest.raises(MissingQuantileError, match="medians only"):
+        t.max_chunk(1, 0, 0, 10.0, 100)
+    with pytest.raises(MissingQuantileError, match="no calibrated margin"):
+        t.max_chunk(1, 0, 0, 10.0, 100, q=0.5)
+    with pytest.raises(MissingQuantileError):
+        t.margin(1, 1)
+    assert t.max_chunk(8, 0, 0, 1e9, 100, q=0.5, use_margin=False) == 100
+    assert np.isnan(t.energy(1, 1))
+
+
+def test_constructor_rejects_non_monotone_and_crossing() -> None:
+    bad = physics_grid(AXES_SMALL)
+    bad[1, 0, 0, 2] = 100.0
+    with pytest.raises(ValueError, match="quantile 0.5 decreases along 'n_decode'"):
+        CostTable(AXES_SMALL, {0.5: bad})
+    p = physics_grid(AXES_SMALL)
+    with pytest.raises(ValueError, match="below"):
+        CostTable(AXES_SMALL, {0.5: p, 0.99: p * 0.9})
+
+
+def test_save_load_round_trip_is_exact(tmp_path: Path) -> None:
+    t = small_table()
+    t.save(tmp_path / "t.json")
+    back = CostTable.load(tmp_path / "t.json")
+    assert back.to_json() == t.to_json()
+    assert back.dumps() == (tmp_path / "t.json").read_text()
+
+
+def test_fingerprint_mismatch_warns_or_refuses(tmp_path: Path) -> None:
+    small_table().save(tmp_path / "t.json")
+    same = {"device_name": "H200", "model_hash": "m1", "date": "other day"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        CostTable.load(tmp_path / "t.json", fingerprint=same)
+    other = {"device_name": "A100", "model_hash": "m1"}
+    with pytest.warns(FingerprintMismatchWarning, match="device_name"):
+        CostTable.load(tmp_path / "t.json", fingerprint=other)
+    with pytest.raises(InputError, match="fingerprint mismatch"):
+        CostTable.load(tmp_path / "t.json", strict=True, fingerprint=other)
+
+
+def _doc() -> dict:
+    return small_table().to_json()
+
+
+@pytest.mark.parametrize(
+    ("mutate", "words"),
+    [
+        (lambda d: d.update(schema="servecal.costtable/0"), "wrong schema"),
+        (lambda d: d.pop("axes"), "'axes': missing"),
+        (lambda d: d["quantiles"].update({"0.5": [1.0, 2.0]}), "quantile 0.5"),
+        (lambda d: d["quantiles"]["0.99"].__setitem__(3, "x"), "quantiles.0.99"),
+        (lambda d: d["axes"].update(chunk=[0, 64, 64, 1024]), "strictly increasing"),
+        (lambda d: d["margin"].update(rho=-2.0), "'margin'"),
+        (lambda d: d.update(tail=0.9), "'tail'"),
+        (lambda d: d.update(between="interpolate"), "between"),
+        (lambda d: d["domain"].update(chunk=[0, 5]), "'domain'"),
+        (lambda d: d.update(energy_j=[1.0]), "energy_j"),
+    ],
+)
+def test_bad_tables_are_one_line_input_errors(tmp_path: Path, mutate, words: str) -> None:
+    doc = _doc()
+    mutate(doc)
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(InputError) as exc:
+        CostTable.load(path)
+    msg = str(exc.value)
+    assert "\n" not in msg and str(path) in msg and words in msg
+
+
+def test_truncated_and_non_json_tables(tmp_path: Path) -> None:
+    text = small_table().dumps()
+    (tmp_path / "cut.json").write_text(text[: len(text) // 2])
+    (tmp_path / "list.json").write_text("[1, 2]")
+    for name, words in [("cut.json", "invalid JSON"), ("list.json", "not a JSON object")]:
+        with pytest.raises(InputError) as exc:
+            CostTable.load(tmp_path / name)
+        assert "\n" not in str(exc.value) and name in str(exc.value) and words in str(exc.value)
+    with pytest.raises(InputError, match="cannot read"):
+        CostTable.load(tmp_path / "absent.json")
+
+
+def test_loading_imports_only_numpy_and_stdlib(tmp_path: Path) -> None:
+    small_table().save(tmp_path / "t.json")
+    code = (
+        "import sys\n"
+        "from servecal.costmodels import CostTable\n"
+        f"t = CostTable.load({str(tmp_path / 't.json')!r})\n"
+        "t.predict(1, 2); t.max_chunk(1, 0, 0, 5.0, 100)\n"
+        "heavy = [m for m in ('torch', 'pandas', 'sklearn', 'lightgbm', 'scipy') "
+        "if m in sys.modules]\n"
+        "print(','.join(heavy) or 'clean')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "clean"
