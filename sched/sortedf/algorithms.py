@@ -1,0 +1,71 @@
+"""The schedulers compared by ``servecal offline``, each returning segments to simulate.
+
+Every function takes an :class:`~.model.Instance` and returns
+:class:`~.model.Segments`; none of them scores itself: :func:`~.model.simulate` does.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from servecal.sched.sortedf.amin import predict_lower_bounds, run_with_estimates
+from servecal.sched.sortedf.batching import form_batches
+from servecal.sched.sortedf.exact import exact_optimum
+from servecal.sched.sortedf.executor import execute_order
+from servecal.sched.sortedf.fcfs import run_fcfs
+from servecal.sched.sortedf.lp import LPResult, lp_order, lp_relaxation
+from servecal.sched.sortedf.model import Instance, Segments
+
+
+def mc_sf_order(inst: Instance) -> np.ndarray:
+    """MC-SF's list: ascending output length (ties: arrival order)."""
+    return np.argsort(inst.o, kind="stable")
+
+
+def mc_sf(inst: Instance) -> Segments:
+    """MC-SF (Jaillet et al.): shortest output first, future-peak admission."""
+    return Segments.from_starts(execute_order(inst, mc_sf_order(inst)), inst.o)
+
+
+def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
+    """Sorted-F Phase 1: the batches minimising F, concatenated, each by ascending o."""
+    batches = form_batches(inst.s, inst.o, inst.memory, solver)
+    return np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+
+
+def sorted_f(inst: Instance, solver: str = "auto") -> Segments:
+    """Sorted-F: Phase 1 order, Phase 2 continuous batching."""
+    return Segments.from_starts(execute_order(inst, sorted_f_order(inst, solver)), inst.o)
+
+
+def sorted_lp(inst: Instance, lp: LPResult | None = None) -> Segments:
+    """Sorted-LP: continuous batching in the LP relaxation's completion order."""
+    if lp is None:
+        lp = lp_relaxation(inst, horizon=default_horizon(inst))
+    return Segments.from_starts(execute_order(inst, lp_order(inst, lp)), inst.o)
+
+
+def sorted_f_amin(
+    inst: Instance, rng: np.random.Generator, width: float = 0.5, solver: str = "auto"
+) -> Segments:
+    """Sorted-F+Amin on seeded lower-bound predictions (see :mod:`.amin`)."""
+    lower = predict_lower_bounds(inst.o, rng, width)
+    plan = Instance(inst.s, lower, inst.memory)
+    return run_with_estimates(inst, sorted_f_order(plan, solver), lower)
+
+
+def fcfs(inst: Instance, alpha: float = 0.1) -> Segments:
+    """FCFS with watermark ``(1 - alpha)·M`` and evict-and-restart."""
+    return run_fcfs(inst, alpha)
+
+
+def optimum(inst: Instance) -> Segments:
+    """An optimal schedule by exact search (n <= 8)."""
+    _, starts = exact_optimum(inst)
+    return Segments.from_starts(starts, inst.o)
+
+
+def default_horizon(inst: Instance) -> int:
+    """A horizon for the LP's intervals: the makespan of MC-SF (any value is valid)."""
+    starts = execute_order(inst, mc_sf_order(inst))
+    return int((starts + inst.o).max()) if inst.n else 1

@@ -1,0 +1,155 @@
+"""An interval-indexed LP relaxation: a lower bound on total latency, and an order.
+
+Completion-time intervals ``(τ_{l-1}, τ_l]`` (unit width up to ``unit``, then
+growing by a factor ``1 + eps``) and a last one ``(τ_L, ∞)``. Variable ``y_il`` is the
+fraction of request ``i`` completing in interval ``l``; it is 0 where ``τ_l < o_i``.
+
+* Objective: ``Σ_il y_il · max(o_i, τ_{l-1} + 1)``, the earliest completion the
+  interval allows.
+* Area: request ``i`` occupies ``a_i = Σ_{j=1..o_i} (s_i + j)`` token-steps of KV, all
+  of them before it completes, and the first ``τ`` steps offer at most ``M·τ``; so
+  ``Σ_i a_i · Σ_{l' <= l} y_il' <= M·τ_l`` for every ``l``.
+
+Why it is a lower bound: take any feasible schedule (an optimal one included) and
+set ``y_il = 1`` for the interval holding ``C_i``. Every request counted in the area
+row of ``τ_l`` has run entirely within steps ``1..τ_l``, where memory is at most ``M``
+per step, so the row holds; ``y`` sums to 1 per request; and each term of the
+objective is at most ``C_i`` (``C_i >= o_i`` always, ``C_i > τ_{l-1}`` in interval
+``l``). So the LP optimum is at most the optimal total latency. Evictions do not
+help a schedule (dropping an aborted run only frees memory), so it also bounds
+every schedule with restarts. The proof and a brute-force check are in
+docs/sortedf.md and tests/sched/sortedf/.
+
+Solved in cumulative form (``z_il = Σ_{l' <= l} y_il'``, ``z_il <= z_i,l+1``) by HiGHS.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.optimize import linprog
+
+from servecal.sched.sortedf.model import Instance
+
+
+@dataclass(frozen=True)
+class LPResult:
+    """The LP's optimum (a lower bound on total latency) and its fractional completions."""
+
+    total: float
+    mean: float
+    expected_completion: np.ndarray
+    intervals: int
+
+
+#: LP resolution for tractable sizes (tighter, slower) and for large instances.
+FINE_MAX_N = 200
+FINE = {"unit": 64, "eps": 0.02, "max_vars": 200_000, "partial": 16}
+FAST = {"unit": 32, "eps": 0.05, "max_vars": 100_000, "partial": 8}
+
+
+def breakpoints(horizon: int, unit: int, eps: float) -> np.ndarray:
+    """``1, 2, .., unit`` then ``⌈τ·(1 + eps)⌉`` up to ``horizon`` (always includes it)."""
+    pts = list(range(1, min(unit, horizon) + 1))
+    t = float(pts[-1]) if pts else 1.0
+    while pts[-1] < horizon:
+        t = max(t * (1.0 + eps), pts[-1] + 1.0)
+        pts.append(min(int(np.ceil(t)), horizon))
+    return np.asarray(pts, dtype=np.int64)
+
+
+def lp_relaxation(
+    inst: Instance,
+    horizon: int,
+    unit: int | None = None,
+    eps: float | None = None,
+    max_vars: int | None = None,
+    partial: int | None = None,
+) -> LPResult:
+    """Solve the LP with intervals up to ``horizon`` (any value keeps it a valid bound:
+    completions after it cost ``horizon + 1`` in the last interval). ``eps`` is raised
+    when ``n × intervals`` would exceed ``max_vars``, trading tightness for time. Unset
+    knobs follow :data:`FINE` for ``n <= 200`` (tractable sizes) and :data:`FAST` above."""
+    knobs = FINE if inst.n <= FINE_MAX_N else FAST
+    unit = knobs["unit"] if unit is None else unit
+    eps = knobs["eps"] if eps is None else eps
+    max_vars = knobs["max_vars"] if max_vars is None else max_vars
+    partial = knobs["partial"] if partial is None else partial
+    n = inst.n
+    if n == 0:
+        return LPResult(0.0, 0.0, np.zeros(0), 0)
+    s = inst.s.astype(float)
+    o = inst.o.astype(float)
+    horizon = max(int(horizon), int(inst.o.max()))
+    tau = breakpoints(horizon, unit, eps)
+    while n * len(tau) > max_vars and len(tau) > 8:
+        eps *= 1.5
+        unit = max(8, unit // 2)
+        tau = breakpoints(horizon, unit, eps)
+    n_int = len(tau)
+    area = o * s + o * (o + 1) / 2
+    lower = np.concatenate([[1.0], tau[:-1] + 1.0])  # earliest completion in interval l
+    # c_il for l = 1..L, and the last interval (tau_L, inf).
+    cost = np.maximum(o[:, None], lower[None, :])
+    cost_last = np.maximum(o, tau[-1] + 1.0)
+    nxt = np.concatenate([cost[:, 1:], cost_last[:, None]], axis=1)
+    # Σ_l (z_l - z_{l-1}) c_l + (1 - z_L) c_last = Σ_l z_l (c_l - c_{l+1}) + c_last.
+    c = (cost - nxt).ravel()
+    ub = np.where(tau[None, :] >= o[:, None], 1.0, 0.0).ravel()
+    var = np.arange(n * n_int).reshape(n, n_int)
+    # Area rows: work done in steps 1..τ_l fits in M·τ_l. A request completing by τ_l
+    # did all its a_i there; one completing in a later interval l' (so C <= τ_l') has
+    # already run at least k = τ_l - τ_l' + o_i steps, area A_i(k) = k·s_i + k(k+1)/2.
+    # With w(l, l') that partial area (a_i for l' <= l, 0 past `partial` intervals,
+    # which only weakens the row) and y = z_l' - z_{l'-1}, z_il' gets w(l,l') - w(l,l'+1).
+    rows, cols, vals = [], [], []
+    ahead = np.arange(1, partial + 1)
+    for row in range(n_int):
+        nxt_l = row + ahead[None, :]  # (1, K) later intervals
+        valid = nxt_l < n_int
+        tau_next = np.where(valid, tau[np.minimum(nxt_l, n_int - 1)], np.iinfo(np.int64).max // 4)
+        k = np.clip(tau[row] - tau_next + o[:, None], 0, None)  # (n, K)
+        w = k * s[:, None] + k * (k + 1) / 2
+        w_full = np.concatenate([area[:, None], w, np.zeros((n, 1))], axis=1)
+        coef = w_full[:, :-1] - w_full[:, 1:]  # on z_il, z_i,l+1 .. z_i,l+K
+        idx = np.concatenate([[row], row + ahead])
+        keep = (idx < n_int)[None, :] & (coef > 0)
+        ii, kk = np.nonzero(keep)
+        rows.append(np.full(ii.size, row))
+        cols.append(var[ii, idx[kk]])
+        vals.append(coef[ii, kk])
+    a_area = sp.csr_matrix(
+        (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
+        shape=(n_int, n * n_int),
+    )
+    # Monotone rows: z_il - z_i,l+1 <= 0.
+    left = var[:, :-1].ravel()
+    right = var[:, 1:].ravel()
+    m = left.size
+    a_mono = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(m), -np.ones(m)]),
+            (np.tile(np.arange(m), 2), np.concatenate([left, right])),
+        ),
+        shape=(m, n * n_int),
+    )
+    a_ub = sp.vstack([a_area, a_mono], format="csr")
+    b_ub = np.concatenate([inst.memory * tau.astype(float), np.zeros(m)])
+    res = linprog(
+        c, A_ub=a_ub, b_ub=b_ub, bounds=np.stack([np.zeros_like(ub), ub], axis=1), method="highs"
+    )
+    if res.status != 0:
+        raise RuntimeError(f"LP relaxation failed: {res.message}")
+    z = np.clip(res.x.reshape(n, n_int), 0.0, 1.0)
+    y = np.diff(np.concatenate([np.zeros((n, 1)), z], axis=1), axis=1)
+    y_last = 1.0 - z[:, -1]
+    expected = (y * cost).sum(axis=1) + y_last * cost_last
+    total = float(res.fun + cost_last.sum())
+    return LPResult(total=total, mean=total / n, expected_completion=expected, intervals=n_int)
+
+
+def lp_order(inst: Instance, result: LPResult) -> np.ndarray:
+    """Sorted-LP's priority list: ascending LP completion, then ``o``, then ``s``."""
+    return np.lexsort((inst.s, inst.o, np.round(result.expected_completion, 9)))

@@ -1,0 +1,156 @@
+"""``servecal offline``: memory-constrained batch scheduling (Sorted-F, MC-SF, FCFS, LP bound)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import typer
+
+from servecal.commands._common import user_errors
+from servecal.costmodels.errors import InputError
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "offline",
+        help="Schedule a backlog under a KV cap: FCFS, MC-SF, Sorted-F, Sorted-LP, LP bound.",
+    )(offline)
+
+
+@user_errors
+def offline(
+    requests: Path | None = typer.Option(
+        None, "--requests", help="CSV: prompt_tokens,output_tokens (or the Azure trace format)."
+    ),
+    generate: str | None = typer.Option(
+        None, "--generate", help="Synthetic workload, 'short-long:F' (F = short fraction)."
+    ),
+    n: int = typer.Option(2000, "--n", help="Requests per instance (first n rows of a file)."),
+    memory: int = typer.Option(16384, "--memory", help="KV capacity M in tokens."),
+    algos: str = typer.Option(
+        "fcfs,mc-sf,sorted-f,sorted-lp",
+        "--algos",
+        help="Comma list of fcfs, mc-sf, sorted-f, sorted-lp, sorted-f-amin, opt (n <= 8).",
+    ),
+    seeds: int = typer.Option(1, "--seeds", help="Instances (and prediction draws) to average."),
+    seed: int = typer.Option(0, "--seed", help="First seed."),
+    solver: str = typer.Option("auto", "--solver", help="Sorted-F Phase 1: auto|dp|swap|quantile."),
+    alpha: float = typer.Option(0.1, "--alpha", help="FCFS watermark: admit while <= (1-alpha)M."),
+    amin_width: float = typer.Option(
+        0.5, "--amin-width", help="Amin predictions: lower bound o*U(1-w, 1)."
+    ),
+    lp: bool = typer.Option(True, "--lp/--no-lp", help="Compute the LP lower bound and the gap."),
+    as_json: bool = typer.Option(False, "--json", help="Print one JSON object instead of a table."),
+) -> None:
+    """Mean latency (steps) per scheduler, ratios to Sorted-F, LP bound and gap, solver time."""
+    import numpy as np
+
+    from servecal.sched.sortedf.generate import parse_spec, read_requests, short_long
+    from servecal.sched.sortedf.model import Instance
+    from servecal.sched.sortedf.runner import OfflineConfig, run_instance
+
+    if (requests is None) == (generate is None):
+        raise InputError("give exactly one of --requests FILE or --generate short-long:F")
+    if n < 1 or seeds < 1 or memory < 1:
+        raise InputError("--n, --seeds and --memory must be >= 1")
+    try:
+        config = OfflineConfig(
+            algos=tuple(a.strip() for a in algos.split(",") if a.strip()),
+            solver=solver,
+            alpha=alpha,
+            amin_width=amin_width,
+            lp_bound=lp,
+        )
+    except ValueError as exc:
+        raise InputError(str(exc)) from None
+    if "opt" in config.algos and n > 8:
+        raise InputError("--algos opt (exact search) needs --n <= 8")
+    fixed = None
+    if requests is not None:
+        s, o = read_requests(requests, n)
+        too_big = np.flatnonzero(s + o > memory)
+        if too_big.size:
+            r = int(too_big[0])
+            raise InputError(
+                f"{requests}: row {r + 2}: prompt + output = {int(s[r] + o[r])} exceeds "
+                f"--memory {memory}; it could never run"
+            )
+        fixed = Instance(s, o, memory)
+    else:
+        frac = parse_spec(generate or "")
+
+    from rich.console import Console
+    from rich.progress import Progress
+
+    outcomes = []
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("scheduling", total=seeds)
+        for k in range(seeds):
+            rng = np.random.default_rng(seed + k)
+            inst = fixed if fixed is not None else short_long(n, frac, memory, rng)
+            outcomes.append((inst, run_instance(inst, config, rng)))
+            bar.advance(task)
+
+    summary = _summarise(outcomes, config.algos)
+    if as_json:
+        typer.echo(json.dumps(summary))
+        return
+    _print_table(summary, outcomes[0][0], seeds)
+
+
+def _summarise(outcomes: list, names: tuple[str, ...]) -> dict:
+    def mean(xs: list) -> float:
+        return float(sum(xs) / len(xs))
+
+    algos = {
+        name: {
+            "mean_latency": mean([oc.algos[name].sim.mean_latency for _, oc in outcomes]),
+            "solver_s": mean([oc.algos[name].solver_s for _, oc in outcomes]),
+            "evictions": mean([oc.algos[name].sim.evictions for _, oc in outcomes]),
+        }
+        for name in names
+    }
+    bounds = [oc.lp.mean for _, oc in outcomes if oc.lp is not None]
+    gaps = [g for g in (oc.gap() for _, oc in outcomes) if g is not None]
+    return {
+        "algos": algos,
+        "lp_bound": mean(bounds) if bounds else None,
+        "gap": mean(gaps) if gaps else None,
+    }
+
+
+def _print_table(summary: dict, inst, seeds: int) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    algos = summary["algos"]
+    ref_name = (
+        "sorted-f" if "sorted-f" in algos else min(algos, key=lambda a: algos[a]["mean_latency"])
+    )
+    ref = algos[ref_name]["mean_latency"]
+    lp = summary["lp_bound"]
+    table = Table(
+        title=f"n = {inst.n}, M = {inst.memory} tokens, {seeds} seed(s); latency in steps"
+    )
+    table.add_column("algorithm")
+    table.add_column("mean latency", justify="right")
+    table.add_column(f"÷ {ref_name}", justify="right")
+    table.add_column("÷ LP bound", justify="right")
+    table.add_column("evictions", justify="right")
+    table.add_column("solver s", justify="right")
+    for name, row in algos.items():
+        table.add_row(
+            name,
+            f"{row['mean_latency']:.1f}",
+            f"{row['mean_latency'] / ref:.2f}×",
+            f"{row['mean_latency'] / lp:.3f}" if lp else "-",
+            f"{row['evictions']:.0f}",
+            f"{row['solver_s']:.2f}",
+        )
+    console = Console()
+    console.print(table)
+    if lp:
+        console.print(
+            f"LP lower bound on mean latency: {lp:.1f}; gap ({ref_name} ÷ LP): {summary['gap']:.3f}"
+        )
