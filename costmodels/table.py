@@ -81,8 +81,20 @@ def fingerprint_diff(table_fp: Mapping[str, Any], device_fp: Mapping[str, Any]) 
     return sorted(k for k in common if table_fp[k] != device_fp[k])
 
 
-def _is_scalar(*xs: Any) -> bool:
-    return all(isinstance(x, _SCALAR_TYPES) for x in xs)
+_PY_SCALARS = frozenset({int, float})
+
+
+def _scalar_kind(a: Any, b: Any, c: Any, d: Any) -> int:
+    """1: all plain Python numbers (the engine's hot path); 2: scalars incl. numpy; 0: arrays."""
+    py = _PY_SCALARS
+    if type(a) in py and type(b) in py and type(c) in py and type(d) in py:
+        return 1
+    return 2 if all(isinstance(x, _SCALAR_TYPES) for x in (a, b, c, d)) else 0
+
+
+def _plain(*xs: Any) -> tuple[int | float, ...]:
+    """numpy scalars compare slowly inside bisect: turn them into Python numbers."""
+    return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
 
 
 class CostTable:
@@ -157,6 +169,7 @@ class CostTable:
     def _prepare_fast_path(self) -> None:
         """Python lists for the scalar path (bisect + flat index, no numpy per call)."""
         self._ax_lists = [list(v) for v in self._axes]
+        self._fast = (*self._ax_lists, *self._shape)  # unpacked once per scalar call
         self._ax_arrays = [np.asarray(v, dtype=float) for v in self._axes]
         self._flat = {q: arr.reshape(-1).tolist() for q, arr in self._q.items()}
         rho = self._margin.rho if self._margin else 0.0
@@ -164,7 +177,7 @@ class CostTable:
         tail = self._flat[self._margin.quantile] if self._margin else None
         self._mflat = [rho * v for v in tail] if tail is not None else None
         self._eflat = self._energy.reshape(-1).tolist() if self._energy is not None else None
-        self._rows: dict[tuple[float, bool], dict[int, tuple[list[float], bool]]] = {}
+        self._row_cache: dict[tuple[float, bool, int], tuple[list[float], bool]] = {}
 
     # -------------------------------------------------------------- properties
     @property
@@ -241,27 +254,24 @@ class CostTable:
 
     def _index(self, n: float, ctx: float, prefix: float, chunk: float) -> int:
         """Flat index of the round-up cell; counts the query if it is clamped."""
-        a0, a1, a2, a3 = self._ax_lists
-        out = False
+        a0, a1, a2, a3, n0, n1, n2, n3 = self._fast
         i0 = bisect_left(a0, n)
-        if i0 == len(a0):
-            i0 -= 1
-            out = True
         i1 = bisect_left(a1, ctx)
-        if i1 == len(a1):
-            i1 -= 1
-            out = True
         i2 = bisect_left(a2, prefix)
-        if i2 == len(a2):
-            i2 -= 1
-            out = True
         i3 = bisect_left(a3, chunk)
-        if i3 == len(a3):
-            i3 -= 1
-            out = True
-        if out or n < a0[0] or ctx < a1[0] or prefix < a2[0] or chunk < a3[0]:
+        if (
+            i0 == n0
+            or i1 == n1
+            or i2 == n2
+            or i3 == n3
+            or n < a0[0]
+            or ctx < a1[0]
+            or prefix < a2[0]
+            or chunk < a3[0]
+        ):
             self._out_of_domain += 1
-        return ((i0 * len(a1) + i1) * len(a2) + i2) * len(a3) + i3
+            i0, i1, i2, i3 = min(i0, n0 - 1), min(i1, n1 - 1), min(i2, n2 - 1), min(i3, n3 - 1)
+        return ((i0 * n1 + i1) * n2 + i2) * n3 + i3
 
     def cells(
         self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0
@@ -305,8 +315,11 @@ class CostTable:
             lst = self._flat.get(float(q))
             if lst is None:
                 raise self._missing(float(q))
-        if _is_scalar(n_decode, chunk, ctx, prefix):
+        kind = _scalar_kind(n_decode, chunk, ctx, prefix)
+        if kind == 1:
             return lst[self._index(n_decode, ctx, prefix, chunk)]
+        if kind == 2:
+            return lst[self._index(*_plain(n_decode, ctx, prefix, chunk))]
         flat = self._vindex(n_decode, ctx, prefix, chunk)
         return self._shape_out(self._q[float(q)].reshape(-1)[flat])
 
@@ -320,8 +333,11 @@ class CostTable:
         """Calibrated margin δ in ms, so that P(actual > P_tail + δ) <= 1 - target."""
         if self._mflat is None:
             raise self._no_margin()
-        if _is_scalar(n_decode, chunk, ctx, prefix):
+        kind = _scalar_kind(n_decode, chunk, ctx, prefix)
+        if kind == 1:
             return self._mflat[self._index(n_decode, ctx, prefix, chunk)]
+        if kind == 2:
+            return self._mflat[self._index(*_plain(n_decode, ctx, prefix, chunk))]
         flat = self._vindex(n_decode, ctx, prefix, chunk)
         return self._shape_out(np.asarray(self._mflat)[flat])
 
@@ -333,8 +349,8 @@ class CostTable:
         prefix: ArrayLike = 0,
     ) -> float | np.ndarray:
         """Median device energy of one iteration in J (NaN when samples had no meter)."""
-        if _is_scalar(n_decode, chunk, ctx, prefix):
-            idx = self._index(n_decode, ctx, prefix, chunk)
+        if _scalar_kind(n_decode, chunk, ctx, prefix):
+            idx = self._index(*_plain(n_decode, ctx, prefix, chunk))
             return math.nan if self._eflat is None else self._eflat[idx]
         flat = self._vindex(n_decode, ctx, prefix, chunk)
         if self._energy is None:
@@ -343,24 +359,18 @@ class CostTable:
 
     def _row(self, q: float, use_margin: bool, base: int) -> tuple[list[float], bool]:
         """Bounds along chunk at one (n, ctx, prefix) cell, and whether they are sorted."""
-        cache = self._rows.get((q, use_margin))
-        if cache is None:
-            lst = self._flat.get(q)
-            if lst is None:
-                raise self._missing(q)
-            if use_margin and self._mflat is None:
-                raise self._no_margin()
-            cache = self._rows[(q, use_margin)] = {}
-        hit = cache.get(base)
-        if hit is not None:
-            return hit
-        width = len(self._ax_lists[3])
-        vals = self._flat[q][base : base + width]
+        lst = self._flat.get(q)
+        if lst is None:
+            raise self._missing(q)
+        if use_margin and self._mflat is None:
+            raise self._no_margin()
+        width = self._shape[3]
+        vals = lst[base : base + width]
         if use_margin:
             # Same float operations as predict(...) + margin(...): exact consistency.
             vals = [v + m for v, m in zip(vals, self._mflat[base : base + width], strict=True)]
         ordered = all(a <= b for a, b in zip(vals, vals[1:], strict=False))
-        cache[base] = (vals, ordered)
+        self._row_cache[(q, use_margin, base)] = (vals, ordered)
         return vals, ordered
 
     def max_chunk(
@@ -382,14 +392,19 @@ class CostTable:
         limit = int(limit)
         if limit < 1:
             return 0
-        a0, a1, a2, a3 = self._ax_lists
-        i0 = min(bisect_left(a0, n_decode), len(a0) - 1)
-        i1 = min(bisect_left(a1, ctx), len(a1) - 1)
-        i2 = min(bisect_left(a2, prefix), len(a2) - 1)
-        out = not (a0[0] <= n_decode <= a0[-1] and a1[0] <= ctx <= a1[-1])
-        out = out or not a2[0] <= prefix <= a2[-1]
-        base = ((i0 * len(a1) + i1) * len(a2) + i2) * len(a3)
-        row, ordered = self._row(float(q), bool(use_margin), base)
+        if _scalar_kind(n_decode, ctx, prefix, budget_ms) != 1:
+            n_decode, ctx, prefix, budget_ms = _plain(n_decode, ctx, prefix, budget_ms)
+        a0, a1, a2, a3, n0, n1, n2, n3 = self._fast
+        i0 = bisect_left(a0, n_decode)
+        i1 = bisect_left(a1, ctx)
+        i2 = bisect_left(a2, prefix)
+        out = i0 == n0 or i1 == n1 or i2 == n2
+        out = out or n_decode < a0[0] or ctx < a1[0] or prefix < a2[0]
+        if out:
+            i0, i1, i2 = min(i0, n0 - 1), min(i1, n1 - 1), min(i2, n2 - 1)
+        base = ((i0 * n1 + i1) * n2 + i2) * n3
+        hit = self._row_cache.get((q, use_margin, base))
+        row, ordered = hit if hit is not None else self._row(float(q), bool(use_margin), base)
         last = len(a3) - 1
         answer = 0
         if not budget_ms >= row[0] and ordered:  # also catches NaN budgets
