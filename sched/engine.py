@@ -32,7 +32,7 @@ from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.executor import Executor
 from servecal.sched.live import Clock, LiveRequest, Phase
 from servecal.sched.observe import IterationRecord, Observer
-from servecal.sched.plan import Plan, PlanError
+from servecal.sched.plan import DECODE_ONLY, Plan, PlanError
 from servecal.sched.policy import Policy
 from servecal.sched.request import Request
 from servecal.sched.view import EngineView
@@ -56,7 +56,21 @@ class EngineConfig:
             raise ValueError("EngineConfig.horizon_ms must be > 0")
 
 
-#: Iteration columns the engine fills itself (observers may add more).
+#: Per-iteration fields the hot loop records, in tuple order.
+ROW_COLUMNS = (
+    "start_ms",
+    "duration_ms",
+    "n_decode",
+    "chunk",
+    "n_prefills",
+    "ctx",
+    "prefix",
+    "energy_j",
+    "decision_us",
+    "budget_ms",
+)
+
+#: Iteration columns of the frame, in order (observers may add more).
 ITERATION_COLUMNS = (
     "start_ms",
     "duration_ms",
@@ -132,7 +146,8 @@ class Engine:
         self._ev_arrivals: list[int] = []
         self._ev_prefilled: list[int] = []
         self._ev_finished: list[int] = []
-        self._cols: dict[str, list[Any]] = {c: [] for c in ITERATION_COLUMNS}
+        self._rows: list[tuple[Any, ...]] = []  # one tuple per iteration: ROW_COLUMNS
+        self._pred_rows: list[tuple[float, float, float]] = []  # with observers only
         self._extra: dict[str, list[Any]] = {}
         self.view = EngineView(self)
 
@@ -146,7 +161,9 @@ class Engine:
 
     def step(self) -> bool:
         """One scheduling step (usually one iteration); False when the run is over."""
-        self._admit_arrivals()
+        nxt = self._next
+        if nxt < len(self._pending) and self._pending[nxt].arrival_ms <= self._now:
+            self._admit_arrivals()
         if not self._running and not self._waiting:
             if self._next >= len(self._pending):
                 return False
@@ -243,14 +260,18 @@ class Engine:
         return n_decode, chunks
 
     def _run_plan(self, plan: Plan, decision_us: float) -> bool:
-        n_decode, chunks = self._check(plan)
-        if plan.preempt or plan.park or plan.reject or plan.exceptions:
-            self._apply_side_orders(plan)
-        subset = plan.decode is not None or bool(self._parked_ready)
-        ctx = self._kv_ready / self._n_ready if self._n_ready else 0.0
         starting: list[LiveRequest] = []
-        if subset:
-            ctx, starting = self._set_decoders(plan)
+        if plan is DECODE_ONLY and not self._parked_ready:
+            # fast path: step() already made room for every decode
+            n_decode, chunks = self._n_ready, []
+        else:
+            n_decode, chunks = self._check(plan)
+            if plan.preempt or plan.park or plan.reject or plan.exceptions:
+                self._apply_side_orders(plan)
+        if plan.decode is not None or self._parked_ready:
+            ctx, starting = self._set_decoders(plan)  # slow path: some ready ones skip
+        else:
+            ctx = self._kv_ready / self._n_ready if self._n_ready else 0.0
         chunk = 0
         prefix_weighted = 0
         for live, tokens in chunks:
@@ -272,17 +293,10 @@ class Engine:
         idx = len(clock.ends)
         clock.ends.append(now)
         clock.last_iter = idx
-        cols = self._cols
-        cols["start_ms"].append(start)
-        cols["duration_ms"].append(duration)
-        cols["n_decode"].append(n_decode)
-        cols["chunk"].append(chunk)
-        cols["n_prefills"].append(len(chunks))
-        cols["ctx"].append(ctx)
-        cols["prefix"].append(prefix)
-        cols["energy_j"].append(math.nan if energy is None else energy)
-        cols["decision_us"].append(decision_us)
-        cols["budget_ms"].append(plan.budget_ms)
+        self._rows.append(
+            (start, duration, n_decode, chunk, len(chunks), ctx, prefix,
+             math.nan if energy is None else energy, decision_us, plan.budget_ms)
+        )  # fmt: skip
         if self._observers:
             self._observe(idx, start, n_decode, chunk, ctx, prefix, duration, energy)
         self._kv_used += n_decode + chunk
@@ -302,6 +316,8 @@ class Engine:
 
     def _idle(self) -> bool:
         """The plan runs nothing: wait for the next arrival, or break a memory deadlock."""
+        if not self._running and not self._waiting:  # e.g. the last arrivals were refused
+            return True
         if self._next < len(self._pending):
             self._now = max(self._now, self._pending[self._next].arrival_ms)
             return True
@@ -464,10 +480,7 @@ class Engine:
             actual,
             energy,
         )
-        cols = self._cols
-        cols["pred_p50_ms"].append(record.pred_p50)
-        cols["pred_p99_ms"].append(record.pred_p99)
-        cols["margin_ms"].append(record.margin)
+        self._pred_rows.append((record.pred_p50, record.pred_p99, record.margin))
         for obs in self._observers:
             extra = obs.observe(record)
             if extra:

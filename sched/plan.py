@@ -8,16 +8,16 @@ its remaining prefill, decodes only for requests whose prefill is done.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class PlanError(ValueError):
     """A policy returned a plan the engine refuses to run (a bug in the policy)."""
 
 
-@dataclass(frozen=True, slots=True)
-class Plan:
-    """One iteration.
+class Plan(NamedTuple):
+    """One iteration (immutable; a NamedTuple because one is built per iteration and a
+    frozen dataclass costs several times more to construct).
 
     * ``decode``: request ids that decode one token, or ``None`` (the usual case,
       and the engine's fast path) for every running request whose prefill is done.

@@ -105,47 +105,40 @@ def _request_rows(engine: Engine) -> dict[str, list[Any]]:
 def _logged(n: int, query: Callable[[], Any]) -> np.ndarray:
     """A predictor column for the log; NaN where the predictor has no such answer (a
     P50-only cost table has no P99 and no margin)."""
+    if n == 0:
+        return np.zeros(0)
     try:
-        return np.broadcast_to(np.asarray(query(), dtype=float), (n,))
+        return np.broadcast_to(np.asarray(query(), dtype=float), (n,)).copy()
     except InputError:
         return np.full(n, np.nan)
 
 
+def _iterations(engine: Engine) -> pd.DataFrame:
+    from servecal.sched.engine import ITERATION_COLUMNS, ROW_COLUMNS
+
+    n = len(engine._rows)
+    table = np.array(engine._rows, dtype=float).reshape(n, len(ROW_COLUMNS))
+    cols: dict[str, Any] = {name: table[:, k] for k, name in enumerate(ROW_COLUMNS)}
+    for name in ("n_decode", "chunk", "n_prefills"):
+        cols[name] = cols[name].astype(np.int64)
+    if len(engine._pred_rows) == n and n:
+        pred = np.array(engine._pred_rows, dtype=float)
+        cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = pred.T
+    else:  # no observers: one vectorised predictor call per column, at the end
+        p = engine._predictor
+        args = (cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
+        cols["pred_p50_ms"] = _logged(n, lambda: p.predict(*args, q=0.5))
+        cols["pred_p99_ms"] = _logged(n, lambda: p.predict(*args, q=PLAN_QUANTILE))
+        cols["margin_ms"] = _logged(n, lambda: p.margin(*args))
+    frame = pd.DataFrame({name: cols[name] for name in ITERATION_COLUMNS})
+    for key, values in engine._extra.items():
+        frame[key] = values + [None] * (n - len(values))
+    return frame
+
+
 def build_result(engine: Engine) -> RunResult:
     """Assemble the frames of ``engine``'s run."""
-    cols = engine._cols
-    n = len(cols["start_ms"])
-    if len(cols["pred_p50_ms"]) != n:  # no observers: one vectorised predictor call each
-        p = engine._predictor
-        shape = [np.asarray(cols[k], dtype=float) for k in ("n_decode", "chunk", "ctx", "prefix")]
-        if n:
-            nd, ch = shape[0].astype(np.int64), shape[1].astype(np.int64)
-            cols["pred_p50_ms"] = np.asarray(p.predict(nd, ch, shape[2], shape[3], q=0.5))
-            cols["pred_p99_ms"] = np.asarray(p.predict(nd, ch, shape[2], shape[3], q=PLAN_QUANTILE))
-            cols["margin_ms"] = np.broadcast_to(
-                np.asarray(p.margin(nd, ch, shape[2], shape[3]), dtype=float), (n,)
-            )
-        else:
-            for key in ("pred_p50_ms", "pred_p99_ms", "margin_ms"):
-                cols[key] = []
-    frame = {k: np.asarray(v) for k, v in cols.items()}
-    iterations = pd.DataFrame(
-        {
-            **{k: frame[k].astype(float) for k in ("start_ms", "duration_ms", "ctx", "prefix")},
-            "n_decode": frame["n_decode"].astype(np.int64),
-            "chunk": frame["chunk"].astype(np.int64),
-            "n_prefills": frame["n_prefills"].astype(np.int64),
-            **{
-                k: frame[k].astype(float)
-                for k in ("pred_p50_ms", "pred_p99_ms", "margin_ms", "energy_j")
-            },
-            "decision_us": frame["decision_us"].astype(float),
-            "budget_ms": frame["budget_ms"].astype(float),
-        }
-    )
-    iterations = iterations[list(engine._cols)]
-    for key, values in engine._extra.items():
-        iterations[key] = values + [None] * (n - len(values))
+    iterations = _iterations(engine)
     requests = pd.DataFrame(_request_rows(engine))
     summaries: dict[str, Any] = {}
     for obs in engine._observers:

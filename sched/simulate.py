@@ -111,9 +111,11 @@ def run_seed(
 
 def summarize_run(result: RunResult) -> dict[str, Any]:
     """The one metrics implementation, plus the engine's own counters."""
-    from servecal.sched.metrics import summarize
+    from servecal.sched.metrics import request_outcomes, summarize
 
     summary = summarize(result.requests, result.iterations)
+    # TPOT alone (the margin experiment): requests whose P99 inter-token gap met D_i
+    summary["tpot_attainment"] = float(request_outcomes(result.requests)["tpot_met"].mean())
     summary["plan_calls"] = result.plan_calls
     summary["slo_exceptions"] = int(result.requests["slo_exception"].sum())
     return summary

@@ -12,6 +12,7 @@ from servecal.commands._common import user_errors
 SUMMARY_KEYS = (
     "goodput",
     "attainment",
+    "tpot_attainment",
     "p99_ttft_ms",
     "p99_tpot_ms",
     "mean_ttft_ms",

@@ -1,0 +1,142 @@
+"""Engine speed: SLOWeave's decision time and whole-engine iterations per second.
+
+Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000]``.
+
+Each figure is printed next to a *naive* SLOWeave measured in the same run: it
+scans every ready request for the earliest deadline and calls the predictor's
+public ``predict`` + ``margin`` at every probe of its own binary search, instead
+of reading the engine's deadline heap and calling ``max_chunk`` once. Targets
+(issue 4): median decision ≤ 20 µs at 256 active requests; ≥ 50,000 simulated
+iterations/s on the analytic truth. Numbers depend on the machine and its load:
+compare the ratios, which are measured side by side.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import numpy as np
+
+from servecal.costmodels import AnalyticPredictor, largest_fitting
+from servecal.sched.engine import Engine, EngineConfig
+from servecal.sched.plan import DECODE_ONLY, Plan
+from servecal.sched.policies import SLOWeave, TokenBudget
+from servecal.sched.policies._common import room_for
+from servecal.sched.request import Request
+from servecal.sched.truth import AnalyticTruth
+
+
+class NaiveSLOWeave:
+    """The same decisions as :class:`SLOWeave` (default options), computed naively."""
+
+    def __init__(self, c_max: int = 4096, q: float = 0.99) -> None:
+        self.c_max, self.q = c_max, q
+
+    def plan(self, view, predictor) -> Plan:
+        live = view.next_prefill()
+        if live is None:
+            return DECODE_ONLY
+        limit = min(self.c_max, room_for(view, live))
+        ready = list(view.ready)
+        if not ready:
+            return Plan(prefill=((live.rid, limit),)) if limit > 0 else DECODE_ONLY
+        deadline = min(r.last_token_ms + r.tpot_slo_ms for r in ready)  # O(n) scan
+        budget = max(0.0, deadline - view.now_ms)
+        n, ctx, prefix = len(ready), view.ctx_mean, live.prefilled
+
+        def fits(c: int) -> bool:  # one model call per probe
+            cost = predictor.predict(n, c, ctx, prefix, q=self.q)
+            return cost + predictor.margin(n, c, ctx, prefix) <= budget
+
+        c = largest_fitting(fits, limit)
+        return Plan(prefill=((live.rid, c),), budget_ms=budget) if c > 0 else DECODE_ONLY
+
+
+def _state(active: int, seed: int = 0) -> Engine:
+    """An engine with ``active`` decoding requests (heterogeneous D_i) and a long prompt
+    waiting: the state SLOWeave decides in on every iteration of a loaded server.
+
+    The SLOs (100/150/200 ms) leave room for a chunk even at 1024 decodes
+    (T(1024, 0) = 57.6 ms), so every size runs the whole binary search.
+    """
+    rng = np.random.default_rng(seed)
+    slos = rng.choice([100.0, 150.0, 200.0], size=active)
+    reqs = [Request(i, 0.0, 16, 10**6, tpot_slo_ms=float(slos[i])) for i in range(active)]
+    eng = Engine(
+        reqs,
+        TokenBudget(10**9),
+        AnalyticPredictor(),
+        AnalyticTruth().executor(rng),
+        EngineConfig(kv_capacity=10**9),
+    )
+    eng.step()  # prefill all of them in one iteration
+    eng.step()  # one decode
+    late = Request(active, eng.view.now_ms, 50_000, 10, tpot_slo_ms=25.0)
+    eng._pending.append(late)  # benchmark set-up only: a prompt arrives now
+    eng._admit_arrivals()
+    assert eng.view.n_decode == active and eng.view.next_prefill().rid == active
+    return eng
+
+
+def decision_us(policy, active: int, repeats: int) -> float:
+    """Median wall time of one ``plan`` call, µs."""
+    eng = _state(active)
+    view, pred = eng.view, AnalyticPredictor()
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(repeats):
+        t0 = clock()
+        policy.plan(view, pred)
+        times.append(clock() - t0)
+    return statistics.median(times) / 1000.0
+
+
+def iterations_per_s(policy, requests: int, workload: str = "mixed") -> tuple[float, int]:
+    """Simulated iterations per second of wall time for a whole run (frames excluded)."""
+    from servecal.sched.compare import default_rate
+    from servecal.sched.workloads import generate
+
+    reqs = generate(
+        workload,
+        default_rate(workload),
+        n_requests=requests,
+        tpot_slo_ms=25.0,
+        rng=np.random.default_rng(0),
+    )
+    eng = Engine(
+        reqs, policy, AnalyticPredictor(), AnalyticTruth().executor(np.random.default_rng(1))
+    )
+    step = eng.step
+    t0 = time.perf_counter()
+    while step():
+        pass
+    elapsed = time.perf_counter() - t0
+    n = eng.view.iterations
+    return n / elapsed, n
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=2000, help="plan calls per size")
+    parser.add_argument("--requests", type=int, default=2000, help="requests in the run")
+    args = parser.parse_args()
+
+    print("SLOWeave decision time (median µs per plan call; one prompt waiting)")
+    print(f"{'active':>8} {'heap+max_chunk':>15} {'naive':>10} {'naive/heap':>11}")
+    for active in (16, 256, 1024):
+        fast = decision_us(SLOWeave(), active, args.repeats)
+        slow = decision_us(NaiveSLOWeave(), active, args.repeats)
+        print(f"{active:>8} {fast:>15.2f} {slow:>10.2f} {slow / fast:>10.1f}x")
+    print()
+    print(f"Whole engine, workload mixed, {args.requests} requests, TPOT 25 ms, analytic truth")
+    fast, n_fast = iterations_per_s(SLOWeave(), args.requests)
+    slow, n_slow = iterations_per_s(NaiveSLOWeave(), args.requests)
+    print(f"  SLOWeave        {fast:>10,.0f} iterations/s ({n_fast} iterations)")
+    print(f"  naive SLOWeave  {slow:>10,.0f} iterations/s ({n_slow} iterations)")
+    print(f"  ratio           {fast / slow:>10.2f}x")
+
+
+if __name__ == "__main__":
+    main()

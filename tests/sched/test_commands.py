@@ -1,0 +1,101 @@
+"""servecal simulate / compare end to end on tiny runs, and their one-line errors."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+from typer.testing import CliRunner
+
+from servecal.cli import app
+
+runner = CliRunner()
+
+
+def test_simulate_writes_run_folders_and_prints_json(tmp_path):
+    out = tmp_path / "sim"
+    args = ["simulate", "--workload", "mixed", "--policy", "sloweave", "--tpot-slo", "25",
+            "--rate", "20", "--seeds", "2", "--requests", "60", "--out", str(out),
+            "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    for key in ("goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms", "mean_ttft_ms",
+                "energy_per_good_request_j", "iterations", "preemptions",
+                "decision_us_median", "online"):  # fmt: skip
+        assert key in doc
+    assert doc["energy_per_good_request_j"] is None
+    assert set(doc["online"]) >= {"p50_mape", "p99_coverage"}
+    assert doc["online"]["p99_coverage"] == 1.0  # oracle predictor on a noiseless truth
+    for seed in (0, 1):
+        folder = out / f"seed-{seed}"
+        run = json.loads((folder / "run.json").read_text())
+        assert run["config"]["seed"] == seed and run["energy_source"] == "none"
+        req = pd.read_parquet(folder / "requests.parquet")
+        it = pd.read_parquet(folder / "iterations.parquet")
+        assert len(req) == 60 and len(it) == run["summary"]["iterations"]
+        assert {"tpot_p99_ms", "slo_exception", "preemptions"} <= set(req.columns)
+        assert {"pred_p99_ms", "margin_ms", "decision_us", "budget_ms"} <= set(it.columns)
+    assert not list(tmp_path.glob("**/*.tmp"))
+
+
+def test_simulate_with_drift_energy_and_max_goodput(tmp_path):
+    args = ["simulate", "--workload", "chat", "--policy", "fixed-256", "--tpot-slo", "25",
+            "--rate", "20", "--seeds", "1", "--requests", "40", "--out", str(tmp_path),
+            "--truth", "analytic:sigma=0.05,power_w=300", "--drift", "1s:1.5",
+            "--max-goodput", "--rate-range", "5:40", "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert doc["energy_per_good_request_j"] > 0
+    assert 5 <= doc["max_goodput"] <= 40
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--policy", "nope"], "unknown policy 'nope'"),
+        (["--workload", "nope"], "unknown workload"),
+        (["--drift", "soon:1"], "--drift"),
+        (["--truth", "magic"], "--truth"),
+        (["--predictor", "missing.json"], "--predictor missing.json"),
+        (["--tpot-slo", "-1"], "tpot_slo_ms must be > 0"),
+    ],
+)
+def test_simulate_bad_input_is_one_line_exit_2(tmp_path, extra, message):
+    base = {"--workload": "chat", "--policy": "full", "--tpot-slo": "25"}
+    for flag, value in zip(extra[::2], extra[1::2], strict=True):
+        base[flag] = value
+    args = ["simulate", "--out", str(tmp_path / "x"), "--requests", "5"]
+    for flag, value in base.items():
+        args += [flag, value]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert message in result.output and "Traceback" not in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_compare_prints_rows_and_ratios(tmp_path):
+    args = ["compare", "--workloads", "chat,long", "--policies", "fixed-256,sloweave",
+            "--tpot-slo", "10,25", "--seeds", "1", "--requests", "40", "--jobs", "2",
+            "--rates", "chat=20,long=5", "--out", str(tmp_path), "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.stdout)
+    assert len(rows) == 8
+    assert set(rows[0]) == {"workload", "policy", "tpot_slo", "goodput", "attainment",
+                            "p99_ttft_ms", "p99_tpot_ms"}  # fmt: skip
+    saved = json.loads((tmp_path / "compare.json").read_text())
+    assert len(saved["ratios"]) == 4 and saved["config"]["rates"] == {"chat": 20.0, "long": 5.0}
+    assert (tmp_path / "long" / "sloweave" / "tpot-10" / "seed-0" / "run.json").is_file()
+
+
+def test_compare_table_output_and_bad_rates(tmp_path):
+    args = ["compare", "--workloads", "chat", "--policies", "full,sloweave", "--tpot-slo", "25",
+            "--seeds", "1", "--requests", "20", "--jobs", "1", "--out", str(tmp_path)]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert "TPOT SLO 25 ms" in result.output and "best static" in result.output
+    bad = runner.invoke(app, args + ["--rates", "chat=fast"])
+    assert bad.exit_code == 2 and "--rates" in bad.output
