@@ -147,7 +147,9 @@ def fit_cost_table(
     """
     say = progress or (lambda _msg: None)
     qs = _check_args(model, quantiles, holdout)
-    frame = validate_samples(frame, str(provenance.get("source", "samples")))
+    source = str(provenance.get("source", "samples"))
+    provenance = {k: v for k, v in provenance.items() if k != "source"}
+    frame = validate_samples(frame, source)
     points = {a: frame[a].to_numpy() for a in AXES}
     axes = choose_axes(points, grid)
     shape = describe_samples(frame, axes)
@@ -183,7 +185,14 @@ def fit_cost_table(
     )
     values = _compile(fitted, axes)
     energy = _fit_energy(frame, split.train, kind, axes, int(rng.integers(2**31)))
-    info: dict[str, Any] = {"kind": kind, "reason": reason, "seed": seed, "holdout": holdout}
+    info: dict[str, Any] = {
+        "kind": kind,
+        "reason": reason,
+        "samples": source,
+        "seed": seed,
+        "holdout": holdout,
+        "quantiles": list(qs),
+    }
     if hasattr(fitted, "describe"):
         info["coefficients"] = fitted.describe()
     common = dict(

@@ -39,9 +39,22 @@ COSTTABLE_SCHEMA = "servecal.costtable/1"
 AXES = ("n_decode", "ctx", "prefix", "chunk")
 BETWEEN_RULE = "round_up"
 BEYOND_RULE = "clamp"
-#: Provenance keys that change between runs on the same device/model (ignored when
-#: comparing fingerprints).
-VOLATILE_KEYS = frozenset({"date", "created", "servecal_version", "ts", "timestamp", "schema"})
+#: Provenance keys that identify the device and model a table is valid for (what
+#: ``load(fingerprint=...)`` compares); run details (date, points, versions of
+#: servecal) are not part of the identity.
+IDENTITY_KEYS = (
+    "device_name",
+    "device_uuid",
+    "compute_capability",
+    "driver",
+    "cuda",
+    "torch",
+    "model",
+    "model_hash",
+    "dtype",
+    "attention_backend",
+    "layer_scale",
+)
 
 _SCALAR_TYPES = (int, float, np.integer, np.floating)
 
@@ -76,9 +89,10 @@ class Margin:
 
 
 def fingerprint_diff(table_fp: Mapping[str, Any], device_fp: Mapping[str, Any]) -> list[str]:
-    """Keys present in both fingerprints whose values differ (volatile keys ignored)."""
-    common = (set(table_fp) & set(device_fp)) - VOLATILE_KEYS
-    return sorted(k for k in common if table_fp[k] != device_fp[k])
+    """Identity keys (:data:`IDENTITY_KEYS`) present in both whose values differ."""
+    return [
+        k for k in IDENTITY_KEYS if k in table_fp and k in device_fp and table_fp[k] != device_fp[k]
+    ]
 
 
 _PY_SCALARS = frozenset({int, float})
