@@ -1,0 +1,43 @@
+"""FlowPrefill's priority rule (SPEC §3, from the released code), as pure functions.
+
+* deadline ``d = arrival + TTFT_SLO``;
+* slack ``= (d − now) − max(predicted remaining prefill time, 0)``;
+* priority ``sign(slack) / d``, highest first.
+
+Positive-slack requests therefore come in earliest-deadline order, then the ones
+with exactly zero slack, then the already-late ones (negative slack), among which
+the *latest* deadline comes first (``−1/d`` grows with ``d``): a request that is
+already lost does not keep pushing the savable ones late. Ties go to the earlier
+arrival, then the lower id, so the order is total and deterministic.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable
+
+from servecal.sched.flowprefill.state import Job
+
+
+def slack_ms(deadline_ms: float, now_ms: float, remaining_ms: float) -> float:
+    """Time to spare if the request ran alone from now on."""
+    return (deadline_ms - now_ms) - max(remaining_ms, 0.0)
+
+
+def priority(deadline_ms: float, slack: float) -> float:
+    """``sign(slack) / d``; larger runs first. ``d`` must be > 0."""
+    if not deadline_ms > 0:
+        raise ValueError(f"deadline must be > 0 ms, got {deadline_ms}")
+    return math.copysign(1.0, slack) / deadline_ms if slack != 0 else 0.0
+
+
+def by_priority(
+    jobs: Iterable[Job], now_ms: float, remaining_ms: Callable[[Job], float]
+) -> list[Job]:
+    """``jobs`` sorted highest priority first (ties: earlier arrival, then lower id)."""
+
+    def key(job: Job) -> tuple[float, float, int]:
+        slack = slack_ms(job.deadline_ms, now_ms, remaining_ms(job))
+        return (-priority(job.deadline_ms, slack), job.arrival_ms, job.rid)
+
+    return sorted(jobs, key=key)

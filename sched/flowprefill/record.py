@@ -1,0 +1,220 @@
+"""What the operator-level driver records, and the run it turns into.
+
+The frames follow the engine's schemas (docs/engine.md) so that the one metrics
+implementation (:func:`servecal.sched.metrics.summarize`) and the run-folder
+writer take them unchanged. An *iteration* row here is a segment: a prefill batch
+running a contiguous range of its operators (``ops_from``..``ops_to``, ``parked``
+when it stopped at a boundary), or a colocated decode iteration (``chunk = 0``).
+
+Beyond the engine's counters it keeps FlowPrefill's own: scheduler wake-ups and
+their decision time, every park's *blocking time* (decided → running batch
+parked) and the longest single operator run.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
+from servecal.sched.engine import ITERATION_COLUMNS
+from servecal.sched.executor import Executor
+from servecal.sched.flowprefill.state import Job
+from servecal.sched.request import Request
+from servecal.sched.result import REQUEST_COLUMNS, RunResult, p99
+
+if TYPE_CHECKING:
+    from servecal.sched.flowprefill.driver import _Segment
+
+
+@dataclass(frozen=True)
+class FlowRun:
+    """A finished run: the engine-compatible :class:`RunResult` plus FlowPrefill's
+    counters (``preemptions`` here are operator-level parks; nothing is recomputed)."""
+
+    result: RunResult
+    wakeups: int
+    decision_us_total: float
+    blocking_ms: np.ndarray
+    max_operator_ms: float
+    parks: int
+
+    def counters(self) -> dict[str, Any]:
+        """``wakeups``, ``preemptions``, ``p99_blocking_ms``, ``max_operator_ms``, ..."""
+        b = self.blocking_ms
+        return {
+            "wakeups": self.wakeups,
+            "decision_us_total": self.decision_us_total,
+            "preemptions": self.parks,
+            "p99_blocking_ms": p99(b) if b.size else None,
+            "max_blocking_ms": float(b.max()) if b.size else None,
+            "max_operator_ms": self.max_operator_ms,
+        }
+
+
+class Recorder:
+    """Collects rows and counters while the driver runs."""
+
+    def __init__(self, requests: list[Request], executor: Executor) -> None:
+        self._requests = requests
+        self._energy_source = getattr(executor, "energy_source", "none")
+        self._cols: dict[str, list[Any]] = {c: [] for c in ITERATION_COLUMNS}
+        self._cols.update(ops_from=[], ops_to=[], parked=[], rids=[])
+        self._first: dict[int, float] = {}
+        self._done: dict[int, float] = {}
+        self._parks_of: dict[int, int] = {}
+        self._rejected: set[int] = set()
+        self._decode_ends: list[float] = []
+        self._decode_from: dict[int, int] = {}  # rid -> first decode iteration index
+        self._blocking: list[float] = []
+        self._max_op = 0.0
+        self.wakeups = 0
+        self.decision_us = 0.0
+        self.last_decision_us = math.nan
+        self.admitted = 0
+        self._end = math.nan
+
+    # -- events ----------------------------------------------------------------------------
+    def wake(self, us: float) -> None:
+        self.wakeups += 1
+        self.decision_us += us
+        self.last_decision_us = us
+
+    def operators(self, durations: np.ndarray) -> None:
+        if durations.size:
+            self._max_op = max(self._max_op, float(durations.max()))
+
+    def park(self, blocking_ms: float, n_jobs: int) -> None:
+        self._blocking.append(blocking_ms)
+
+    def first_token(self, job: Job, now: float) -> None:
+        self._first[job.rid] = now
+        self._parks_of[job.rid] = job.preemptions
+        self._decode_from[job.rid] = len(self._decode_ends)
+
+    def finish(self, rid: int, now: float) -> None:
+        self._done[rid] = now
+
+    def reject(self, rid: int) -> None:
+        self._rejected.add(rid)
+
+    @property
+    def decode_count(self) -> int:
+        return len(self._decode_ends)
+
+    def _row(self, **values: Any) -> None:
+        for key, col in self._cols.items():
+            col.append(values.get(key, math.nan))
+
+    def segment(self, seg: _Segment, share: float, parked: bool, p: Predictor) -> None:
+        total = int(sum(seg.tokens))
+        self._row(
+            start_ms=seg.start_ms,
+            duration_ms=seg.run_ms,
+            n_decode=0,
+            chunk=total,
+            n_prefills=len(seg.jobs),
+            ctx=0.0,
+            prefix=seg.prefix,
+            pred_p50_ms=float(p.predict(0, total, 0, seg.prefix, q=0.5)) * share,
+            pred_p99_ms=float(p.predict(0, total, 0, seg.prefix, q=PLAN_QUANTILE)) * share,
+            margin_ms=float(p.margin(0, total, 0, seg.prefix)) * share,
+            energy_j=math.nan if seg.energy is None else seg.energy * share,
+            decision_us=seg.decision_us,
+            ops_from=seg.first_op,
+            ops_to=seg.first_op + seg.i,
+            parked=parked,
+            rids=" ".join(str(j.rid) for j in seg.jobs),
+        )
+
+    def decode(
+        self, start: float, duration: float, energy: float | None, n: int, ctx: float,
+        p: Predictor,
+    ) -> int:  # fmt: skip
+        """Log one decode iteration; return its index among decode iterations."""
+        self._decode_ends.append(start + duration)
+        self._row(
+            start_ms=start,
+            duration_ms=duration,
+            n_decode=n,
+            chunk=0,
+            n_prefills=0,
+            ctx=ctx,
+            prefix=0.0,
+            pred_p50_ms=float(p.predict(n, 0, ctx, 0, q=0.5)),
+            pred_p99_ms=float(p.predict(n, 0, ctx, 0, q=PLAN_QUANTILE)),
+            margin_ms=float(p.margin(n, 0, ctx, 0)),
+            energy_j=math.nan if energy is None else energy,
+            decision_us=math.nan,
+            ops_from=0,
+            ops_to=0,
+            parked=False,
+            rids="",
+        )
+        return len(self._decode_ends) - 1
+
+    def close(self, now: float) -> None:
+        self._end = now
+
+    # -- the run -----------------------------------------------------------------------------
+    def _requests_frame(self) -> pd.DataFrame:
+        ends = np.asarray(self._decode_ends, dtype=float)
+        rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
+        for req in self._requests:
+            first = self._first.get(req.rid, math.nan)
+            done = self._done.get(req.rid, math.nan)
+            start = self._decode_from.get(req.rid)
+            gaps = np.empty(0)
+            tokens = 0
+            if start is not None:
+                stop = start + req.output_tokens - 1 if not math.isnan(done) else ends.size
+                times = np.concatenate([[first], ends[start:stop]])
+                gaps = np.diff(times)
+                tokens = times.size
+            rows["rid"].append(req.rid)
+            rows["arrival_ms"].append(req.arrival_ms)
+            rows["prompt_tokens"].append(req.prompt_tokens)
+            rows["output_tokens"].append(req.output_tokens)
+            rows["ttft_slo_ms"].append(req.ttft_slo_ms)
+            rows["tpot_slo_ms"].append(req.tpot_slo_ms)
+            rows["slo_class"].append(req.slo_class)
+            rows["first_token_ms"].append(first)
+            rows["completion_ms"].append(done)
+            rows["tokens_out"].append(tokens)
+            rows["tpot_p99_ms"].append(p99(gaps) if gaps.size else math.nan)
+            rows["tpot_mean_ms"].append(float(gaps.mean()) if gaps.size else math.nan)
+            rows["tpot_max_ms"].append(float(gaps.max()) if gaps.size else math.nan)
+            rows["preemptions"].append(self._parks_of.get(req.rid, 0))
+            rows["slo_exception"].append(False)
+            rows["rejected"].append(req.rid in self._rejected)
+        return pd.DataFrame(rows)
+
+    def result(self) -> FlowRun:
+        cols = self._cols
+        iterations = pd.DataFrame({k: np.asarray(v, dtype=object) for k, v in cols.items()})
+        for key in ("n_decode", "chunk", "n_prefills", "ops_from", "ops_to"):
+            iterations[key] = iterations[key].astype(np.int64)
+        iterations["parked"] = iterations["parked"].astype(bool)
+        iterations["rids"] = iterations["rids"].astype(str)
+        ints = {"n_decode", "chunk", "n_prefills", "ops_from", "ops_to", "parked", "rids"}
+        for key in set(cols) - ints:
+            iterations[key] = iterations[key].astype(float)
+        run = RunResult(
+            requests=self._requests_frame(),
+            iterations=iterations,
+            preemptions=len(self._blocking),
+            plan_calls=self.wakeups,
+            energy_source=self._energy_source,
+        )
+        return FlowRun(
+            result=run,
+            wakeups=self.wakeups,
+            decision_us_total=self.decision_us,
+            blocking_ms=np.asarray(self._blocking, dtype=float),
+            max_operator_ms=self._max_op,
+            parks=len(self._blocking),
+        )

@@ -1,0 +1,81 @@
+"""Per-request prefill state of the operator-level driver, read by policies.
+
+A request's prompt is prefilled in one or more *chunks* (one, the whole prompt,
+for FlowPrefill and FCFS; 512 or 2048 tokens for the chunked baselines). A chunk
+in flight is a sequence of operators (:mod:`.operators`); ``ops_done`` counts
+those finished. A request parked at an operator boundary keeps its KV, its chunk
+and its ``ops_done``: resuming runs the remaining operators only.
+"""
+
+from __future__ import annotations
+
+import math
+
+from servecal.sched.request import Request
+
+
+class Job:
+    """One request on the prefill side. Only the driver writes the fields."""
+
+    __slots__ = (
+        "request",
+        "rid",
+        "deadline_ms",
+        "tokens_done",
+        "chunk",
+        "ops_done",
+        "holds_kv",
+        "kv_tokens",
+        "pred_chunk_ms",
+        "first_ms",
+        "preemptions",
+        "running",
+    )
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.rid = request.rid
+        #: FlowPrefill's deadline ``d = arrival + TTFT_SLO``.
+        self.deadline_ms = request.arrival_ms + request.ttft_slo_ms
+        self.tokens_done = 0  # prompt tokens of finished chunks
+        self.chunk = 0  # tokens of the chunk in flight (0: none)
+        self.ops_done = 0  # operators of the chunk in flight already run
+        self.holds_kv = False
+        self.kv_tokens = 0  # KV reserved for this request now
+        self.pred_chunk_ms = math.nan  # predicted time of the whole chunk in flight
+        self.first_ms = math.nan
+        self.preemptions = 0  # times parked at an operator boundary
+        self.running = False
+
+    @property
+    def arrival_ms(self) -> float:
+        return self.request.arrival_ms
+
+    @property
+    def ttft_slo_ms(self) -> float:
+        return self.request.ttft_slo_ms
+
+    @property
+    def prompt_tokens(self) -> int:
+        return self.request.prompt_tokens
+
+    @property
+    def remaining_tokens(self) -> int:
+        """Prompt tokens not yet prefilled (the chunk in flight counts as not done)."""
+        return self.request.prompt_tokens - self.tokens_done
+
+    @property
+    def in_flight(self) -> bool:
+        """A chunk is partly run: the request is parked mid-chunk (or running)."""
+        return self.ops_done > 0
+
+    @property
+    def fresh(self) -> bool:
+        """Never started: holds no KV, nothing prefilled."""
+        return not self.holds_kv
+
+    def __repr__(self) -> str:
+        return (
+            f"Job(rid={self.rid}, done={self.tokens_done}/{self.prompt_tokens}, "
+            f"chunk={self.chunk}, ops_done={self.ops_done}, running={self.running})"
+        )
