@@ -112,6 +112,8 @@ def load_trace(
         slo_classes = slo_classes_named(slo_classes)
     if rate is not None and not rate > 0:
         raise InputError(f"rate must be > 0 req/s, got {rate}")
+    if n_requests is not None and n_requests < 1:
+        raise InputError(f"n_requests must be >= 1, got {n_requests}")
     frame = _read_table(path)
     fmt = next((f for f in _FORMATS if f[0] in frame.columns and f[1] in frame.columns), None)
     if fmt is None:

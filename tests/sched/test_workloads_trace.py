@@ -98,6 +98,13 @@ def test_bad_files_give_one_line_errors(tmp_path: Path, content: str, match: str
     assert "\n" not in str(info.value) and str(f) in str(info.value)
 
 
+def test_bad_arguments_are_input_errors() -> None:
+    with pytest.raises(InputError, match="n_requests"):
+        load_trace(AZURE, 1.0, 25.0, None, _rng(), n_requests=0)
+    with pytest.raises(InputError, match="rate"):
+        load_trace(AZURE, -1.0, 25.0, None, _rng())
+
+
 def test_missing_or_unreadable_file(tmp_path: Path) -> None:
     with pytest.raises(InputError, match="not found"):
         load_trace(tmp_path / "nope.csv", 1.0, 25.0, None, _rng())
