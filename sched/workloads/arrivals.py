@@ -12,16 +12,19 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from servecal.costmodels.errors import InputError
+
 
 def _check_extent(rate: float, n_requests: int | None, duration_s: float | None) -> None:
+    # InputError (a ValueError): these numbers come straight from command-line flags.
     if not (rate > 0 and math.isfinite(rate)):
-        raise ValueError(f"rate must be a positive number of requests per second, got {rate}")
+        raise InputError(f"rate must be a positive number of requests per second, got {rate}")
     if n_requests is None and duration_s is None:
-        raise ValueError("give n_requests or duration_s (or both)")
+        raise InputError("give n_requests or duration_s (or both)")
     if n_requests is not None and n_requests < 1:
-        raise ValueError(f"n_requests must be >= 1, got {n_requests}")
+        raise InputError(f"n_requests must be >= 1, got {n_requests}")
     if duration_s is not None and not duration_s > 0:
-        raise ValueError(f"duration_s must be > 0, got {duration_s}")
+        raise InputError(f"duration_s must be > 0, got {duration_s}")
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ def draw_requests(
 ) -> list[Request]:
     """Draw ``spec`` at mean ``rate`` req/s (draw order: arrivals, classes, lengths)."""
     if not (tpot_slo_ms > 0 and math.isfinite(tpot_slo_ms)):
-        raise ValueError(f"tpot_slo_ms must be a positive number, got {tpot_slo_ms}")
+        raise InputError(f"tpot_slo_ms must be a positive number, got {tpot_slo_ms}")
     arrival = spec.arrivals.times_ms(rate, rng, n_requests=n_requests, duration_s=duration_s)
     n = arrival.size
     which = draw_classes(spec.classes, n, rng)

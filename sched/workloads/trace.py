@@ -112,6 +112,8 @@ def load_trace(
         slo_classes = slo_classes_named(slo_classes)
     if rate is not None and not rate > 0:
         raise InputError(f"rate must be > 0 req/s, got {rate}")
+    if not tpot_slo_ms > 0 or (ttft_slo_ms is not None and not ttft_slo_ms > 0):
+        raise InputError(f"SLOs must be > 0 ms, got TPOT {tpot_slo_ms}, TTFT {ttft_slo_ms}")
     if n_requests is not None and n_requests < 1:
         raise InputError(f"n_requests must be >= 1, got {n_requests}")
     frame = _read_table(path)

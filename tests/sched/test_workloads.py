@@ -174,8 +174,13 @@ def test_specs_are_frozen_and_checked() -> None:
     cls = SloClass("a", 1.0, FixedLengths(1), FixedLengths(1), TtftRule(1.0))
     with pytest.raises(ValueError):
         WorkloadSpec("dup", "x", (cls, cls), PoissonArrivals())
-    with pytest.raises(ValueError):
+    # Flag-derived arguments are one-line input errors (exit 2 in the CLI).
+    with pytest.raises(InputError, match="tpot_slo_ms"):
         generate("chat", 1.0, n_requests=3, tpot_slo_ms=0.0, rng=np.random.default_rng(0))
+    with pytest.raises(InputError, match="n_requests"):
+        generate("bursty", 1.0, n_requests=0, tpot_slo_ms=5.0, rng=np.random.default_rng(0))
+    with pytest.raises(InputError, match="rate"):
+        generate("mixed", 0.0, n_requests=5, tpot_slo_ms=5.0, rng=np.random.default_rng(0))
 
 
 def test_quantile_lengths_follow_their_table() -> None:

@@ -103,6 +103,10 @@ def test_bad_arguments_are_input_errors() -> None:
         load_trace(AZURE, 1.0, 25.0, None, _rng(), n_requests=0)
     with pytest.raises(InputError, match="rate"):
         load_trace(AZURE, -1.0, 25.0, None, _rng())
+    with pytest.raises(InputError, match="SLOs must be > 0"):
+        load_trace(AZURE, 1.0, 0.0, None, _rng())
+    with pytest.raises(InputError, match="SLOs must be > 0"):
+        load_trace(AZURE, 1.0, 25.0, -5.0, _rng())
 
 
 def test_missing_or_unreadable_file(tmp_path: Path) -> None:
