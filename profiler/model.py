@@ -15,7 +15,9 @@ resume later with the same ``x``), and finally :meth:`Transformer.head`.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -23,11 +25,6 @@ from torch import nn
 
 from servecal.profiler.kv import DecodeGroup, IterationBatch, PrefillSegment
 from servecal.profiler.shapes import ModelShape
-
-try:  # torch >= 2.3: bottom-right-aligned causal mask that flash/efficient kernels accept
-    from torch.nn.attention.bias import causal_lower_right
-except ImportError:  # pragma: no cover - older torch
-    causal_lower_right = None
 
 
 def _probe_gqa() -> bool:
@@ -61,20 +58,35 @@ def sdpa(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal)
 
 
+@functools.cache
+def _causal_lower_right() -> Any:
+    # Imported lazily: torch.nn.attention.bias pulls in torch._dynamo (seconds of import).
+    try:  # torch >= 2.3: bottom-right-aligned causal mask that flash/efficient kernels accept
+        from torch.nn.attention.bias import causal_lower_right
+    except ImportError:  # pragma: no cover - older torch
+        return None
+    return causal_lower_right
+
+
 def prefill_mask(prefix: int, chunk: int, device: torch.device | str) -> object | None:
-    """Causal mask for ``chunk`` queries at positions ``prefix..`` over ``prefix+chunk`` keys."""
+    """Causal mask for ``chunk`` queries at positions ``prefix..`` over ``prefix+chunk`` keys.
+
+    On CUDA a lower-right causal bias (keeps the flash/efficient kernels); elsewhere
+    an explicit boolean mask.
+    """
     if prefix == 0:
         return None  # plain is_causal
-    if causal_lower_right is not None:
-        return causal_lower_right(chunk, prefix + chunk)
+    lower_right = _causal_lower_right() if torch.device(device).type == "cuda" else None
+    if lower_right is not None:
+        return lower_right(chunk, prefix + chunk)
     q_pos = torch.arange(prefix, prefix + chunk, device=device)[:, None]
     return torch.arange(prefix + chunk, device=device)[None, :] <= q_pos
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
+    def __init__(self, dim: int, eps: float, **factory: Any) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.ones(dim, **factory))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -103,16 +115,17 @@ class IterationContext:
 class DecoderLayer(nn.Module):
     """One transformer block; ``index`` selects its K/V in the pools."""
 
-    def __init__(self, shape: ModelShape, index: int) -> None:
+    def __init__(self, shape: ModelShape, index: int, **factory: Any) -> None:
         super().__init__()
         self.shape = shape
         self.index = index
-        self.attn_norm = RMSNorm(shape.hidden, shape.norm_eps)
-        self.wqkv = nn.Linear(shape.hidden, shape.q_dim + 2 * shape.kv_dim, bias=False)
-        self.wo = nn.Linear(shape.q_dim, shape.hidden, bias=False)
-        self.mlp_norm = RMSNorm(shape.hidden, shape.norm_eps)
-        self.w_gate_up = nn.Linear(shape.hidden, 2 * shape.intermediate, bias=False)
-        self.w_down = nn.Linear(shape.intermediate, shape.hidden, bias=False)
+        hidden, eps = shape.hidden, shape.norm_eps
+        self.attn_norm = RMSNorm(hidden, eps, **factory)
+        self.wqkv = nn.Linear(hidden, shape.q_dim + 2 * shape.kv_dim, bias=False, **factory)
+        self.wo = nn.Linear(shape.q_dim, hidden, bias=False, **factory)
+        self.mlp_norm = RMSNorm(hidden, eps, **factory)
+        self.w_gate_up = nn.Linear(hidden, 2 * shape.intermediate, bias=False, **factory)
+        self.w_down = nn.Linear(shape.intermediate, hidden, bias=False, **factory)
 
     def attention(
         self, x: torch.Tensor, batch: IterationBatch, ictx: IterationContext
@@ -194,16 +207,18 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     """Embedding, ``len(layers)`` decoder layers (may be fewer than the shape's), head."""
 
-    def __init__(self, shape: ModelShape, n_layers: int) -> None:
+    def __init__(self, shape: ModelShape, n_layers: int, **factory: Any) -> None:
         super().__init__()
         self.shape = shape
-        self.embedding = nn.Embedding(shape.vocab, shape.hidden)
-        self.layers = nn.ModuleList(DecoderLayer(shape, i) for i in range(n_layers))
-        self.norm = RMSNorm(shape.hidden, shape.norm_eps)
-        self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False)
+        self.embedding = nn.Embedding(shape.vocab, shape.hidden, **factory)
+        self.layers = nn.ModuleList(DecoderLayer(shape, i, **factory) for i in range(n_layers))
+        self.norm = RMSNorm(shape.hidden, shape.norm_eps, **factory)
+        self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False, **factory)
         half = shape.head_dim // 2
-        inv_freq = 1.0 / (shape.rope_theta ** (torch.arange(half, dtype=torch.float64) / half))
-        self.register_buffer("inv_freq", inv_freq.float(), persistent=False)
+        exponents = torch.arange(half, dtype=torch.float64) / half
+        inv_freq = (1.0 / shape.rope_theta**exponents).float().to(factory.get("device"))
+        # Kept in float32 whatever the weights' dtype: angles need the precision.
+        self.register_buffer("inv_freq", inv_freq, persistent=False)
 
     @property
     def device(self) -> torch.device:
@@ -284,19 +299,11 @@ def build_model(
     if not 1 <= n_layers <= shape.n_layers:
         raise ValueError(f"n_layers must be in [1, {shape.n_layers}], got {n_layers}")
     dtype = default_dtype(device) if dtype is None else dtype
-    with torch.device("meta"):
-        model = Transformer(shape, n_layers)
-    model = model.to_empty(device=device)
+    # Built directly on the device in its dtype (a 70B layer does not fit a CPU detour).
+    model = Transformer(shape, n_layers, device=device, dtype=dtype)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("norm.weight"):
-                param.fill_(1.0)
-            else:
+            if not name.endswith("norm.weight"):
                 param.normal_(0.0, 0.02, generator=gen)
-        half = shape.head_dim // 2
-        exponents = torch.arange(half, dtype=torch.float64, device=device) / half
-        model.inv_freq.copy_((1.0 / shape.rope_theta**exponents).float())
-    model = model.to(dtype=dtype)
-    model.inv_freq = model.inv_freq.float()
     return model.eval().requires_grad_(False)
