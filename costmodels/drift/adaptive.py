@@ -11,9 +11,10 @@ follows the ``1 − α`` quantile of ``actual / (P99 + δ) − 1``: a relative
 excess, so one step ``η·(P99 + δ)`` is in ms and scales with the iteration.
 Unlike adaptive conformal inference run at the P99 (which inflates to infinity
 after a run of misses) it settles where the miss rate is α. A region seen
-fewer than ``warm`` times borrows the pooled tracker. While the monitor says
-``ok`` (and ``always`` is off) the base margin is used unchanged; adapted
-margins only ever add (``Q ≥ 0``).
+fewer than ``warm`` times borrows the pooled tracker. When the monitor first
+alarms a slow-down, every tracker starts at its measured size (a jump start, see
+``_jump_start``). While the monitor says ``ok`` (and ``always`` is off) the base
+margin is used unchanged; adapted margins only ever add (``Q ≥ 0``).
 
 ``Q`` is made non-decreasing in the chunk (running maximum over chunk buckets)
 so the adapted bound stays monotone and ``max_chunk`` stays an exact search:
@@ -76,6 +77,7 @@ class AdaptiveMargin:
         self.count = np.zeros(g.size, dtype=np.int64)
         self.q_pooled = 0.0
         self.observed = 0
+        self._jumped = False
         self._version = 0  # bumps on every update; with `active` it keys the cache
         self._cache: tuple[tuple[int, bool], np.ndarray] | None = None
 
@@ -110,6 +112,7 @@ class AdaptiveMargin:
         actual = float(field_of(record, "actual_ms", np.nan))
         if not actual > 0:
             return {"margin_scale": float(self.scales()[self._cell(n, c)])}
+        self._jump_start()
         ctx = field_of(record, "ctx", 0) or 0
         pre = field_of(record, "prefix", 0) or 0
         bound = float(self.base.predict(n, c, ctx, pre, q=PLAN_QUANTILE)) + float(
@@ -129,6 +132,24 @@ class AdaptiveMargin:
             self.observed += 1
             self._version += 1
         return {"margin_scale": float(self.scales()[self._cell(n, c)])}
+
+    def _jump_start(self) -> None:
+        """On the first alarmed slow-down, start every tracker at the measured size.
+
+        Climbing from 0 at η per miss takes tens of misses per region, each one a
+        late token; the monitor already knows the slow-down (e.g. ×1.15), so the
+        trackers start there and only fine-tune (they still decay if it was less).
+        """
+        if self._jumped:
+            return
+        factor = getattr(self.monitor, "slowdown_factor", None)
+        if factor is None:
+            return
+        self._jumped = True
+        lift = min(max(float(factor) - 1.0, 0.0), self.config.q_max)
+        np.maximum(self.q, lift, out=self.q)
+        self.q_pooled = max(self.q_pooled, lift)
+        self._version += 1
 
     def _cell(self, n: int, c: int) -> tuple[int, int]:
         return self.grid.n_bucket(n), self.grid.c_bucket(c)

@@ -18,7 +18,7 @@ from servecal.costmodels.drift.thresholds import Thresholds
 class Cusum:
     """``S ← max(0, S + x − k)``; fires when ``S ≥ h``. Tracks the current excursion."""
 
-    __slots__ = ("k", "h", "s", "onset", "onset_ms", "seg_n", "seg_sum")
+    __slots__ = ("k", "h", "s", "onset", "onset_ms", "seg_n", "seg_sum", "seg_aux")
 
     def __init__(self, k: float, h: float) -> None:
         self.k, self.h = float(k), float(h)
@@ -27,18 +27,21 @@ class Cusum:
         self.onset_ms = 0.0
         self.seg_n = 0
         self.seg_sum = 0.0
+        self.seg_aux = 0.0
 
-    def update(self, x: float, index: int = 0, time_ms: float = 0.0) -> bool:
-        """Add one observation; True when the statistic is at or above ``h``."""
+    def update(self, x: float, index: int = 0, time_ms: float = 0.0, aux: float = 0.0) -> bool:
+        """Add one observation (``aux``: a value averaged over the excursion, e.g. its
+        size); True when the statistic is at or above ``h``."""
         s = self.s + x - self.k
         if s <= 0.0:
-            self.s, self.seg_n, self.seg_sum, self.onset = 0.0, 0, 0.0, -1
+            self.s, self.seg_n, self.seg_sum, self.seg_aux, self.onset = 0.0, 0, 0.0, 0.0, -1
             return False
         if self.seg_n == 0:
             self.onset, self.onset_ms = index, time_ms
         self.s = s
         self.seg_n += 1
         self.seg_sum += x
+        self.seg_aux += aux
         return s >= self.h
 
     @property
@@ -49,6 +52,10 @@ class Cusum:
     @property
     def seg_mean(self) -> float:
         return self.seg_sum / self.seg_n if self.seg_n else 0.0
+
+    @property
+    def seg_aux_mean(self) -> float:
+        return self.seg_aux / self.seg_n if self.seg_n else 0.0
 
 
 class StreamBank:

@@ -74,7 +74,7 @@ def field_of(record: Any, name: str, default: Any = None) -> Any:
 class _Detectors:
     """The three CUSUMs for one scope (the whole stream, or one region)."""
 
-    __slots__ = ("up", "down", "tail", "n", "hits", "sum_u")
+    __slots__ = ("up", "down", "tail", "n", "hits", "sum_effect")
 
     def __init__(self, th: Thresholds) -> None:
         self.up = Cusum(th.k_up, th.h_up)
@@ -82,14 +82,14 @@ class _Detectors:
         self.tail = Cusum(0.0, th.h_tail)
         self.n = 0
         self.hits = 0
-        self.sum_u = 0.0
+        self.sum_effect = 0.0
 
-    def update(self, u: float, hit: bool, inc: float, index: int, t: float) -> None:
+    def update(self, u: float, e: float, hit: bool, inc: float, index: int, t: float) -> None:
         self.n += 1
         self.hits += hit
-        self.sum_u += u
-        self.up.update(u, index, t)
-        self.down.update(-u, index, t)
+        self.sum_effect += e
+        self.up.update(u, index, t, e)
+        self.down.update(-u, index, t, e)
         self.tail.update(inc, index, t)
 
     def levels(self) -> dict[str, float]:
@@ -138,10 +138,12 @@ class DriftMonitor:
             return {"drift_state": self.state}
         bound = float(field_of(record, "pred_p99", p50)) + float(field_of(record, "margin", 0.0))
         hit = actual > bound
-        u = self.profile.standardise(math.log(actual / p50))
+        r = math.log(actual / p50)
+        u = self.profile.standardise(r)
+        e = self.profile.effect(r)
         th = self.thresholds
         inc = th.tail_hit if hit else th.tail_miss
-        self._all.update(u, hit, inc, index, t)
+        self._all.update(u, e, hit, inc, index, t)
         region = self.grid.index(
             int(field_of(record, "n_decode", 0)), int(field_of(record, "chunk", 0))
         )
@@ -149,7 +151,7 @@ class DriftMonitor:
         if reg is None:
             reg = self._regions[region] = _Detectors(th)
             self._region_fired[region] = set()
-        reg.update(u, hit, inc, index, t)
+        reg.update(u, e, hit, inc, index, t)
         for name, level in reg.levels().items():
             if level >= 1.0:
                 self._region_fired[region].add(name)
@@ -192,17 +194,12 @@ class DriftMonitor:
         return out
 
     # -- estimates ---------------------------------------------------------
-    def _factor(self, mean_u: float) -> float:
-        """Ratio actual/P50 relative to calibration, from a mean standardised residual."""
-        return math.exp(self.profile.scale * self.profile.clipped_std * mean_u)
-
     def _effect(self, det: str, c: Cusum) -> dict[str, float]:
         if det == "tail":
             th = self.thresholds
             hits = (c.seg_sum - c.seg_n * th.tail_miss) / (th.tail_hit - th.tail_miss)
             return {"exceed_rate": hits / c.seg_n if c.seg_n else 0.0}
-        sign = 1.0 if det == "slowdown" else -1.0
-        return {"factor": self._factor(sign * c.seg_mean)}
+        return {"factor": self.profile.factor(c.seg_aux_mean)}
 
     def _region_report(self, region: int, reg: _Detectors) -> dict[str, Any]:
         levels = reg.levels()
@@ -213,7 +210,7 @@ class DriftMonitor:
         if c.seg_n >= 10:
             factor = self._effect(mean_det, c)["factor"]
         else:
-            factor = self._factor(reg.sum_u / reg.n)
+            factor = self.profile.factor(reg.sum_effect / reg.n)
         out = self.grid.describe(region)
         out.update(
             {
@@ -247,6 +244,14 @@ class DriftMonitor:
         ]
         return "recalibrate " + "; ".join(parts)
 
+    @property
+    def slowdown_factor(self) -> float | None:
+        """Size of the slow-down under way (actual/P50 vs calibration), once one is alarmed."""
+        if self.state != "drift" or not any(a["detector"] == "slowdown" for a in self.alarms):
+            return None
+        up = self._all.up
+        return self.profile.factor(up.seg_aux_mean) if up.seg_n else None
+
     def _overall_factor(self) -> float | None:
         """Median shift since the mean alarm's onset, else over the whole stream."""
         for a in self.alarms:
@@ -255,7 +260,7 @@ class DriftMonitor:
                 if c.seg_n:
                     return self._effect(a["detector"], c)["factor"]
                 return a["factor"]
-        return self._factor(self._all.sum_u / self._all.n) if self._all.n else None
+        return self.profile.factor(self._all.sum_effect / self._all.n) if self._all.n else None
 
     def summary(self) -> dict[str, Any]:
         """Change points, drifted regions and by how much, and what to do (for run.json)."""

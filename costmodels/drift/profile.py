@@ -16,8 +16,9 @@ P50/P99 spread, or (for a one-off check) from the measurements being checked.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 
 import numpy as np
@@ -35,9 +36,38 @@ MIN_RESIDUALS = 20
 N_ATOMS = 401
 
 
+#: Clip levels (in robust σ) the detector statistic may use; the one that carries
+#: the most information about a shift in *these* residuals is kept.
+CLIP_CHOICES = (0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0)
+#: Clip of the size estimate (a Huber-type mean: stalls do not inflate it).
+EFFECT_CLIP = 3.0
+#: Probability half-band around the median used to estimate the density there.
+MEDIAN_BAND = 0.1
+#: Half-width (in robust σ) of the finite difference that measures the slope.
+SLOPE_STEP = 0.1
+
+
+def _shape(z: np.ndarray, clip: float) -> tuple[float, float, float, float]:
+    """Mean, std, slope and information of ``clip(z, ±clip)`` under shifts of ``z``."""
+    zc = np.clip(z, -clip, clip)
+    hi = np.clip(z + SLOPE_STEP, -clip, clip).mean()
+    lo = np.clip(z - SLOPE_STEP, -clip, clip).mean()
+    slope = float(hi - lo) / (2 * SLOPE_STEP)
+    std = float(zc.std())
+    if std < 1e-9:
+        return float(zc.mean()), 1.0, 1.0, 0.0
+    return float(zc.mean()), std, slope, slope * slope / (std * std)
+
+
 @dataclass(frozen=True)
 class NoiseProfile:
-    """Centre, scale and shape of the log residual under calibration conditions."""
+    """Centre, scale and shape of the log residual under calibration conditions.
+
+    ``slope`` is how far the mean of ``clip(z)`` moves per unit shift of ``z``
+    (1 without clipping, less with it); ``effect_mean`` is the calibration mean
+    of ``clip(z, ±EFFECT_CLIP)``, the zero of the size estimate; ``center_se``
+    the standard error of ``center`` (0 when it was imposed, not estimated).
+    """
 
     center: float
     scale: float
@@ -47,6 +77,9 @@ class NoiseProfile:
     atoms: tuple[float, ...] = field(default=(), repr=False)
     n: int = 0
     source: str = "unspecified"
+    slope: float = 1.0
+    effect_mean: float = 0.0
+    center_se: float = 0.0
 
     def __post_init__(self) -> None:
         if not np.isfinite(self.center):
@@ -57,6 +90,8 @@ class NoiseProfile:
             raise ValueError("NoiseProfile.clip must be > 0")
         if not self.clipped_std > 0:
             raise ValueError("NoiseProfile.clipped_std must be > 0")
+        if not self.slope > 0:
+            raise ValueError("NoiseProfile.slope must be > 0")
         if len(self.atoms) < 2:
             raise ValueError("NoiseProfile.atoms needs at least 2 values")
 
@@ -67,7 +102,7 @@ class NoiseProfile:
         log_ratio: ArrayLike,
         *,
         center: float | None = None,
-        clip: float = 3.0,
+        clip: float | None = None,
         source: str = "calibration residuals",
     ) -> NoiseProfile:
         """Profile from log residuals ``log(actual/P50)`` of held-out points.
@@ -75,6 +110,10 @@ class NoiseProfile:
         ``center`` overrides the estimated centre: when the residuals come from the
         very measurements under test, pass ``0.0`` (the P50 promise) so that a shift
         in them is not absorbed; the scale (a MAD) does not move with a shift.
+        ``clip`` (robust σ) defaults to the choice in :data:`CLIP_CHOICES` with the
+        highest information ``slope² / var`` on these residuals: near-normal noise
+        keeps a wide clip (a mean), peaked or stall-ridden noise a narrow one
+        (towards a sign test).
         """
         r = np.asarray(log_ratio, dtype=float).ravel()
         r = r[np.isfinite(r)]
@@ -87,13 +126,25 @@ class NoiseProfile:
         c0 = med if center is None else float(center)
         # The shape is taken around the sample's own median: with an imposed
         # centre the spread must not include the shift we are testing for.
-        zc = np.clip((r - med) / scale, -clip, clip)
-        mean, std = float(zc.mean()), float(zc.std())
-        if std < 1e-9:
-            std = 1.0
-        u = (zc - mean) / std
-        atoms = np.quantile(u, (np.arange(N_ATOMS) + 0.5) / N_ATOMS)
-        return cls(c0, scale, clip, mean, std, tuple(float(a) for a in atoms), int(r.size), source)
+        z = (r - med) / scale
+        if clip is None:
+            clip = max(CLIP_CHOICES, key=lambda c: _shape(z, c)[3])
+        se = 0.0
+        if center is None:  # a median's standard error, 1 / (2 f(median) √n)
+            q_lo, q_hi = np.quantile(r, [0.5 - MEDIAN_BAND, 0.5 + MEDIAN_BAND])
+            density = 2 * MEDIAN_BAND / max(float(q_hi - q_lo), 1e-12)
+            se = 1.0 / (2 * density * math.sqrt(r.size))
+        return replace(cls._build(z, c0, scale, float(clip), int(r.size), source), center_se=se)
+
+    @classmethod
+    def _build(
+        cls, z: np.ndarray, center: float, scale: float, clip: float, n: int, source: str
+    ) -> NoiseProfile:
+        mean, std, slope, _ = _shape(z, clip)
+        u = (np.clip(z, -clip, clip) - mean) / std
+        atoms = tuple(float(a) for a in np.quantile(u, (np.arange(N_ATOMS) + 0.5) / N_ATOMS))
+        effect_mean = float(np.clip(z, -EFFECT_CLIP, EFFECT_CLIP).mean())
+        return cls(center, scale, clip, mean, std, atoms, n, source, max(slope, 1e-3), effect_mean)
 
     @classmethod
     def lognormal(
@@ -104,11 +155,12 @@ class NoiseProfile:
         # Quantiles of a standard normal stand in for a sample of it.
         p = (np.arange(20 * N_ATOMS) + 0.5) / (20 * N_ATOMS)
         z = np.array([NormalDist().inv_cdf(float(x)) for x in p])
-        zc = np.clip(z, -clip, clip)
-        mean, std = float(zc.mean()), float(zc.std())
-        u = (zc - mean) / std
-        atoms = np.quantile(u, (np.arange(N_ATOMS) + 0.5) / N_ATOMS)
-        return cls(0.0, sigma, clip, mean, std, tuple(float(a) for a in atoms), 0, source)
+        return cls._build(z, 0.0, sigma, clip, 0, source)
+
+    @property
+    def unit(self) -> float:
+        """The shift of ``log(actual/P50)`` that moves ``u`` by one."""
+        return self.scale * self.clipped_std / self.slope
 
     @classmethod
     def from_predictor(
@@ -144,12 +196,23 @@ class NoiseProfile:
         )
         return (z - self.clipped_mean) / self.clipped_std
 
+    def effect(self, log_ratio: float) -> float:
+        """Huber-clipped residual in robust σ; its excess mean over calibration is the shift."""
+        z = (log_ratio - self.center) / self.scale
+        return EFFECT_CLIP if z > EFFECT_CLIP else (-EFFECT_CLIP if z < -EFFECT_CLIP else z)
+
+    def factor(self, mean_effect: float) -> float:
+        """Ratio actual/P50 relative to calibration from a mean of :meth:`effect`."""
+        return math.exp(self.scale * (mean_effect - self.effect_mean))
+
     def to_dict(self) -> dict[str, float | int | str]:
         """The numbers a report shows (the atoms stay internal)."""
         return {
             "center": self.center,
             "scale": self.scale,
             "clip": self.clip,
+            "slope": self.slope,
+            "center_se": self.center_se,
             "residuals": self.n,
             "source": self.source,
         }

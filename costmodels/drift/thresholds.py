@@ -106,11 +106,15 @@ def derive_thresholds(
     atoms = np.asarray(profile.atoms, dtype=float)
     # Half the smallest relevant shift, in units of u; clamped so a very quiet
     # calibration still gets a usable k and a very noisy one a reachable h.
-    unit = profile.scale * profile.clipped_std
-    k_up = min(max(math.log1p(min_shift) / (2 * unit), 0.1), 1.0)
-    k_down = min(max(-math.log1p(-min_shift) / (2 * unit), 0.1), 1.0)
-    h_up = cusum_threshold(atoms, k_up, arl0)
-    h_down = cusum_threshold(-atoms, k_down, arl0)
+    unit = profile.unit
+    k_up = min(max(math.log1p(min_shift) / (2 * unit), 0.05), 1.0)
+    k_down = min(max(-math.log1p(-min_shift) / (2 * unit), 0.05), 1.0)
+    # The centre is itself estimated (a median of n residuals), and a small error
+    # in it multiplies the false-alarm rate (ARL ~ e^(2(k − error)h)): h must hold
+    # the budget for a centre that is off by 2 standard errors in its direction.
+    slack = 2 * profile.center_se / unit
+    h_up = cusum_threshold(atoms + slack, k_up, arl0)
+    h_down = cusum_threshold(-atoms + slack, k_down, arl0)
     p1 = tail_ratio * tail_p0
     hit = math.log(p1 / tail_p0)
     miss = math.log((1 - p1) / (1 - tail_p0))
