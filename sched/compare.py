@@ -26,8 +26,11 @@ DEFAULT_RATES: dict[str, float] = {"chat": 60.0, "mixed": 60.0, "long": 35.0, "b
 ROW_KEYS = ("workload", "policy", "tpot_slo", "goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms")
 
 
-def default_rate(workload: str) -> float:
-    """The documented default rate of a workload (traces and others: 10 req/s)."""
+def default_rate(workload: str) -> float | None:
+    """The documented default rate of a workload; ``None`` (the file's own arrival times)
+    for a trace; 10 req/s for a workload without a default."""
+    if workload.startswith("trace:"):
+        return None
     return DEFAULT_RATES.get(workload, 10.0)
 
 
@@ -46,7 +49,7 @@ def run_grid(
     workloads: Sequence[str],
     policies: Sequence[str],
     tpot_slos: Sequence[float],
-    rates: dict[str, float],
+    rates: dict[str, float | None],
     out: str | Path | None = None,
     jobs: int | None = None,
     on_done: Callable[[], None] | None = None,

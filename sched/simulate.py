@@ -30,7 +30,7 @@ class SimulationConfig:
     workload: str
     policy: str
     tpot_slo_ms: float
-    rate: float
+    rate: float | None  # req/s; None replays a trace's own timestamps
     n_requests: int = 2000
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     truth: str = "analytic"
@@ -42,7 +42,9 @@ class SimulationConfig:
     def __post_init__(self) -> None:
         if not self.tpot_slo_ms > 0:
             raise ValueError("tpot_slo_ms must be > 0")
-        if not self.rate > 0:
+        if self.rate is None and not self.workload.startswith("trace:"):
+            raise ValueError("rate is required for a synthetic workload")
+        if self.rate is not None and not self.rate > 0:
             raise ValueError("rate must be > 0")
         if self.n_requests < 1:
             raise ValueError("n_requests must be >= 1")
@@ -84,7 +86,9 @@ def run_seed(
     rate: float | None = None,
     observers: tuple[Observer, ...] = (),
 ) -> RunResult:
-    """Run ``config`` once with ``seed`` (at ``rate`` instead of ``config.rate`` if given)."""
+    """Run ``config`` once with ``seed`` (at ``rate`` instead of ``config.rate`` if given).
+
+    ``observers`` are passed to the engine (e.g. a drift monitor)."""
     from servecal.sched.workloads import generate
 
     workload_ss, executor_ss = np.random.SeedSequence(seed).spawn(2)

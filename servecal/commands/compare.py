@@ -15,13 +15,13 @@ def _split(text: str) -> list[str]:
     return [x.strip() for x in text.split(",") if x.strip()]
 
 
-def _rates(text: str | None, workloads: list[str]) -> dict[str, float]:
+def _rates(text: str | None, workloads: list[str]) -> dict[str, float | None]:
     from servecal.costmodels.errors import InputError
     from servecal.sched.compare import default_rate
 
     rates = {w: default_rate(w) for w in workloads}
     for item in _split(text or ""):
-        name, _, value = item.partition("=")
+        name, _, value = item.rpartition("=")
         try:
             rate = float(value)
         except ValueError:
@@ -49,7 +49,7 @@ def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) 
         table.add_column("policy")
         for w in workloads:
             rate = next(r["rate"] for r in rows if r["workload"] == w)
-            table.add_column(f"{w} @ {rate:g}/s", justify="right")
+            table.add_column(f"{w} @ {'trace' if rate is None else f'{rate:g}/s'}", justify="right")
         for p in policies:
             cells = []
             for w in workloads:

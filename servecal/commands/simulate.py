@@ -44,7 +44,9 @@ def simulate_command(
     policy: str = typer.Option(..., help="fixed-64..2048, budget-C, full, sloweave, ..."),
     tpot_slo: float = typer.Option(..., "--tpot-slo", help="TPOT SLO D in ms."),
     out: Path = typer.Option(..., help="Output folder: one run folder per seed."),
-    rate: float = typer.Option(None, help="Arrival rate, req/s [default: per workload]."),
+    rate: float = typer.Option(
+        None, help="Arrival rate, req/s [default: per workload; a trace's own times]."
+    ),
     seeds: int = typer.Option(5, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     truth: str = typer.Option(

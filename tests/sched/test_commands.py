@@ -99,3 +99,15 @@ def test_compare_table_output_and_bad_rates(tmp_path):
     assert "TPOT SLO 25 ms" in result.output and "best static" in result.output
     bad = runner.invoke(app, args + ["--rates", "chat=fast"])
     assert bad.exit_code == 2 and "--rates" in bad.output
+
+
+def test_simulate_replays_a_trace_at_its_own_times(tmp_path):
+    trace = tmp_path / "trace.csv"
+    trace.write_text("prompt_tokens,output_tokens,arrival_s\n100,10,0.0\n200,5,0.5\n50,3,1.0\n")
+    args = ["simulate", "--workload", f"trace:{trace}", "--policy", "sloweave",
+            "--tpot-slo", "25", "--seeds", "1", "--out", str(tmp_path / "o"), "--json"]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    req = pd.read_parquet(tmp_path / "o" / "seed-0" / "requests.parquet")
+    assert list(req["arrival_ms"]) == [0.0, 500.0, 1000.0]
+    assert json.loads(result.stdout)["attainment"] == 1.0
