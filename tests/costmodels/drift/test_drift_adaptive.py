@@ -99,3 +99,15 @@ def test_scales_are_monotone_in_the_chunk_and_margin_vectorises() -> None:
     vec = ad.margin(n, c)
     assert vec == pytest.approx([ad.margin(int(a), int(b)) for a, b in zip(n, c, strict=True)])
     assert ad.margin(16, 2000) >= ad.margin(16, 600) > 0
+
+
+def test_alarmed_slowdown_jump_starts_every_region() -> None:
+    class Alarmed:
+        state = "drift"
+        slowdown_factor = 1.2
+
+    ad = AdaptiveMargin(BASE, Alarmed())
+    ad.observe(record(4, 0, float(BASE.predict(4, 0))))
+    assert float(ad.scales().min()) == pytest.approx(1.2, abs=0.02)
+    p99 = float(BASE.predict(40, 700, q=PLAN_QUANTILE))
+    assert float(ad.margin(40, 700)) == pytest.approx(0.2 * p99, rel=0.1)

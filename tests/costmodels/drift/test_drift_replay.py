@@ -47,7 +47,7 @@ def test_slowed_ten_percent_drifted_with_size(table) -> None:
 
 
 def test_run_folder_is_replayed_in_time_order(table, tmp_path) -> None:
-    f = fresh()
+    f = fresh().sample(frac=1.0, random_state=3).reset_index(drop=True)  # a run mixes points
     f["ms"] *= np.where(np.arange(len(f)) >= len(f) // 2, 1.2, 1.0)
     run = f.rename(columns={"ms": "duration_ms"}).assign(start_ms=np.arange(len(f)) * 5.0)
     run.to_parquet(tmp_path / "iterations.parquet")
