@@ -46,6 +46,7 @@ def offline(
     """Mean latency (steps) per scheduler, ratios to Sorted-F, LP bound and gap, solver time."""
     import numpy as np
 
+    from servecal.sched.sortedf.exact import MAX_N as EXACT_MAX_N
     from servecal.sched.sortedf.generate import parse_spec, read_requests, short_long
     from servecal.sched.sortedf.model import Instance
     from servecal.sched.sortedf.runner import OfflineConfig, run_instance
@@ -64,8 +65,6 @@ def offline(
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
-    if "opt" in config.algos and n > 8:
-        raise InputError("--algos opt (exact search) needs --n <= 8")
     fixed = None
     if requests is not None:
         s, o = read_requests(requests, n)
@@ -79,6 +78,11 @@ def offline(
         fixed = Instance(s, o, memory)
     else:
         frac = parse_spec(generate or "")
+    size = fixed.n if fixed is not None else n
+    if "opt" in config.algos and size > EXACT_MAX_N:
+        raise InputError(
+            f"--algos opt (exact search) needs at most {EXACT_MAX_N} requests, not {size}"
+        )
 
     from rich.console import Console
     from rich.progress import Progress
