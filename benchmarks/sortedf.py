@@ -1,0 +1,182 @@
+"""Sorted-F offline benchmark: solver times at n = 2000 on 2 cores, and the sweeps.
+
+    python benchmarks/sortedf.py                 # solver/simulator times, 3 instances
+    python benchmarks/sortedf.py --sweep         # where Sorted-F's gain grows and vanishes
+    python benchmarks/sortedf.py --gap           # gap to the LP bound at n <= 200
+    python benchmarks/sortedf.py --tiny 1000     # ratios to the exact optimum, 1000 instances
+
+Times are wall-clock seconds measured in this run, pinned to 2 cores (as CI);
+the budget line reports Sorted-F's solver time as a ratio of the 10 s target.
+"""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "2")
+
+import argparse  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from servecal.sched.sortedf import algorithms as alg  # noqa: E402
+from servecal.sched.sortedf.batching import form_batches  # noqa: E402
+from servecal.sched.sortedf.executor import execute_order  # noqa: E402
+from servecal.sched.sortedf.generate import short_long  # noqa: E402
+from servecal.sched.sortedf.lp import lp_order, lp_relaxation  # noqa: E402
+from servecal.sched.sortedf.model import Segments, simulate  # noqa: E402
+from servecal.sched.sortedf.runner import OfflineConfig, run_instance  # noqa: E402
+
+BUDGET_S = 10.0
+
+
+def _pin_two_cores() -> str:
+    if hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))[:2]
+        os.sched_setaffinity(0, cores)
+        return f"pinned to cores {cores}"
+    return "not pinned (no sched_setaffinity)"
+
+
+def _timed(fn, *args):
+    t0 = time.perf_counter()
+    out = fn(*args)
+    return out, time.perf_counter() - t0
+
+
+def timings(n: int, memory: int, seeds: int) -> None:
+    rows: dict[str, list[float]] = {}
+
+    def add(name: str, secs: float) -> None:
+        rows.setdefault(name, []).append(secs)
+
+    for seed in range(seeds):
+        inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
+        batches, t = _timed(form_batches, inst.s, inst.o, inst.memory, "auto")
+        add("sorted-f phase 1 (auto = quantile greedy)", t)
+        order = np.concatenate(batches)
+        starts, t = _timed(execute_order, inst, order)
+        add("sorted-f phase 2 (continuous batching)", t)
+        add("sorted-f solver total (phase 1 + 2)", rows[next(iter(rows))][-1] + t)
+        _, t = _timed(simulate, inst, Segments.from_starts(starts, inst.o))
+        add("simulator (2000 requests, every step checked)", t)
+        _, t = _timed(alg.fcfs, inst)
+        add("fcfs", t)
+        _, t = _timed(alg.mc_sf, inst)
+        add("mc-sf", t)
+        horizon = alg.default_horizon(inst)
+        lp, t = _timed(lp_relaxation, inst, horizon)
+        add("LP relaxation (HiGHS, n = 2000 resolution)", t)
+        _, t = _timed(execute_order, inst, lp_order(inst, lp))
+        add("sorted-lp phase 2", t)
+        _, t = _timed(alg.sorted_f_amin, inst, np.random.default_rng(seed), 0.5)
+        add("sorted-f+amin (plan + execute)", t)
+        small = inst.subset(np.arange(500))
+        _, t = _timed(form_batches, small.s, small.o, small.memory, "swap")
+        add("phase 1 swap search, n = 500", t)
+        tiny = inst.subset(np.arange(100))
+        _, t = _timed(form_batches, tiny.s, tiny.o, tiny.memory, "dp")
+        add("phase 1 exact DP, n = 100", t)
+    print(f"n = {n}, M = {memory}, short-long:0.8, {seeds} instances; seconds (mean, max)")
+    for name, vals in rows.items():
+        print(f"  {name:<48} {np.mean(vals):7.3f}  {np.max(vals):7.3f}")
+    worst = max(rows["sorted-f solver total (phase 1 + 2)"])
+    print(
+        f"sorted-f solver, worst instance: {worst:.2f} s = {worst / BUDGET_S:.2f} × the 10 s budget"
+    )
+
+
+def sweep(n: int, seeds: int) -> None:
+    cfg = OfflineConfig(algos=("fcfs", "mc-sf", "sorted-f"), lp_bound=False)
+
+    def row(label: str, frac: float, memory: int) -> None:
+        f_vs, m_vs, ev = [], [], []
+        for seed in range(seeds):
+            inst = short_long(n, frac, memory, np.random.default_rng(seed))
+            oc = run_instance(inst, cfg, np.random.default_rng(seed))
+            sf = oc.algos["sorted-f"].sim.mean_latency
+            f_vs.append(oc.algos["fcfs"].sim.mean_latency / sf)
+            m_vs.append(oc.algos["mc-sf"].sim.mean_latency / sf)
+            ev.append(oc.algos["fcfs"].sim.evictions)
+        print(
+            f"  {label:<22} FCFS/Sorted-F {np.mean(f_vs):5.2f}×   MC-SF/Sorted-F "
+            f"{np.mean(m_vs):5.2f}×   FCFS evictions {np.mean(ev):7.0f}",
+            flush=True,
+        )
+
+    print(f"n = {n}, {seeds} seeds; mean-latency ratios (higher = bigger Sorted-F gain)")
+    print("memory sweep, short-long:0.8")
+    for memory in (8192, 12288, 16384, 32768, 65536, 131072):
+        row(f"M = {memory}", 0.8, memory)
+    print("mix sweep, M = 16384")
+    for frac in (0.0, 0.2, 0.5, 0.8, 0.95, 1.0):
+        row(f"short fraction {frac}", frac, 16384)
+
+
+def gap(seeds: int) -> None:
+    cfg = OfflineConfig(algos=("mc-sf", "sorted-f", "sorted-lp"), lp_bound=True)
+    print(f"gap = mean latency / LP lower bound, short-long:0.8, {seeds} seeds (mean, max)")
+    for memory in (8192, 16384):
+        for n in (25, 50, 100, 200):
+            gaps: dict[str, list[float]] = {}
+            for seed in range(seeds):
+                inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
+                oc = run_instance(inst, cfg, np.random.default_rng(seed))
+                for name, a in oc.algos.items():
+                    gaps.setdefault(name, []).append(a.sim.mean_latency / oc.lp.mean)
+            cells = "   ".join(f"{k} {np.mean(v):.3f} {np.max(v):.3f}" for k, v in gaps.items())
+            print(f"  M = {memory:>6}, n = {n:>3}: {cells}", flush=True)
+
+
+def tiny(count: int) -> None:
+    from servecal.sched.sortedf.exact import exact_optimum
+    from servecal.sched.sortedf.generate import random_tiny
+
+    rng = np.random.default_rng(48)
+    ratio: dict[str, list[float]] = {}
+    lb_ratio = []
+    for _ in range(count):
+        inst = random_tiny(rng, n_max=6, o_max=6, s_max=8)
+        opt, _ = exact_optimum(inst)
+        lb = lp_relaxation(inst, alg.default_horizon(inst)).total
+        lb_ratio.append(opt / lb)
+        for name, seg in (
+            ("fcfs", alg.fcfs(inst)),
+            ("mc-sf", alg.mc_sf(inst)),
+            ("sorted-f", alg.sorted_f(inst)),
+            ("sorted-lp", alg.sorted_lp(inst)),
+        ):
+            ratio.setdefault(name, []).append(simulate(inst, seg).total_latency / opt)
+    print(f"{count} random instances, n <= 6, o <= 6, s <= 8: ratio to the exact optimum")
+    for name, vals in ratio.items():
+        v = np.asarray(vals)
+        print(
+            f"  {name:<10} mean {v.mean():.3f}  max {v.max():.3f}  optimal in {np.mean(v == 1):.0%}"
+        )
+    print(f"  OPT / LP bound: mean {np.mean(lb_ratio):.3f}  max {np.max(lb_ratio):.3f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=2000)
+    ap.add_argument("--memory", type=int, default=16384)
+    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--sweep", action="store_true", help="memory and mix sweeps instead")
+    ap.add_argument("--gap", action="store_true", help="gap to the LP bound at n <= 200")
+    ap.add_argument("--tiny", type=int, default=0, help="instances checked against the optimum")
+    args = ap.parse_args()
+    print(_pin_two_cores())
+    if args.sweep:
+        sweep(args.n, args.seeds)
+    elif args.gap:
+        gap(args.seeds)
+    elif args.tiny:
+        tiny(args.tiny)
+    else:
+        timings(args.n, args.memory, args.seeds)
+
+
+if __name__ == "__main__":
+    main()
