@@ -1,0 +1,48 @@
+"""Timing k of L layers and scaling the layer part by L/k estimates the full model."""
+
+import numpy as np
+import pytest
+import torch
+
+from servecal.profiler.design import Point
+from servecal.profiler.model import build_model
+from servecal.profiler.runner import point_batch
+from servecal.profiler.shapes import ModelShape
+from servecal.profiler.timing import CpuClock, LayerScale, timed_iteration
+
+POINTS = [Point(8, 0, 256, 0), Point(0, 64, 0, 128), Point(4, 32, 512, 0)]
+
+
+def test_estimate_scales_only_the_layer_segment():
+    scale = LayerScale(timed=2, total=8)
+    assert scale.factor == 4
+    assert scale.estimate([1.0, 3.0, 0.5]) == pytest.approx(1.0 + 12.0 + 0.5)
+    with pytest.raises(ValueError):
+        LayerScale(timed=9, total=8)
+
+
+def test_scaled_half_model_is_within_10_percent_of_timing_all_layers_on_tiny():
+    shape = ModelShape.from_name("tiny")
+    full = build_model(shape, "cpu", n_layers=shape.n_layers)
+    part = build_model(shape, "cpu", n_layers=2)
+    scale_full, scale_part = LayerScale(4, 4), LayerScale(2, 4)
+    clock = CpuClock()
+    torch.set_num_threads(1)
+    rng = np.random.default_rng(0)
+    errors = []
+    for point in POINTS:
+        runs = {
+            "full": (full, scale_full, *point_batch(full, point)),
+            "part": (part, scale_part, *point_batch(part, point)),
+        }
+        times = {"full": [], "part": []}
+        for _ in range(3):
+            for model, _, batch, tokens in runs.values():
+                timed_iteration(model, batch, tokens, clock)
+        for _ in range(25):  # interleaved, in a random order, so host noise hits both alike
+            for name in rng.permutation(["full", "part"]):
+                model, scale, batch, tokens = runs[name]
+                times[name].append(scale.estimate(timed_iteration(model, batch, tokens, clock)))
+        errors.append(np.median(times["part"]) / np.median(times["full"]) - 1)
+    assert abs(np.mean(errors)) < 0.10, errors
+    assert max(abs(e) for e in errors) < 0.25, errors
