@@ -108,7 +108,7 @@ def sweep(n: int, seeds: int) -> None:
 
     print(f"n = {n}, {seeds} seeds; mean-latency ratios (higher = bigger Sorted-F gain)")
     print("memory sweep, short-long:0.8")
-    for memory in (8192, 12288, 16384, 32768, 65536, 131072):
+    for memory in (8192, 16384, 65536, 262144, 1048576, 4194304):
         row(f"M = {memory}", 0.8, memory)
     print("mix sweep, M = 16384")
     for frac in (0.0, 0.2, 0.5, 0.8, 0.95, 1.0):

@@ -42,9 +42,18 @@ def is_feasible(s: np.ndarray, o: np.ndarray, memory: int) -> bool:
     return batch_peak(s, o) <= memory
 
 
-def choose_solver(n: int) -> str:
+#: The DP's table is (largest batch) × M per request; above this many cells per
+#: request ``auto`` uses the swap search even for n <= 100 (e.g. M = 500k online).
+DP_MAX_CELLS = 5_000_000
+
+
+def choose_solver(n: int, memory: int | None = None, s: np.ndarray | None = None) -> str:
+    """By size: ``dp`` for n <= 100 (unless its table would be huge), ``swap`` for
+    n <= 500, ``quantile`` above."""
     if n <= DP_MAX_N:
-        return "dp"
+        if memory is None or s is None or _max_batch_size(s, memory) * memory <= DP_MAX_CELLS:
+            return "dp"
+        return "swap"
     if n <= SWAP_MAX_N:
         return "swap"
     return "quantile"
@@ -230,7 +239,7 @@ def form_batches(
     if solver not in SOLVERS:
         raise ValueError(f"unknown Phase-1 solver {solver!r}; choose from {', '.join(SOLVERS)}")
     if solver == "auto":
-        solver = choose_solver(len(o))
+        solver = choose_solver(len(o), memory, s)
     left = np.arange(len(o))
     batches = []
     while left.size:

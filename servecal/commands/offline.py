@@ -137,7 +137,7 @@ def _print_table(summary: dict, inst, seeds: int) -> None:
     table = Table(
         title=f"n = {inst.n}, M = {inst.memory} tokens, {seeds} seed(s); latency in steps"
     )
-    table.add_column("algorithm")
+    table.add_column("algorithm", no_wrap=True)
     table.add_column("mean latency", justify="right")
     table.add_column(f"÷ {ref_name}", justify="right")
     table.add_column("÷ LP bound", justify="right")

@@ -1,0 +1,95 @@
+"""Sorted-F-Online: Sorted-F as a policy of the reference engine (receding horizon).
+
+Whenever requests arrive (or a preempted one is back in the queue) the policy
+re-plans: Sorted-F Phase 1 over every waiting request, with ``s`` = the tokens it
+must prefill (prompt, plus its outputs after a recompute) and ``o`` = the tokens it
+still has to produce. Between re-plans it executes that list like Phase 2: the
+head is admitted, its whole prefill in one iteration, while the predicted KV of
+the running requests plus the newcomers stays ``<= M`` at every future completion
+(the MC-SF/Sorted-F test on the engine's token accounting); the first that does
+not fit stops admission. Ready requests decode every iteration.
+
+Token accounting (docs/engine.md): a request prefilling ``P`` tokens holds ``P``
+after that iteration, which also emits its first token, and one more per decode,
+so with ``R`` tokens still to produce it holds ``P - 1 + d`` after its ``d``-th
+iteration, ``d = 1..R``; a ready request holding ``h`` with ``R`` left holds
+``h + d``. Like the offline algorithm it is clairvoyant about output lengths (it
+reads ``output_tokens``), so its admissions never force a recompute preemption.
+Decisions are about tokens and memory; iteration times, and so every latency the
+engine reports in ms, come from the engine's executor (the cost table).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from servecal.costmodels.predictor import Predictor
+from servecal.sched.live import LiveRequest
+from servecal.sched.plan import DECODE_ONLY, Plan
+from servecal.sched.sortedf.batching import SOLVERS, form_batches
+from servecal.sched.sortedf.executor import future_peak
+from servecal.sched.view import EngineView
+
+
+def _to_produce(live: LiveRequest) -> int:
+    return live.output_tokens - live.tokens_out
+
+
+@dataclass
+class SortedFOnline:
+    """Receding-horizon Sorted-F (see module doc). ``solver`` is Phase 1's solver."""
+
+    solver: str = "auto"
+    replans: int = field(default=0, init=False)
+    _order: list[int] = field(default_factory=list, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.solver not in SOLVERS:
+            raise ValueError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
+
+    def _replan(self, waiting: list[LiveRequest], memory: int) -> None:
+        s = np.array([w.prefill_target for w in waiting], dtype=np.int64)
+        o = np.array([max(1, _to_produce(w)) for w in waiting], dtype=np.int64)
+        # Phase 1 on s - 1 so that a batch's check matches the engine's P - 1 + d.
+        batches = form_batches(np.maximum(s - 1, 0), o, memory, self.solver)
+        rids = [w.rid for w in waiting]
+        self._order = [rids[i] for b in batches for i in b.tolist()]
+        self.replans += 1
+
+    def plan(self, view: EngineView, predictor: Predictor) -> Plan:
+        memory = view.kv_capacity
+        waiting = list(view.waiting)
+        queued = set(self._order)
+        if view.new_arrivals or any(w.rid not in queued for w in waiting):
+            self._replan(waiting, memory)
+        held: list[int] = []
+        left: list[int] = []
+        chunks: list[tuple[int, int]] = []
+        for live in view.running:
+            if live.is_ready:
+                held.append(live.kv_tokens)
+            else:  # a prefill in progress: finish it now, it was admitted already
+                held.append(live.prefill_target - 1)
+                chunks.append((live.rid, live.remaining_prefill))
+            left.append(max(1, _to_produce(live)))
+        h = np.asarray(held, dtype=np.int64)
+        r = np.asarray(left, dtype=np.int64)
+        waiting_ids = {w.rid for w in waiting}
+        self._order = [rid for rid in self._order if rid in waiting_ids]
+        admitted = 0
+        for rid in self._order:
+            live = view.get(rid)
+            h2 = np.append(h, live.prefill_target - 1)
+            r2 = np.append(r, max(1, _to_produce(live)))
+            if future_peak(h2, r2) > memory:
+                break
+            h, r = h2, r2
+            chunks.append((rid, live.remaining_prefill))
+            admitted += 1
+        del self._order[:admitted]
+        return Plan(prefill=tuple(chunks)) if chunks else DECODE_ONLY
+
+    def summary(self) -> dict:
+        return {"replans": self.replans}
