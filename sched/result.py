@@ -65,24 +65,40 @@ def p99(values: np.ndarray) -> float:
     return float(part[lo] + (part[hi] - part[lo]) * (pos - lo))
 
 
-def _token_times(live: LiveRequest, ends: np.ndarray, last_iter: int) -> np.ndarray:
+def _gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray, last: int) -> np.ndarray:
+    """Inter-token gaps of ``live``.
+
+    Inside a streak the iterations run back to back, so a gap *is* the next
+    iteration's duration: taken from the durations, not from differences of absolute
+    end times, which float rounding would push a hair over a deadline the iteration
+    met exactly. Between streaks (skipped decodes, a recompute) the gap is the
+    difference of the two token times.
+    """
     spans = list(live._streaks)
     if live._streaking:
-        spans.append((live._sync_iter, last_iter))
+        spans.append((live._sync_iter, last))
+    if not spans:
+        return ends[:0]
     if len(spans) == 1:
         a, b = spans[0]
-        return ends[a : b + 1]
-    return np.concatenate([ends[a : b + 1] for a, b in spans]) if spans else ends[:0]
+        return durations[a + 1 : b + 1]
+    parts = []
+    for k, (a, b) in enumerate(spans):
+        if k:
+            parts.append(ends[a : a + 1] - ends[spans[k - 1][1]])
+        parts.append(durations[a + 1 : b + 1])
+    return np.concatenate(parts)
 
 
 def _request_rows(engine: Engine) -> dict[str, list[Any]]:
     ends = np.asarray(engine._clock.ends, dtype=float)
+    durations = np.array([row[1] for row in engine._rows], dtype=float)
     last = engine._clock.last_iter
     rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
     live_by_rid = engine._live
     for req in engine._pending:
         live = live_by_rid.get(req.rid)
-        gaps = np.diff(_token_times(live, ends, last)) if live is not None else ends[:0]
+        gaps = _gaps(live, ends, durations, last) if live is not None else ends[:0]
         rows["rid"].append(req.rid)
         rows["arrival_ms"].append(req.arrival_ms)
         rows["prompt_tokens"].append(req.prompt_tokens)

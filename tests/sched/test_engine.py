@@ -160,3 +160,28 @@ def test_parked_request_keeps_kv_and_progress():
     assert parked.phase == Phase.PREFILL
     run = eng.run()
     assert (run.requests.tokens_out == 2).all() and run.preemptions == 0
+
+
+def test_empty_run_and_observers_get_every_iteration():
+    empty = engine([], FullPrefill()).run()
+    assert empty.requests.empty and empty.iterations.empty
+
+    class Counter:
+        def __init__(self):
+            self.records = []
+
+        def observe(self, record):
+            self.records.append(record)
+            return {"seen": len(self.records)} if record.index % 2 == 0 else None
+
+        def summary(self):
+            return {"n": len(self.records)}
+
+    obs = Counter()
+    run = engine([req(0, prompt=300, out=6)], FixedChunk(128), observers=[obs]).run()
+    it = run.iterations
+    assert [r.actual_ms for r in obs.records] == list(it["duration_ms"])
+    assert [r.pred_p50 for r in obs.records] == list(it["pred_p50_ms"])
+    seen = it["seen"]
+    assert seen.iloc[0] == 1 and seen.isna().iloc[1] and seen.iloc[2] == 3  # missing → null
+    assert run.observers == {"Counter": {"n": len(it)}}
