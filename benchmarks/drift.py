@@ -2,6 +2,7 @@
 
     python benchmarks/drift.py                         # log-normal + spike noise model
     python benchmarks/drift.py --calibration DIR       # residuals of a real calibration
+    python benchmarks/drift.py --e2e                   # SLOWeave, +15% drift mid-run
 
 Each iteration's log residual ``log(actual / P50)`` is drawn from a *pool*: either
 2,000,000 draws of the noise model (log-normal σ plus rare stalls), or the
@@ -154,6 +155,58 @@ def false_alarms(src: Source, profile: NoiseProfile, th, rng, streams: int, leng
     }
 
 
+def sloweave_under_drift(seeds: int, n_requests: int, sigma: float, factor: float) -> dict:
+    """SLOWeave · mixed (default rate) · TPOT 25 ms, oracle predictor, × ``factor`` mid-run.
+
+    Per seed: a clean run (monitor attached) fixes the run's length; the drift
+    starts at half of it. Then the drifted run without and with adaptive margins.
+    """
+    from servecal.costmodels.drift import AdaptiveMargin, DriftMonitor
+    from servecal.sched.compare import default_rate
+    from servecal.sched.engine import Engine, EngineConfig
+    from servecal.sched.policies import SLOWeaveConfig, parse_policy
+    from servecal.sched.simulate import summarize_run
+    from servecal.sched.truth import AnalyticTruth, Drift
+    from servecal.sched.workloads import generate
+
+    truth = AnalyticTruth(sigma=sigma)
+    profile = NoiseProfile.lognormal(sigma)
+
+    def one(seed: int, drift: Drift | None, adaptive: bool):
+        ws, es = np.random.SeedSequence(seed).spawn(2)
+        reqs = generate("mixed", default_rate("mixed"), n_requests=n_requests, tpot_slo_ms=25.0,
+                        rng=np.random.default_rng(ws))  # fmt: skip
+        monitor = DriftMonitor(profile)
+        pred = AdaptiveMargin(truth.oracle(), monitor) if adaptive else truth.oracle()
+        engine = Engine(reqs, parse_policy("sloweave", SLOWeaveConfig()), pred,
+                        truth.executor(np.random.default_rng(es), drift), EngineConfig(),
+                        observers=[monitor], policy_name="sloweave")  # fmt: skip
+        res = engine.run()
+        alarms = res.observers["DriftMonitor"]["drift"]["alarms"]
+        return res, summarize_run(res), alarms
+
+    rows: dict[str, list[dict[str, float]]] = {"no_drift": [], "drift": [], "drift_adaptive": []}
+    with Progress(transient=True) as bar:
+        task = bar.add_task("SLOWeave runs", total=3 * seeds)
+        for seed in range(seeds):
+            res, s, alarms = one(seed, None, False)
+            at = float(res.iterations["start_ms"].iloc[-1]) / 2
+            rows["no_drift"].append({**_pick(s), "false_alarms": len(alarms)})
+            bar.advance(task)
+            for name, adaptive in (("drift", False), ("drift_adaptive", True)):
+                _, s, alarms = one(seed, Drift(at, factor), adaptive)
+                first = min((a["time_ms"] for a in alarms), default=math.nan)
+                rows[name].append({**_pick(s), "detected_after_ms": first - at})
+                bar.advance(task)
+    means = {k: {m: float(np.mean([r[m] for r in v])) for m in v[0]} for k, v in rows.items()}
+    return {"seeds": seeds, "requests": n_requests, "sigma": sigma, "factor": factor,
+            "mean_over_seeds": means, "per_seed": rows}  # fmt: skip
+
+
+def _pick(summary: dict[str, Any]) -> dict[str, float]:
+    return {k: float(summary[k]) for k in ("tpot_attainment", "attainment", "goodput")}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--calibration", type=Path, help="folder from `servecal calibrate`")
@@ -168,12 +221,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--spike-range", type=float, nargs=2, default=(1.5, 3.0))
     ap.add_argument("--cal-rows", type=int, default=4000, help="residuals the profile sees")
     ap.add_argument("--streams", type=int, default=1000)
-    ap.add_argument("--length", type=int, default=200_000, help="stationary stream length")
+    ap.add_argument("--length", type=int, default=100_000, help="stationary stream length")
     ap.add_argument("--pre", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="also write the results here")
+    ap.add_argument("--e2e", action="store_true", help="only the SLOWeave drift experiment")
+    ap.add_argument("--e2e-seeds", type=int, default=5)
+    ap.add_argument("--e2e-requests", type=int, default=2000)
+    ap.add_argument("--e2e-sigma", type=float, default=0.05, help="truth's log-normal σ")
     args = ap.parse_args(argv)
     rng = np.random.default_rng(args.seed)
+    if args.e2e:
+        out = sloweave_under_drift(args.e2e_seeds, args.e2e_requests, args.e2e_sigma, 1.15)
+        print(json.dumps(out, indent=1))
+        if args.json:
+            args.json.write_text(json.dumps(out, indent=1) + "\n")
+        return 0
 
     if args.calibration:
         pool = calibration_pool(args.calibration, args.against)

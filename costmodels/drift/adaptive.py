@@ -11,10 +11,10 @@ follows the ``1 − α`` quantile of ``actual / (P99 + δ) − 1``: a relative
 excess, so one step ``η·(P99 + δ)`` is in ms and scales with the iteration.
 Unlike adaptive conformal inference run at the P99 (which inflates to infinity
 after a run of misses) it settles where the miss rate is α. A region seen
-fewer than ``warm`` times borrows the pooled tracker. When the monitor first
-alarms a slow-down, every tracker starts at its measured size (a jump start, see
-``_jump_start``). While the monitor says ``ok`` (and ``always`` is off) the base
-margin is used unchanged; adapted margins only ever add (``Q ≥ 0``).
+fewer than ``warm`` times borrows the pooled tracker. While the monitor measures
+a slow-down under way, its size is a floor under every tracker (``_lift``).
+While the monitor says ``ok`` (and ``always`` is off) the base margin is used
+unchanged; adapted margins only ever add (``Q ≥ 0``).
 
 ``Q`` is made non-decreasing in the chunk (running maximum over chunk buckets)
 so the adapted bound stays monotone and ``max_chunk`` stays an exact search:
@@ -77,11 +77,20 @@ class AdaptiveMargin:
         self.count = np.zeros(g.size, dtype=np.int64)
         self.q_pooled = 0.0
         self.observed = 0
-        self._jumped = False
         self._version = 0  # bumps on every update; with `active` it keys the cache
-        self._cache: tuple[tuple[int, bool], np.ndarray] | None = None
+        self._cache: tuple[tuple[int, bool, float], np.ndarray] | None = None
 
     # -- adaptation --------------------------------------------------------
+    def _lift(self) -> float:
+        """Floor from the monitor's running slow-down estimate (×1.15 → 0.15).
+
+        Climbing from 0 at η per miss takes tens of misses per region, each one a
+        late token for every running request; the monitor already measures the
+        slow-down, so while it does, no tracker is used below it.
+        """
+        factor = getattr(self.monitor, "slowdown_factor", None)
+        return 0.0 if factor is None else min(max(float(factor) - 1.0, 0.0), self.config.q_max)
+
     @property
     def active(self) -> bool:
         if self.config.always:
@@ -91,14 +100,16 @@ class AdaptiveMargin:
 
     def scales(self) -> np.ndarray:
         """``1 + Q`` per (n bucket, chunk bucket), monotone along the chunk axis."""
-        key = (self._version, self.active)
+        active = self.active
+        lift = self._lift() if active else 0.0
+        key = (self._version, active, lift)
         if self._cache is None or self._cache[0] != key:
             g = self.grid
-            if key[1]:
+            if active:
                 eff = np.where(
                     self.count >= self.config.warm, self.q, np.maximum(self.q, self.q_pooled)
                 )
-                applied = np.clip(eff, 0.0, self.config.q_max)
+                applied = np.clip(np.maximum(eff, lift), 0.0, self.config.q_max)
             else:
                 applied = np.zeros(g.size)
             q = np.maximum.accumulate(applied.reshape(g.n_buckets, g.c_buckets), axis=1)
@@ -112,12 +123,15 @@ class AdaptiveMargin:
         actual = float(field_of(record, "actual_ms", np.nan))
         if not actual > 0:
             return {"margin_scale": float(self.scales()[self._cell(n, c)])}
-        self._jump_start()
         ctx = field_of(record, "ctx", 0) or 0
         pre = field_of(record, "prefix", 0) or 0
         bound = float(self.base.predict(n, c, ctx, pre, q=PLAN_QUANTILE)) + float(
             self.base.margin(n, c, ctx, pre)
         )
+        lift = self._lift()
+        if lift > 0:  # trackers keep what the monitor measured, then fine-tune from there
+            np.maximum(self.q, lift, out=self.q)
+            self.q_pooled = max(self.q_pooled, lift)
         if bound > 0:
             ratio = actual / bound
             cfg = self.config
@@ -132,24 +146,6 @@ class AdaptiveMargin:
             self.observed += 1
             self._version += 1
         return {"margin_scale": float(self.scales()[self._cell(n, c)])}
-
-    def _jump_start(self) -> None:
-        """On the first alarmed slow-down, start every tracker at the measured size.
-
-        Climbing from 0 at η per miss takes tens of misses per region, each one a
-        late token; the monitor already knows the slow-down (e.g. ×1.15), so the
-        trackers start there and only fine-tune (they still decay if it was less).
-        """
-        if self._jumped:
-            return
-        factor = getattr(self.monitor, "slowdown_factor", None)
-        if factor is None:
-            return
-        self._jumped = True
-        lift = min(max(float(factor) - 1.0, 0.0), self.config.q_max)
-        np.maximum(self.q, lift, out=self.q)
-        self.q_pooled = max(self.q_pooled, lift)
-        self._version += 1
 
     def _cell(self, n: int, c: int) -> tuple[int, int]:
         return self.grid.n_bucket(n), self.grid.c_bucket(c)

@@ -246,11 +246,15 @@ class DriftMonitor:
 
     @property
     def slowdown_factor(self) -> float | None:
-        """Size of the slow-down under way (actual/P50 vs calibration), once one is alarmed."""
-        if self.state != "drift" or not any(a["detector"] == "slowdown" for a in self.alarms):
-            return None
+        """Size of the slow-down under way (actual/P50 vs calibration), or None.
+
+        Known from the moment the slow-down CUSUM passes the warn level (or has
+        alarmed) until its excursion ends: the estimate adaptive margins lean on.
+        """
         up = self._all.up
-        return self.profile.factor(up.seg_aux_mean) if up.seg_n else None
+        if not up.seg_n or (up.level < self.config.warn_level and self.state != "drift"):
+            return None
+        return self.profile.factor(up.seg_aux_mean)
 
     def _overall_factor(self) -> float | None:
         """Median shift since the mean alarm's onset, else over the whole stream."""

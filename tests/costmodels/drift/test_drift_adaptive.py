@@ -101,7 +101,7 @@ def test_scales_are_monotone_in_the_chunk_and_margin_vectorises() -> None:
     assert ad.margin(16, 2000) >= ad.margin(16, 600) > 0
 
 
-def test_alarmed_slowdown_jump_starts_every_region() -> None:
+def test_measured_slowdown_is_a_floor_for_every_region() -> None:
     class Alarmed:
         state = "drift"
         slowdown_factor = 1.2
