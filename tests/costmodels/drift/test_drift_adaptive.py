@@ -111,3 +111,13 @@ def test_measured_slowdown_is_a_floor_for_every_region() -> None:
     assert float(ad.scales().min()) == pytest.approx(1.2, abs=0.02)
     p99 = float(BASE.predict(40, 700, q=PLAN_QUANTILE))
     assert float(ad.margin(40, 700)) == pytest.approx(0.2 * p99, rel=0.1)
+
+
+def test_watch_builds_monitor_and_optional_wrapper() -> None:
+    from servecal.costmodels.drift import DriftMonitor, watch
+
+    pred, mon = watch(BASE)
+    assert pred is BASE and isinstance(mon, DriftMonitor)
+    assert mon.profile.scale == pytest.approx(0.05)
+    wrapped, mon2 = watch(BASE, adaptive=True)
+    assert isinstance(wrapped, AdaptiveMargin) and wrapped.monitor is mon2
