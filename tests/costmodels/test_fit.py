@@ -31,7 +31,8 @@ def test_coverage_and_mape_on_a_known_truth_over_20_seeds() -> None:
         result = fit_cost_table(frame, {"device_name": "sim"}, model="table", seed=seed)
         coverage.append(result.metrics["p99_coverage"])
         mape.append(result.metrics["p50_mape"])
-        assert result.metrics["rows"] >= 600  # whole held-out points x 20 repeats
+        assert result.metrics["rows"] >= 400 and result.metrics["rows"] % 20 == 0  # whole points
+    print(f"coverage {np.mean(coverage):.4f}, P50 MAPE {np.mean(mape):.4f}")
     assert 0.985 <= np.mean(coverage) <= 0.997, np.mean(coverage)
     assert np.mean(mape) <= 0.03, np.mean(mape)
 
