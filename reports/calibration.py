@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.reports import figures as F
 from servecal.reports.blocks import Figure, Section, Table, Text, fmt, pct
 from servecal.reports.loading import CalibrationData
@@ -71,8 +72,8 @@ def coverage_by(pred: pd.DataFrame, axis: str) -> pd.DataFrame:
 
 
 def out_of_domain(cal: CalibrationData) -> dict[str, int]:
-    """Rows outside the table's validity domain, per axis (0 when no domain recorded)."""
-    domain = cal.table_json.get("domain") or cal.table_json.get("validity_domain") or {}
+    """Rows outside the table's validity domain, per axis (empty when none is recorded)."""
+    domain = getattr(cal.predictor, "domain", None) or cal.table_json.get("domain") or {}
     counts: dict[str, int] = {}
     for axis in AXES:
         bounds = domain.get(axis) if isinstance(domain, dict) else None
@@ -102,8 +103,8 @@ def _scatter(points: pd.DataFrame) -> Figure:
     lo = float(np.nanmin(points[["measured_p50", "p50"]].to_numpy()))
     hi = float(np.nanmax(points[["measured_p99", "bound"]].to_numpy()))
     ax.plot([lo, hi], [lo, hi], color="#57606a", linewidth=1, linestyle="--", label="y = x")
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+    F.log_axis(ax, "x")
+    F.log_axis(ax, "y")
     ax.set_xlabel("measured iteration time (ms)")
     ax.set_ylabel("predicted iteration time (ms)")
     ax.legend(fontsize=8)
@@ -154,6 +155,12 @@ def _heatmap(cal: CalibrationData, pred: pd.DataFrame) -> Figure:
     ctx = int(pred["ctx"].mode().iloc[0]) if "ctx" in pred else 0
     ns = np.unique(pred["n_decode"].to_numpy(dtype=int))
     cs = np.unique(pred["chunk"].to_numpy(dtype=int))
+    grid = getattr(cal.predictor, "axes", None)
+    if isinstance(grid, dict) and {"n_decode", "chunk", "ctx"} <= set(grid):
+        # The table's own grid: what a server actually looks up.
+        ns, cs = np.asarray(grid["n_decode"]), np.asarray(grid["chunk"])
+        ctxs = np.asarray(grid["ctx"])
+        ctx = int(ctxs[np.argmin(np.abs(ctxs - ctx))])
     nn, cc = np.meshgrid(ns, cs, indexing="ij")
     z = np.asarray(
         cal.predictor.predict(nn.ravel(), cc.ravel(), np.full(nn.size, ctx), 0, q=0.99), dtype=float
@@ -191,13 +198,17 @@ def _summary_rows(cal: CalibrationData, pred: pd.DataFrame, points: pd.DataFrame
             pct(float((pred["bound"] / pred["ms"]).mean() - 1)),
         ),
     ]
-    for key in ("coverage", "validated_coverage", "target_coverage"):
-        value = cal.table_json.get("margin", {}) if key == "coverage" else None
-        if isinstance(value, dict) and "coverage" in value:
-            rows.append(("held-out coverage recorded in the table", pct(float(value["coverage"]))))
-    for key, value in (cal.evaluation or {}).items():
-        if isinstance(value, (int, float)):
-            rows.append((f"held-out {key}", fmt(value)))
+    margin = getattr(cal.predictor, "margin_info", None)
+    if margin is not None:
+        rows.append(("margin: δ = ρ · P99, ρ", fmt(margin.rho)))
+        rows.append(("margin: target coverage", pct(margin.target)))
+        if margin.validated_coverage is not None:
+            rows.append(("margin: held-out coverage at fit", pct(margin.validated_coverage)))
+    recorded = dict(getattr(cal.predictor, "validation", None) or {})
+    recorded.update(cal.evaluation or {})
+    for key, value in recorded.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            rows.append((f"held-out {key} (recorded at fit)", fmt(value)))
     return rows
 
 
@@ -221,6 +232,11 @@ def calibration_section(cals: Sequence[CalibrationData]) -> Section:
         blocks.append(_fingerprint_table(cal.fingerprint))
         if cal.predictor is None:
             blocks.append(Text("No costtable.json beside the samples: predictions not shown."))
+            continue
+        if getattr(cal.predictor, "tail", PLAN_QUANTILE) is None:
+            blocks.append(
+                Text("The table was fitted from medians only (no repeats): it has no P99 or δ.")
+            )
             continue
         pred = predictions(cal)
         points = per_point(pred)

@@ -105,13 +105,16 @@ def _drift_figure(run: RunData) -> Figure:
     )
 
 
-def _scalar_items(d: dict, prefix: str = "") -> list[tuple[str, str]]:
+def summary_items(drift: dict) -> list[tuple[str, str]]:
+    """The monitor summary's top-level facts (nested details stay in run.json)."""
     items = []
-    for k, v in d.items():
-        if isinstance(v, dict):
-            items += _scalar_items(v, f"{prefix}{k}.")
-        elif isinstance(v, (int, float, str, bool)) or v is None:
-            items.append((f"{prefix}{k}", fmt(v) if isinstance(v, (int, float)) else str(v)))
+    for k, v in drift.items():
+        if isinstance(v, bool) or v is None or isinstance(v, str):
+            items.append((k, str(v) if v is not None else "—"))
+        elif isinstance(v, (int, float)):
+            items.append((k, pct(v) if "coverage" in k else fmt(v)))
+        elif isinstance(v, list):
+            items.append((f"{k} (count)", fmt(len(v))))
     return items
 
 
@@ -142,5 +145,5 @@ def drift_section(runs: Sequence[RunData]) -> Section:
         blocks.append(_drift_figure(r))
         if r.drift:
             blocks.append(Table(f"Monitor summary ({r.path.name})", ("field", "value"),
-                                tuple(_scalar_items(r.drift)) or (("(empty)", "—"),)))  # fmt: skip
+                                tuple(summary_items(r.drift)) or (("(empty)", "—"),)))  # fmt: skip
     return Section("drift", "Drift", tuple(blocks))

@@ -32,6 +32,8 @@ ENERGY_SOURCES = {
     "table": "estimated from the cost table's energy column",
     "costtable": "estimated from the cost table's energy column",
     "estimated": "estimated from the cost table's energy column",
+    "samples": "bootstrapped from the calibration samples' energy",
+    "model": "modelled as constant power × iteration time (not measured)",
     "none": "unavailable",
     "unavailable": "unavailable",
     "": "unavailable",
@@ -140,6 +142,16 @@ def _read_parquet(path: Path, required: Sequence[str]) -> pd.DataFrame:
     return df
 
 
+def _observer_drift(observers: Any) -> dict[str, Any] | None:
+    """The drift monitor's summary among the engine's observer summaries, if any."""
+    if not isinstance(observers, dict):
+        return None
+    for summary in observers.values():
+        if isinstance(summary, dict) and isinstance(summary.get("drift"), dict):
+            return summary["drift"]
+    return None
+
+
 def load_run(folder: Path) -> RunData:
     """Read one run folder; a missing file or column is one-line :class:`InputError`."""
     for name in RUN_FILES:
@@ -153,7 +165,7 @@ def load_run(folder: Path) -> RunData:
     if not isinstance(summary, dict):
         raise InputError(f"{folder / 'run.json'}: 'summary' must be an object")
     energy = _first(info, "energy_source", "energy", default=config.get("energy_source"))
-    drift = info.get("drift")
+    drift = info.get("drift") or _observer_drift(info.get("observers"))
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
     requests = _read_parquet(folder / "requests.parquet", REQUEST_COLUMNS)
     if not summary:  # an older or hand-made run: the one metrics implementation fills it in

@@ -56,7 +56,7 @@ def test_scheduling_tables_per_target_and_ratio(grid_dir: Path) -> None:
     assert all(r[6] == "1.00×" for r in best)
     figs = [f.title for f in section.figures]
     assert sum("distributions" in t for t in figs) == 2
-    assert sum("SLOWeave chunk size" in t for t in figs) == 2
+    assert sum("SLOWeave chunk size" in t for t in figs) == 1
 
 
 def test_energy_rows_name_their_source_and_never_mix(tmp_path: Path) -> None:

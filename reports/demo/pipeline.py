@@ -1,0 +1,197 @@
+"""The demo pipeline: calibrate → fit → derive the setting → simulate → report.
+
+Each step's output stays in ``OUT`` (``calibration/``, ``runs/``, ``report/``), so an
+interrupted demo loses nothing measured: rerunning it resumes the calibration (or
+reuses a finished one) and redoes only the cheap simulation and report.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from servecal.costmodels.errors import InputError
+from servecal.reports.demo.setting import Axes, DemoSetting, derive_setting, grid_for
+from servecal.reports.demo.simulation import Inputs, plan_runs, run_all
+
+#: Share of the budget the calibration sweep may use; simulation and report follow.
+CALIBRATION_SHARE = 0.45
+#: Held-out rows the conformal margin needs to certify 99% coverage (fit's rule).
+MIN_HELDOUT_ROWS = 99
+
+
+@dataclass(frozen=True)
+class DemoConfig:
+    """Options of ``servecal demo``."""
+
+    out: Path = Path("servecal-demo")
+    budget_s: float = 240.0
+    device: str = "auto"
+    seeds: int = 2
+    n_requests: int = 200
+    repeats: int = 10
+    jobs: int | None = None
+
+    def __post_init__(self) -> None:
+        if not self.budget_s >= 20:
+            raise InputError(f"--budget must be >= 20 seconds, got {self.budget_s:g}")
+        if self.seeds < 1 or self.n_requests < 10 or self.repeats < 2:
+            raise InputError("demo needs seeds >= 1, n_requests >= 10 and repeats >= 2")
+
+
+@dataclass(frozen=True)
+class DemoResult:
+    report: Path
+    markdown: Path
+    calibration: Path
+    runs: Path
+    setting: DemoSetting
+    seconds: dict[str, float]
+
+
+def _holdout(rows: int) -> float:
+    """Held-out fraction: 20%, or more when few rows were measured (at most 50%)."""
+    if rows * 0.5 < MIN_HELDOUT_ROWS * 1.2:
+        raise InputError(
+            f"the calibration measured only {rows} timed iterations within the budget; the "
+            f"P99 margin needs about {int(MIN_HELDOUT_ROWS * 2.4)}: raise --budget"
+        )
+    return min(0.5, max(0.2, MIN_HELDOUT_ROWS * 1.2 / rows))
+
+
+def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, dict]:
+    """Measure (or resume, or reuse) the calibration and fit its table."""
+    from servecal.costmodels.fit import fit_cost_table
+    from servecal.costmodels.samples import read_samples
+    from servecal.profiler.calibrate import CalibrateConfig, calibrate, resolve_device
+
+    device = resolve_device(config.device)
+    on_gpu = device.type == "cuda"
+    cal = config.out / "calibration"
+    table_path = cal / "costtable.json"
+    if table_path.is_file():
+        console.print(f"reusing the calibration in {cal} (delete it to measure again)")
+        return cal, on_gpu, {}
+    if not (cal / "samples.parquet").is_file():
+        grid = grid_for(on_gpu)
+        grid_path = None
+        if grid is not None:
+            grid_path = config.out / "demo-grid.json"
+            grid_path.write_text(json.dumps(grid))
+        resume = (cal / "shards").is_dir()
+        outcome = calibrate(
+            CalibrateConfig(
+                out=cal,
+                device=str(device),
+                budget_s=CALIBRATION_SHARE * config.budget_s,
+                repeats=None if resume else config.repeats,
+                grid=None if resume or grid_path is None else str(grid_path),
+                resume=resume,
+                fit=False,
+            ),
+            console,
+        ).outcome
+        if outcome.stopped_by == "signal":
+            raise KeyboardInterrupt
+    samples = read_samples(cal / "samples.parquet")
+    with console.status("fitting the cost table"):
+        fitted = fit_cost_table(
+            samples.frame,
+            {"source": str(cal / "samples.parquet"), **samples.provenance},
+            holdout=_holdout(len(samples.frame)),
+        )
+    fitted.table.save(table_path)
+    m = fitted.metrics
+    console.print(
+        f"cost table: {fitted.model}; held-out P50 MAPE {100 * m['p50_mape']:.1f}%, "
+        f"P99+δ coverage {100 * m['p99_coverage']:.1f}%"
+    )
+    return cal, on_gpu, dict(m)
+
+
+def simulate_step(
+    config: DemoConfig, cal: Path, on_gpu: bool, console: Console
+) -> tuple[Path, DemoSetting]:
+    """Derive targets and rates from the table; run the scheduler grid."""
+    import pandas as pd
+
+    from servecal.costmodels import CostTable
+
+    table = CostTable.load(cal / "costtable.json")
+    grid = table.axes
+    setting = derive_setting(
+        table, Axes(tuple(grid["n_decode"]), max(grid["chunk"]), tuple(grid["ctx"])), on_gpu
+    )
+    for line in setting.describe():
+        console.print(line)
+    runs = config.out / "runs"
+    shutil.rmtree(runs, ignore_errors=True)  # runs of an earlier setting must not mix in
+    frame = pd.read_parquet(cal / "samples.parquet", columns=["n_decode", "chunk", "ctx", "prefix"])
+    points = tuple(tuple(int(v) for v in p) for p in frame.drop_duplicates().to_numpy())
+    inputs = Inputs(
+        str(cal / "costtable.json"),
+        str(cal / "samples.parquet"),
+        setting.token_scale,
+        setting.time_dilation,
+        setting.c_max,
+        setting.aging_ms,
+        setting.aging_chunk,
+        points,
+    )
+    specs = plan_runs(setting, runs, config.seeds, config.n_requests)
+    columns = (
+        TextColumn("simulating"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TextColumn("runs"),
+        TimeElapsedColumn(),
+        TextColumn("{task.description}"),
+    )
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("", total=len(specs))
+
+        def done(spec) -> None:  # noqa: ANN001 - a RunSpec
+            bar.update(task, advance=1, description=f"{spec.workload} {spec.policy}")
+
+        run_all(specs, inputs, config.jobs, done)
+    return runs, setting
+
+
+def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
+    """The whole demo; ``KeyboardInterrupt`` propagates after the pool is shut down."""
+    from servecal.reports.page import build_report
+
+    console = console or Console(stderr=True)
+    config.out.mkdir(parents=True, exist_ok=True)
+    clock = {"start": time.perf_counter()}
+    cal, on_gpu, _ = calibrate_step(config, console)
+    clock["calibrated"] = time.perf_counter()
+    runs, setting = simulate_step(config, cal, on_gpu, console)
+    clock["simulated"] = time.perf_counter()
+    with console.status("writing the report"):
+        seconds = {
+            "calibrate + fit": clock["calibrated"] - clock["start"],
+            "simulate": clock["simulated"] - clock["calibrated"],
+        }
+        preface = [
+            "This report was written by `servecal demo`: it calibrated this device, fitted "
+            "a cost table, and simulated the schedulers with that table as the predictor and "
+            "the measured samples as the truth (each iteration's time drawn from the "
+            "measured repeats of the nearest calibrated point).",
+            *setting.describe(),
+            f"{config.seeds} seed(s) per cell, {config.n_requests} requests per run. "
+            + "Time spent: "
+            + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+            + ".",
+        ]
+        files = build_report(
+            [cal, runs], config.out / "report", title="servecal demo report", preface=preface
+        )
+    seconds["report"] = time.perf_counter() - clock["simulated"]
+    return DemoResult(files.html, files.markdown, cal, runs, setting, seconds)
