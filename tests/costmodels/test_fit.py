@@ -148,3 +148,24 @@ def test_bad_arguments_are_input_errors(kwargs: dict, flag: str) -> None:
     frame = TRUTH.draw(grid_points([1, 2], [0, 16]), 2, np.random.default_rng(0))
     with warnings.catch_warnings(), pytest.raises(InputError, match=flag):
         fit_cost_table(frame, {}, **kwargs)
+
+
+def test_pooled_tail_stays_within_its_regime() -> None:
+    """Decode-only cells (chunk 0) have a wide tail, mixed cells a narrow one: pooling
+    neighbours must not blend the two regimes."""
+    from servecal.costmodels.empirical import EmpiricalQuantileTable
+
+    axes = {"n_decode": [1, 2, 4], "ctx": [0], "prefix": [0], "chunk": [0, 16, 32]}
+    rng = np.random.default_rng(0)
+    rows = []
+    for n in axes["n_decode"]:
+        for c in axes["chunk"]:
+            spread = 0.5 if c == 0 else 0.01
+            ms = 1.0 + spread * rng.random(200)
+            rows += [(n, c, 0, 0, m) for m in ms]
+    data = np.array(rows)
+    model = EmpiricalQuantileTable(axes, quantiles=(0.5, 0.99), pool_radius=1)
+    model.fit(data[:, :4], data[:, 4])
+    p99 = model.values_[0.99].reshape(3, 1, 1, 3)
+    assert (p99[:, 0, 0, 0] > 1.4).all()  # the wide decode-only tail
+    assert (p99[:, 0, 0, 1:] < 1.02).all()  # not widened by the decode-only neighbours

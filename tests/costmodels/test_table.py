@@ -187,3 +187,14 @@ def test_loading_imports_only_numpy_and_stdlib(tmp_path: Path) -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "clean"
+
+
+def test_json_schema_file_matches_the_document() -> None:
+    schema_path = Path(__file__).resolve().parents[2] / "docs" / "costtable.schema.json"
+    schema = json.loads(schema_path.read_text())
+    doc = small_table().to_json()
+    assert set(schema["required"]) == set(doc) == set(schema["properties"])
+    assert schema["properties"]["schema"]["const"] == doc["schema"]
+    assert schema["properties"]["axis_order"]["const"] == doc["axis_order"]
+    margin = schema["properties"]["margin"]["oneOf"][1]
+    assert set(margin["required"]) == set(doc["margin"])
