@@ -4,8 +4,9 @@ Both answer the same question (largest chunk whose predicted P99 fits a budget) 
 the same random queries, in one run:
 
 * ``table``: ``CostTable.max_chunk`` (one table row, ``bisect``);
-* ``lgbm probes``: ``largest_fitting`` over 1..limit, each probe one LightGBM predict
-  on a single row (what a scheduler would do without a table).
+* ``lgbm probes``: ``largest_fitting`` over 1..limit, each probe one single-row
+  ``Booster.predict`` of the fitted LightGBM P99 model, single-threaded (what a
+  scheduler would do without a table; the raw Booster is the cheapest way to call it).
 
 Also times the scalar ``predict`` (P50, P99) and ``margin`` calls the engine makes
 every iteration. Prints median µs per call and the speed-up ratio.
@@ -51,7 +52,7 @@ def main() -> None:
     frame = SyntheticTruth().draw(grid_points(N_DECODE, CHUNK), repeats=20, rng=rng)
     X = frame[["n_decode", "chunk", "ctx", "prefix"]].to_numpy(float)
     gbm = GBMQuantileRegressor(quantiles=(0.99,)).fit(X, frame["ms"].to_numpy())
-    booster = gbm.models_[0.99]
+    booster = gbm.models_[0.99].booster_  # the raw Booster: the cheapest call per probe
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = fit_cost_table(frame, {}, model="lgbm", seed=args.seed).table
@@ -63,7 +64,8 @@ def main() -> None:
 
     def probe_search(n: int, ctx: int, prefix: int, budget: float, limit: int) -> int:
         def fits(c: int) -> bool:
-            return float(booster.predict(np.array([[n, c, ctx, prefix]], dtype=float))[0]) <= budget
+            x = np.array([[n, c, ctx, prefix]], dtype=float)
+            return float(booster.predict(x, num_threads=1)[0]) <= budget
 
         return largest_fitting(fits, limit)
 
