@@ -73,10 +73,14 @@ def run_grid(
                 if out is not None:
                     folder = str(Path(out) / w / p / f"tpot-{d:g}" / f"seed-{seed}")
                 futures[pool.submit(_cell, config, seed, folder)] = (w, p, d)
-        for future in as_completed(futures):
-            results[futures[future]].append(future.result())
-            if on_done is not None:
-                on_done()
+        try:
+            for future in as_completed(futures):
+                results[futures[future]].append(future.result())
+                if on_done is not None:
+                    on_done()
+        except BaseException:  # a bad input or Ctrl-C: do not run the rest of the grid
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
     rows = []
     for (w, p, d), summaries in results.items():
         mean = mean_over_seeds(summaries)

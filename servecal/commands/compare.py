@@ -96,9 +96,31 @@ def compare_command(
     predictor: str = typer.Option("oracle", help="oracle or a cost table JSON."),
     kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
     jobs: int = typer.Option(None, help="Worker processes [default: all cores]."),
+    setting: str = typer.Option(
+        None, help="FlowPrefill study: prefill|colocated (docs/flowprefill.md)."
+    ),
+    slo_classes: str = typer.Option(
+        None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
+    ),
+    max_goodput: bool = typer.Option(
+        False, "--max-goodput", help="FlowPrefill study: bisect each policy's max goodput."
+    ),
+    rate_range: str = typer.Option("1:400", help="Bracket LO:HI (req/s) for --max-goodput."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds and print the SPEC 1 tables."""
+    from servecal.sched.flowprefill.registry import is_flow_policy
+
+    if setting or slo_classes or max_goodput or any(map(is_flow_policy, _split(policies))):
+        from servecal.sched.flowprefill.commands import run_compare_command
+
+        return run_compare_command(
+            out=out, workloads=_split(workloads), policies=_split(policies), setting=setting,
+            tpot_slos=_split(tpot_slo), seeds=seeds, requests=requests,
+            rates=rates, truth=truth, predictor=predictor, kv_tokens=kv_tokens, jobs=jobs,
+            slo_classes=slo_classes, max_goodput=max_goodput, rate_range=rate_range,
+            as_json=as_json,
+        )  # fmt: skip
     from rich.progress import Progress
 
     from servecal.costmodels.errors import InputError
@@ -138,7 +160,10 @@ def compare_command(
     except ValueError as exc:
         raise InputError(str(exc)) from None
     total = len(names_w) * len(names_p) * len(targets) * seeds
-    with Progress(transient=True, disable=as_json) as bar:
+    from rich.console import Console
+
+    err = Console(stderr=True)
+    with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
         task = bar.add_task("compare", total=total)
         rows = run_grid(
             base, names_w, names_p, targets, rate_map, out, jobs, lambda: bar.advance(task)

@@ -68,10 +68,31 @@ def simulate_command(
     multi_prefill: bool = typer.Option(
         False, "--multi-prefill", help="SLOWeave: first-fit several prompts per iteration."
     ),
+    setting: str = typer.Option(
+        None, help="FlowPrefill study: prefill|colocated (docs/flowprefill.md)."
+    ),
+    slo_classes: str = typer.Option(
+        None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
+    ),
+    granularity: str = typer.Option("attn-mlp", help="FlowPrefill: layer|attn-mlp|fine."),
+    scheduling: str = typer.Option("event", help="FlowPrefill: event|iteration wake-ups."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate one workload x policy x TPOT target over seeds; write run folders."""
+    from servecal.sched.flowprefill.registry import is_flow_policy
+
+    if setting is not None or slo_classes is not None or is_flow_policy(policy):
+        from servecal.sched.flowprefill.commands import run_simulate_command
+
+        return run_simulate_command(
+            workload=workload, policy=policy, setting=setting, out=out, rate=rate, seeds=seeds,
+            requests=requests, truth=truth, predictor=predictor, kv_tokens=kv_tokens,
+            max_goodput=max_goodput, rate_range=rate_range, slo_classes=slo_classes,
+            granularity=granularity, scheduling=scheduling, tpot_slo=tpot_slo, as_json=as_json,
+        )  # fmt: skip
+    from rich.console import Console
     from rich.progress import Progress
+    from rich.table import Table
 
     from servecal.costmodels.errors import InputError
     from servecal.sched.compare import default_rate
@@ -114,16 +135,17 @@ def simulate_command(
     if drift:
         parse_drift(drift)
     bracket = _range(rate_range) if max_goodput else None
-    with Progress(transient=True, disable=as_json) as bar:
-        task = bar.add_task(f"{policy} on {workload}", total=len(config.seeds))
+    err = Console(stderr=True)
+    with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
+        # the max-goodput bisection adds an unknown number of probes: no total then
+        total = None if max_goodput else len(config.seeds)
+        task = bar.add_task(f"{policy} on {workload}", total=total)
         means = simulate(config, out, bracket, on_run=lambda: bar.advance(task))
     write_json(out / "summary.json", {"config": config.describe(), "mean_over_seeds": means})
     result = {k: means.get(k) for k in SUMMARY_KEYS if k != "max_goodput" or max_goodput}
     if as_json:
         typer.echo(json.dumps(result, default=float))
         return
-    from rich.console import Console
-    from rich.table import Table
 
     table = Table(title=f"{policy} · {workload} · TPOT {tpot_slo:g} ms · {seeds} seeds")
     table.add_column("metric")

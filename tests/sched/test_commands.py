@@ -111,3 +111,13 @@ def test_simulate_replays_a_trace_at_its_own_times(tmp_path):
     req = pd.read_parquet(tmp_path / "o" / "seed-0" / "requests.parquet")
     assert list(req["arrival_ms"]) == [0.0, 500.0, 1000.0]
     assert json.loads(result.stdout)["attainment"] == 1.0
+
+
+def test_compare_stops_on_a_bad_trace_with_one_line(tmp_path):
+    trace = tmp_path / "bad.csv"
+    trace.write_text("foo,bar\n1,2\n")
+    args = ["compare", "--workloads", f"trace:{trace}", "--policies", "full", "--tpot-slo",
+            "25", "--seeds", "2", "--jobs", "1", "--out", str(tmp_path / "o")]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and "Traceback" not in result.output
