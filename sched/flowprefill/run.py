@@ -21,8 +21,19 @@ from servecal.sched.flowprefill.record import FlowRun
 from servecal.sched.flowprefill.registry import driver_policy, engine_policy, uses_engine
 from servecal.sched.request import Request
 
-#: The bracket ``--max-goodput`` searches by default (req/s).
-RATE_RANGE = (1.0, 200.0)
+#: The bracket ``--max-goodput`` searches by default (req/s): FlowPrefill's max TTFT
+#: goodput on multislo lies above the device's raw prefill capacity (≈ 105 req/s),
+#: since it gives up on already-late long requests (docs/flowprefill.md).
+RATE_RANGE = (1.0, 400.0)
+
+#: Offered load of the study when none is given: multislo near the analytic device's
+#: prefill capacity (prefill setting) / where decodes start to bind (colocated).
+DEFAULT_RATES = {"prefill": 90.0, "colocated": 40.0}
+
+
+def default_rate(workload: str, setting: str) -> float | None:
+    """``None`` (the file's own arrival times) for a trace, else the study's default."""
+    return None if workload.startswith("trace:") else DEFAULT_RATES.get(setting, 40.0)
 
 
 @dataclass(frozen=True)
@@ -32,8 +43,8 @@ class FlowConfig:
     workload: str = "multislo"
     policy: str = "flowprefill"
     setting: str = "prefill"
-    rate: float = 40.0
-    n_requests: int = 1000
+    rate: float | None = 40.0  # req/s; None replays a trace's own timestamps
+    n_requests: int = 2000
     seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
     truth: str = "analytic"
     predictor: str = "oracle"
@@ -50,7 +61,9 @@ class FlowConfig:
             raise ValueError(f"mode must be one of {'|'.join(MODES)}")
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"--granularity must be one of {'|'.join(GRANULARITIES)}")
-        if not self.rate > 0:
+        if self.rate is None and not self.workload.startswith("trace:"):
+            raise ValueError("rate is required for a synthetic workload")
+        if self.rate is not None and not self.rate > 0:
             raise ValueError("rate must be > 0")
         if self.n_requests < 1:
             raise ValueError("n_requests must be >= 1")
