@@ -6,19 +6,23 @@ fraction of request ``i`` completing in interval ``l``; it is 0 where ``τ_l < o
 
 * Objective: ``Σ_il y_il · max(o_i, τ_{l-1} + 1)``, the earliest completion the
   interval allows.
-* Area: request ``i`` occupies ``a_i = Σ_{j=1..o_i} (s_i + j)`` token-steps of KV, all
-  of them before it completes, and the first ``τ`` steps offer at most ``M·τ``; so
-  ``Σ_i a_i · Σ_{l' <= l} y_il' <= M·τ_l`` for every ``l``.
+* Work rows, one per ``l``: ``Σ_i Σ_l' y_il' · w_i(l, l') <= M·τ_l``. A request holds
+  ``s_i + j`` in its ``j``-th step, so its first ``k`` steps cost
+  ``A_i(k) = k·s_i + k(k+1)/2`` token-steps; ``w_i(l, l') = A_i(o_i) = a_i`` when
+  ``l' <= l`` (done by ``τ_l``) and ``A_i(max(0, τ_l - τ_l' + o_i))`` when ``l' > l`` (a
+  request completing at ``C <= τ_l'`` has run at least ``τ_l - τ_l' + o_i`` steps by
+  ``τ_l``); only the ``partial`` nearest later intervals are counted, the rest as 0.
 
 Why it is a lower bound: take any feasible schedule (an optimal one included) and
-set ``y_il = 1`` for the interval holding ``C_i``. Every request counted in the area
-row of ``τ_l`` has run entirely within steps ``1..τ_l``, where memory is at most ``M``
-per step, so the row holds; ``y`` sums to 1 per request; and each term of the
-objective is at most ``C_i`` (``C_i >= o_i`` always, ``C_i > τ_{l-1}`` in interval
-``l``). So the LP optimum is at most the optimal total latency. Evictions do not
-help a schedule (dropping an aborted run only frees memory), so it also bounds
-every schedule with restarts. The proof and a brute-force check are in
-docs/sortedf.md and tests/sched/sortedf/.
+set ``y_il = 1`` for the interval holding ``C_i``. Steps ``1..τ_l`` hold at most
+``M`` each, so at most ``M·τ_l`` token-steps, and they contain at least
+``w_i(l, l')`` of request ``i`` (all of it if it is done, at least its first
+``τ_l - τ_l' + o_i`` steps otherwise; counting less only weakens the row), so every
+row holds; ``y`` sums to 1 per request; each objective term is at most ``C_i``
+(``C_i >= o_i``, ``C_i > τ_{l-1}`` in interval ``l``). So the LP optimum is at most
+the optimal total latency. Evictions do not help a schedule (dropping an aborted
+run only frees memory), so it bounds schedules with restarts too. Checked
+against the exact optimum in tests/sched/sortedf/test_sortedf_optimum.py.
 
 Solved in cumulative form (``z_il = Σ_{l' <= l} y_il'``, ``z_il <= z_i,l+1``) by HiGHS.
 """
@@ -46,7 +50,7 @@ class LPResult:
 
 #: LP resolution for tractable sizes (tighter, slower) and for large instances.
 FINE_MAX_N = 200
-FINE = {"unit": 64, "eps": 0.02, "max_vars": 200_000, "partial": 16}
+FINE = {"unit": 8, "eps": 0.03, "max_vars": 200_000, "partial": 1 << 30}
 FAST = {"unit": 32, "eps": 0.05, "max_vars": 100_000, "partial": 8}
 
 
@@ -105,8 +109,11 @@ def lp_relaxation(
     # With w(l, l') that partial area (a_i for l' <= l, 0 past `partial` intervals,
     # which only weakens the row) and y = z_l' - z_{l'-1}, z_il' gets w(l,l') - w(l,l'+1).
     rows, cols, vals = [], [], []
-    ahead = np.arange(1, partial + 1)
+    o_max = float(o.max())
     for row in range(n_int):
+        # Later intervals with τ_l' < τ_l + max o can hold a partial run (capped).
+        reach = int(np.searchsorted(tau, tau[row] + o_max, side="left")) - row - 1
+        ahead = np.arange(1, max(0, min(partial, reach)) + 1)
         nxt_l = row + ahead[None, :]  # (1, K) later intervals
         valid = nxt_l < n_int
         tau_next = np.where(valid, tau[np.minimum(nxt_l, n_int - 1)], np.iinfo(np.int64).max // 4)
