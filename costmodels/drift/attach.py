@@ -5,7 +5,7 @@
 
 The monitor's noise profile comes from the predictor's own P50→P99 spread
 (:meth:`NoiseProfile.from_predictor`) unless one from calibration residuals is
-given.
+given; a cost table's median is interpolated (``reference.TableMedian``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from typing import Any
 from servecal.costmodels.drift.adaptive import AdaptiveConfig, AdaptiveMargin
 from servecal.costmodels.drift.monitor import DriftConfig, DriftMonitor
 from servecal.costmodels.drift.profile import NoiseProfile
+from servecal.costmodels.drift.reference import reference_for
 
 #: (n_decode, chunk, ctx, prefix) points the spread is read at: small and large
 #: batches, decode-only and mixed iterations.
@@ -34,7 +35,7 @@ def watch(
     by the monitor; otherwise it is returned unchanged.
     """
     profile = profile or NoiseProfile.from_predictor(predictor, SPREAD_POINTS)
-    monitor = DriftMonitor(profile, config)
+    monitor = DriftMonitor(profile, config, reference=reference_for(predictor))
     if adaptive:
         return AdaptiveMargin(predictor, monitor, adaptive_config), monitor
     return predictor, monitor

@@ -15,7 +15,10 @@ when one crosses it. *drift* is latched: the table stays suspect until it is
 recalibrated, which ``summary()`` recommends, naming the regions.
 
 Records are duck-typed: any mapping or object with ``n_decode, chunk,
-pred_p50, pred_p99, margin, actual_ms`` (``index`` and ``start_ms`` optional).
+pred_p50, pred_p99, margin, actual_ms`` (``index``, ``start_ms``, ``ctx``,
+``prefix`` optional). With a ``reference`` (``TableMedian`` of a cost table) the
+median comes from it instead of ``pred_p50``, and iterations outside its grid
+are counted apart (see ``reference``).
 """
 
 from __future__ import annotations
@@ -102,8 +105,11 @@ class _Detectors:
 class DriftMonitor:
     """Streaming drift detection against a cost table's promises (see module doc)."""
 
-    def __init__(self, profile: NoiseProfile, config: DriftConfig | None = None) -> None:
+    def __init__(
+        self, profile: NoiseProfile, config: DriftConfig | None = None, reference: Any = None
+    ) -> None:
         self.profile = profile
+        self.reference = reference
         self.config = config or DriftConfig()
         self.thresholds = derive_thresholds(
             profile,
@@ -122,6 +128,8 @@ class DriftMonitor:
         self._count = 0
         self._last_ms = 0.0
         self._skipped = 0
+        self._outside = 0
+        self._outside_hits = 0
 
     # -- streaming ---------------------------------------------------------
     def observe(self, record: Any) -> dict[str, str]:
@@ -133,20 +141,29 @@ class DriftMonitor:
         t = float(field_of(record, "start_ms", self._last_ms) or 0.0)
         self._count += 1
         self._last_ms = t
+        n_decode = int(field_of(record, "n_decode", 0))
+        chunk = int(field_of(record, "chunk", 0))
+        bound = float(field_of(record, "pred_p99", p50)) + float(field_of(record, "margin", 0.0))
+        hit = actual > bound
+        ref = self.reference
+        if ref is not None:
+            ctx = float(field_of(record, "ctx", 0.0) or 0.0)
+            pre = float(field_of(record, "prefix", 0.0) or 0.0)
+            if not ref.in_domain(n_decode, chunk, ctx, pre):
+                self._outside += 1  # the table clamps here: evidence of its reach, not drift
+                self._outside_hits += hit
+                return {"drift_state": self.state}
+            p50 = ref(n_decode, chunk, ctx, pre)
         if not (p50 > 0 and actual > 0 and math.isfinite(p50) and math.isfinite(actual)):
             self._skipped += 1  # an idle or malformed iteration carries no evidence
             return {"drift_state": self.state}
-        bound = float(field_of(record, "pred_p99", p50)) + float(field_of(record, "margin", 0.0))
-        hit = actual > bound
         r = math.log(actual / p50)
         u = self.profile.standardise(r)
         e = self.profile.effect(r)
         th = self.thresholds
         inc = th.tail_hit if hit else th.tail_miss
         self._all.update(u, e, hit, inc, index, t)
-        region = self.grid.index(
-            int(field_of(record, "n_decode", 0)), int(field_of(record, "chunk", 0))
-        )
+        region = self.grid.index(n_decode, chunk)
         reg = self._regions.get(region)
         if reg is None:
             reg = self._regions[region] = _Detectors(th)
@@ -232,6 +249,16 @@ class DriftMonitor:
 
     def recommendation(self, regions: list[dict[str, Any]] | None = None) -> str:
         regions = self.regions() if regions is None else regions
+        advice = self._advice(regions)
+        if self._outside:
+            cov = 1.0 - self._outside_hits / self._outside
+            advice += (
+                f"; {self._outside} iterations fell outside the table's grid "
+                f"({cov:.1%} within P99 + margin there): extend the calibration grid"
+            )
+        return advice
+
+    def _advice(self, regions: list[dict[str, Any]]) -> str:
         if self.state != "drift":
             return f"no drift detected over {self._all.n} iterations; the table holds"
         bad = [r for r in regions if r["status"] == "drift"]
@@ -275,6 +302,10 @@ class DriftMonitor:
                 "state": self.state,
                 "iterations": n,
                 "skipped": self._skipped,
+                "outside_domain": {
+                    "iterations": self._outside,
+                    "coverage": 1.0 - self._outside_hits / self._outside if self._outside else None,
+                },
                 "changes": list(self.changes),
                 "alarms": list(self.alarms),
                 "coverage": 1.0 - self._all.hits / n if n else None,

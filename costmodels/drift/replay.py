@@ -21,6 +21,7 @@ import pandas as pd
 
 from servecal.costmodels.drift.monitor import DriftConfig, DriftMonitor
 from servecal.costmodels.drift.profile import MIN_RESIDUALS, NoiseProfile
+from servecal.costmodels.drift.reference import reference_for
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
 
@@ -66,7 +67,9 @@ def replay(
     """Verdict of ``predictor`` on measured rows (see module doc).
 
     Without ``profile`` the noise scale is taken from the rows themselves (a MAD,
-    which a shift does not move) and the centre is the P50 promise, 0.
+    which a shift does not move) and the centre is the P50 promise, 0. For a cost
+    table the median is its interpolated P50 and rows beyond its grid are left
+    out of the tests (counted in ``outside_domain``): see ``reference``.
     ``progress(rows_done)`` is called every :data:`PROGRESS_EVERY` rows.
     """
     if len(frame) < MIN_RESIDUALS:
@@ -79,11 +82,23 @@ def replay(
     p99 = np.asarray(predictor.predict(*args, q=PLAN_QUANTILE), dtype=float)
     margin = np.asarray(predictor.margin(*args), dtype=float)
     ms = frame["ms"].to_numpy(dtype=float)
+    ref = reference_for(predictor)
+    inside = np.ones(len(frame), dtype=bool)
+    median = p50
+    if ref is not None:  # interpolated median; rows beyond the grid are reported apart
+        inside = ref.domain_mask(*args)
+        median = ref.many(*args)
+    if inside.sum() < MIN_RESIDUALS:
+        raise InputError(
+            f"only {int(inside.sum())} of {len(frame)} rows lie inside the table's grid; "
+            f"need {MIN_RESIDUALS} to validate"
+        )
+    resid = np.log(ms[inside] / median[inside])
     if profile is None:
         profile = NoiseProfile.from_residuals(
-            np.log(ms / p50), center=0.0, source="scale from the rows checked; centre = P50"
+            resid, center=0.0, source="scale from the rows checked; centre = P50"
         )
-    monitor = DriftMonitor(profile, config)
+    monitor = DriftMonitor(profile, config, reference=ref)
     if kind == "run":
         order = np.arange(len(frame))
         start = frame["start_ms"].to_numpy(dtype=float) if "start_ms" in frame else None
@@ -113,8 +128,9 @@ def replay(
         "kind": kind,
         "rows": int(len(frame)),
         "factor": s["factor"],
-        "median_ratio": math.exp(float(np.median(np.log(ms / p50)))),
-        "coverage": float(np.mean(ms <= p99 + margin)),
+        "median_ratio": math.exp(float(np.median(resid))),
+        "coverage": float(np.mean((ms <= p99 + margin)[inside])),
+        "outside_domain": s["outside_domain"],
         "coverage_promised": s["coverage_promised"],
         "alarms": s["alarms"],
         "regions": [r for r in s["regions"] if r["status"] != "ok"] if drifted else [],

@@ -60,6 +60,12 @@ def _text(r: dict[str, Any]) -> str:
         f"coverage (actual <= P99 + margin): {r['coverage']:.2%} "
         f"(promised {r['coverage_promised']:.0%})",
     ]
+    out = r["outside_domain"]
+    if out["iterations"]:
+        lines.append(
+            f"outside the table's grid: {out['iterations']} rows "
+            f"(coverage {out['coverage']:.1%}), not tested for drift"
+        )
     for a in r["alarms"]:
         size = f"×{a['factor']:.3f}" if "factor" in a else f"tail rate {a['exceed_rate']:.2%}"
         lines.append(f"alarm: {a['detector']} at row {a['index']} ({size})")
