@@ -13,11 +13,20 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from servecal.costmodels.conformal import CALIBRATION_SHARE as CALIBRATION_PART
 from servecal.costmodels.errors import InputError
-from servecal.reports.demo.setting import Axes, DemoSetting, derive_setting, grid_for
+from servecal.reports.demo.setting import (
+    WORKLOADS,
+    Axes,
+    DemoSetting,
+    derive_setting,
+    grid_for,
+    token_scale,
+)
 from servecal.reports.demo.simulation import Inputs, plan_runs, run_all
 
 #: Share of the budget the calibration sweep may use; simulation and report follow.
@@ -37,8 +46,15 @@ class DemoConfig:
     n_requests: int = 200
     repeats: int = 10
     jobs: int | None = None
+    token_scale: float | None = None
+    workloads: tuple[str, ...] = WORKLOADS
 
     def __post_init__(self) -> None:
+        if self.token_scale is not None and not 0 < self.token_scale <= 1:
+            raise InputError(f"--token-scale must be in (0, 1], got {self.token_scale:g}")
+        unknown = sorted(set(self.workloads) - set(WORKLOADS))
+        if unknown or not self.workloads:
+            raise InputError(f"demo workloads must be among {', '.join(WORKLOADS)}: {unknown}")
         if not self.budget_s >= 20:
             raise InputError(f"--budget must be >= 20 seconds, got {self.budget_s:g}")
         if self.seeds < 1 or self.n_requests < 10 or self.repeats < 2:
@@ -55,14 +71,22 @@ class DemoResult:
     seconds: dict[str, float]
 
 
-def _holdout(rows: int) -> float:
-    """Held-out fraction: 20%, or more when few rows were measured (at most 50%)."""
-    if rows * 0.5 < MIN_HELDOUT_ROWS * 1.2:
-        raise InputError(
-            f"the calibration measured only {rows} timed iterations within the budget; the "
-            f"P99 margin needs about {int(MIN_HELDOUT_ROWS * 2.4)}: raise --budget"
-        )
-    return min(0.5, max(0.2, MIN_HELDOUT_ROWS * 1.2 / rows))
+def holdout_for(points: int, rows_per_point: int) -> float:
+    """Held-out fraction: 20%, or more (up to 50%) when the budget measured few points.
+
+    Mirrors how ``fit`` splits whole points (``conformal.split_points``) so that the
+    calibration part has the rows the 99% margin needs.
+    """
+    for h in np.arange(0.2, 0.5001, 0.01):
+        n_hold = min(max(2, round(h * points)), points - 1)
+        n_cal = min(max(1, round(CALIBRATION_PART * n_hold)), n_hold - 1)
+        if n_cal * rows_per_point >= MIN_HELDOUT_ROWS:
+            return float(h)
+    raise InputError(
+        f"the calibration measured only {points} points x {rows_per_point} repeats within the "
+        f"budget; the P99 margin needs about {int(3 * MIN_HELDOUT_ROWS)} timed iterations: "
+        "raise --budget"
+    )
 
 
 def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, dict]:
@@ -79,7 +103,7 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
         console.print(f"reusing the calibration in {cal} (delete it to measure again)")
         return cal, on_gpu, {}
     if not (cal / "samples.parquet").is_file():
-        grid = grid_for(on_gpu)
+        grid = grid_for(on_gpu, token_scale(on_gpu, config.token_scale))
         grid_path = None
         if grid is not None:
             grid_path = config.out / "demo-grid.json"
@@ -100,11 +124,12 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
         if outcome.stopped_by == "signal":
             raise KeyboardInterrupt
     samples = read_samples(cal / "samples.parquet")
+    sizes = samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
     with console.status("fitting the cost table"):
         fitted = fit_cost_table(
             samples.frame,
             {"source": str(cal / "samples.parquet"), **samples.provenance},
-            holdout=_holdout(len(samples.frame)),
+            holdout=holdout_for(len(sizes), int(sizes.min())),
         )
     fitted.table.save(table_path)
     m = fitted.metrics
@@ -126,7 +151,10 @@ def simulate_step(
     table = CostTable.load(cal / "costtable.json")
     grid = table.axes
     setting = derive_setting(
-        table, Axes(tuple(grid["n_decode"]), max(grid["chunk"]), tuple(grid["ctx"])), on_gpu
+        table,
+        Axes(tuple(grid["n_decode"]), max(grid["chunk"]), tuple(grid["ctx"])),
+        token_scale(on_gpu, config.token_scale),
+        config.workloads,
     )
     for line in setting.describe():
         console.print(line)

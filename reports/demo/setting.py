@@ -149,13 +149,19 @@ def capacity(
     return 1000.0 / (prompt * per_prefill_token + output * per_decode_token)
 
 
+def token_scale(on_gpu: bool, override: float | None = None) -> float:
+    """Scale of prompt lengths and chunk sizes: 1 on a GPU, 1/8 on a CPU, or as given."""
+    if override is not None:
+        return override
+    return 1.0 if on_gpu else CPU_TOKEN_SCALE
+
+
 def derive_setting(
-    table: Predictor, axes: Axes, on_gpu: bool, workloads: tuple[str, ...] = WORKLOADS
+    table: Predictor, axes: Axes, scale: float, workloads: tuple[str, ...] = WORKLOADS
 ) -> DemoSetting:
     """The demo's targets, rates and policies for the calibrated ``table``."""
     from servecal.sched.compare import default_rate
 
-    scale = 1.0 if on_gpu else CPU_TOKEN_SCALE
     spec = AnalyticPredictor()
     ref_batch = max((n for n in axes.n_values if n <= SPEC_REF_BATCH), default=axes.n_max)
     ctx = axes.ctx_near(REF_CTX)
@@ -174,7 +180,7 @@ def derive_setting(
         spec_cap = capacity(spec, prompt, output, SPEC_CHUNK_MAX, SPEC_DECODE_BATCH, 0)
         load[w] = default_rate(w) / spec_cap
         rates[w] = load[w] * capacity(table, prompt * scale, output, chunk, axes.n_max, ctx)
-    small, large = int(256 * scale), int(1024 * scale)
+    small, large = max(1, int(256 * scale)), max(1, int(1024 * scale))
     return DemoSetting(
         token_scale=scale,
         time_dilation=k,
@@ -193,11 +199,15 @@ def derive_setting(
     )
 
 
-def grid_for(on_gpu: bool) -> dict[str, Any] | None:
-    """The calibration grid of the demo (None: the profiler's GPU default)."""
-    if on_gpu:
+def grid_for(on_gpu: bool, scale: float) -> dict[str, Any] | None:
+    """The calibration grid of the demo (None: the profiler's GPU default).
+
+    On a CPU: decode batches up to 64 (the runs' batches are 10-30), chunks up to
+    the scaled C_max, and the KV lengths the scaled workloads reach.
+    """
+    if on_gpu and scale == 1:
         return None
-    top = int(SPEC_CHUNK_MAX * CPU_TOKEN_SCALE)
+    top = max(16, int(SPEC_CHUNK_MAX * scale))
     return {
         "n_decode": [0, 2, 8, 32, 64],
         "chunk": [0, top // 16, top // 4, top],

@@ -20,6 +20,14 @@ def demo(
     seeds: int = typer.Option(2, "--seeds", help="Seeds per simulated cell."),
     requests: int = typer.Option(200, "--requests", help="Requests per simulated run."),
     jobs: int = typer.Option(None, "--jobs", help="Simulation processes (default: all cores)."),
+    workloads: str = typer.Option(
+        "chat,mixed,long,bursty", "--workloads", help="Comma-separated subset of the four."
+    ),
+    token_scale: float = typer.Option(
+        None,
+        "--token-scale",
+        help="Scale of prompt lengths and chunk sizes (default 1/8 on a CPU, 1 on a GPU).",
+    ),
 ) -> None:
     """Calibrate this device, fit a cost table, simulate the schedulers, write the report."""
     from rich.console import Console
@@ -28,7 +36,14 @@ def demo(
 
     console = Console(stderr=True)
     config = DemoConfig(
-        out=out, budget_s=budget, device=device, seeds=seeds, n_requests=requests, jobs=jobs
+        out=out,
+        budget_s=budget,
+        device=device,
+        seeds=seeds,
+        n_requests=requests,
+        jobs=jobs,
+        token_scale=token_scale,
+        workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()),
     )
     try:
         result = run_demo(config, console)

@@ -1,0 +1,83 @@
+"""``servecal demo`` end to end with a small budget: every report section has content.
+
+The fast test seeds the demo's output folder with synthetic samples (the demo then
+fits them, as it does after measuring, and reuses them as on a resumed run), so it
+checks fit → derived targets → simulation → report in seconds. The slow test also
+measures the `tiny` model on this CPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from servecal.cli import app
+from servecal.costmodels.samples import write_samples
+from servecal.costmodels.synthetic import SyntheticTruth, grid_points
+
+sys.path.insert(0, str(Path(__file__).parents[1] / "reports"))
+from htmlcheck import check  # noqa: E402
+
+runner = CliRunner()
+SMALL = ["--seeds", "1", "--requests", "30", "--workloads", "mixed", "--token-scale", "0.03125"]
+
+
+def _seed_samples(out: Path) -> None:
+    """Samples as `calibrate` would leave them, drawn from a known truth."""
+    points = grid_points((0, 2, 8, 32, 64), (0, 8, 32, 128), (64, 512, 2048), (0, 64))
+    truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6)
+    frame = truth.draw(points, 10, np.random.default_rng(0))
+    (out / "calibration").mkdir(parents=True)
+    write_samples(frame, out / "calibration" / "samples.parquet", {"model": "synthetic"})
+
+
+def _run(out: Path, *extra: str) -> None:
+    result = runner.invoke(app, ["demo", "--out", str(out), "--device", "cpu", *SMALL, *extra])
+    assert result.exit_code == 0, result.output
+    assert str(out / "report" / "report.html") in result.output
+
+
+def _check_report(out: Path) -> None:
+    seeds = list((out / "runs").glob("mixed/*/tpot-*/seed-0/run.json"))
+    assert len(seeds) == 4 * 3  # four policies x three derived targets
+    assert (out / "calibration" / "costtable.json").is_file()
+    html = (out / "report" / "report.html").read_text(encoding="utf-8")
+    parsed = check(html)
+    assert parsed.errors == []
+    assert parsed.section_ids == ["setup", "calibration", "scheduling", "energy", "drift"]
+    assert len(parsed.images) >= 8 and parsed.tables >= 10
+    md = (out / "report" / "report.md").read_text(encoding="utf-8")
+    sections = {part.split("\n", 1)[0].strip(): part for part in md.split("\n## ")[1:]}
+    assert "TPOT targets come from this calibration" in sections["Setup"]
+    assert "| samples (timed iterations) |" in sections["Calibration"]
+    assert "*Figure: Predicted vs measured*" in sections["Calibration"]
+    assert "| mixed | sloweave |" in sections["Scheduling"]
+    assert "Ratio to the best static policy" in sections["Scheduling"]
+    assert "| mixed | sloweave |" in sections["Energy"]
+    assert "Online validation per run" in sections["Drift"]
+    assert "Monitor state changes" in sections["Drift"]  # the monitor ran on SLOWeave
+
+
+def test_demo_small_budget_every_section_has_content(tmp_path: Path) -> None:
+    _seed_samples(tmp_path)
+    _run(tmp_path, "--budget", "30")
+    _check_report(tmp_path)
+    # The synthetic samples carry energy: the energy table names its source.
+    md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    assert "bootstrapped from the calibration samples' energy" in md
+
+
+def test_demo_bad_budget_is_one_line(tmp_path: Path) -> None:
+    result = runner.invoke(app, ["demo", "--budget", "5", "--out", str(tmp_path)])
+    assert result.exit_code == 2
+    assert "--budget" in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.slow
+def test_demo_measures_this_cpu(tmp_path: Path) -> None:
+    _run(tmp_path, "--budget", "150")
+    _check_report(tmp_path)
