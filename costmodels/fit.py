@@ -32,6 +32,7 @@ from servecal.costmodels.grid import (
     grid_features,
     grid_shape,
     make_monotone,
+    settle_empty_iteration,
     uncross,
 )
 from servecal.costmodels.physics import PhysicsQuantileRegressor
@@ -115,7 +116,12 @@ def _compile(model: Any, axes: dict[str, list[int]]) -> dict[float, np.ndarray]:
     """Every quantile on the grid: holes filled, monotone on every axis, uncrossed."""
     shape = grid_shape(axes)
     raw = model.predict_quantiles(grid_features(axes))
-    return uncross({q: make_monotone(fill_holes(v.reshape(shape), axes)) for q, v in raw.items()})
+    return uncross(
+        {
+            q: make_monotone(settle_empty_iteration(fill_holes(v.reshape(shape), axes), axes))
+            for q, v in raw.items()
+        }
+    )
 
 
 def _check_args(model: str, quantiles: Sequence[float], holdout: float) -> tuple[float, ...]:

@@ -129,41 +129,64 @@ def fill_holes(arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None = None)
     Each hole averages the linear interpolations along the axes where it has known
     neighbours on both sides; failing that, the one-sided linear extrapolations. On
     ``n_decode`` and ``chunk`` the cell at 0 is a different regime (no decode / no
-    prefill launch), so lines never interpolate across it. Holes with no known cell
-    on any of their lines are filled in later rounds from the cells filled before
-    (every cell is reached: the grid is connected by its lines). Needs one known cell.
+    prefill launch), so lines do not reach across it. Holes with no known cell on
+    any of their lines are filled in later rounds from the cells filled before; a
+    round that reaches no hole (e.g. only n_decode = chunk = 0 is left) lets lines
+    cross the boundary. Every cell is reached: the grid is connected by its lines.
+    Needs one known cell.
     """
     if not (~np.isnan(arr)).any():
         raise ValueError("cannot fill a grid without any known cell")
     out = np.array(arr, dtype=float)
+    cross = False  # cross the 0 regime boundary only when nothing else reaches a hole
     while np.isnan(out).any():
-        est = _round_estimates(out, axes)
+        est = _round_estimates(out, axes, cross)
         todo = np.isnan(out) & ~np.isnan(est)
+        if not todo.any():
+            cross = True
+            continue
         out[todo] = est[todo]
+        cross = False
     return out
 
 
-def _round_estimates(arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None) -> np.ndarray:
+def _round_estimates(
+    arr: np.ndarray, axes: Mapping[str, Sequence[int]] | None, cross: bool
+) -> np.ndarray:
+    """One round of line estimates for every cell; ``cross`` lets a cell at value 0 of
+    ``n_decode``/``chunk`` extrapolate from the > 0 side (a last resort)."""
     twos, ones = [], []
     for k, name in enumerate(AXES):
         coords = np.asarray(axes[name] if axes else range(arr.shape[k]), dtype=float)
-        two = np.full(arr.shape, np.nan)
-        one = np.full(arr.shape, np.nan)
-        start = 1 if name in ("n_decode", "chunk") and coords[0] == 0 and coords.size > 2 else 0
-        part = [slice(None)] * arr.ndim
-        part[k] = slice(start, None)
-        part_t = tuple(part)
-        two[part_t], one[part_t] = _line_estimates(arr[part_t], coords[start:], k)
-        if start:  # the 0 cell still takes a one-sided value from the positive side
-            one[(slice(None),) * k + (0,)] = _line_estimates(arr, coords, k)[1][
-                (slice(None),) * k + (0,)
-            ]
+        zero_regime = name in ("n_decode", "chunk") and coords[0] == 0 and coords.size > 1
+        if zero_regime and not cross:
+            two = np.full(arr.shape, np.nan)
+            one = np.full(arr.shape, np.nan)
+            rest = (slice(None),) * k + (slice(1, None),)
+            two[rest], one[rest] = _line_estimates(arr[rest], coords[1:], k)
+        else:
+            two, one = _line_estimates(arr, coords, k)
         twos.append(two)
         ones.append(one)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices are expected
         est = np.nanmean(np.stack(twos), axis=0)
         return np.where(np.isnan(est), np.nanmean(np.stack(ones), axis=0), est)
+
+
+def settle_empty_iteration(arr: np.ndarray, axes: Mapping[str, Sequence[int]]) -> np.ndarray:
+    """Cells with ``n_decode = chunk = 0`` describe no iteration (never measured: samples
+    need ``n_decode + chunk >= 1``); give them the smaller of their two nearest
+    neighbours, so that filling them cannot push real cells up in :func:`make_monotone`."""
+    n_ax, c_ax = AXES.index("n_decode"), AXES.index("chunk")
+    if axes["n_decode"][0] != 0 or axes["chunk"][0] != 0:
+        return arr
+    if len(axes["n_decode"]) < 2 or len(axes["chunk"]) < 2:
+        return arr
+    out = arr.copy()
+    a = np.moveaxis(out, (n_ax, c_ax), (0, 1))  # a view: (n, c, ctx, prefix)
+    a[0, 0] = np.minimum(a[0, 1], a[1, 0])
+    return out
 
 
 def make_monotone(arr: np.ndarray) -> np.ndarray:
