@@ -117,7 +117,8 @@ def delays(
     first = bank.first_any()
     early = int(((first >= 0) & (first < pre)).sum())
     ok = first >= pre
-    d = first[ok] - pre
+    # a stream that never alarmed counts as "later than the horizon", not as absent
+    d = np.where(ok, first - pre, np.inf)[(first < 0) | ok]
     firsts = {k: v for k, v in bank.first.items()}
     which = {
         det: int(sum(1 for j in np.flatnonzero(ok) if firsts[det][j] == first[j]))
@@ -128,11 +129,15 @@ def delays(
         "detected": int(ok.sum()),
         "missed": int((first < 0).sum()),
         "alarm_before_change": early,
-        "median_delay": float(np.median(d)) if d.size else None,
-        "p90_delay": float(np.quantile(d, 0.9)) if d.size else None,
+        "median_delay": _finite(np.median(d)) if d.size else None,
+        "p90_delay": _finite(np.quantile(d, 0.9)) if d.size else None,
         "first_detector": which,
         "horizon": post,
     }
+
+
+def _finite(x: float) -> float | str:
+    return float(x) if math.isfinite(x) else "> horizon"
 
 
 def false_alarms(src: Source, profile: NoiseProfile, th, rng, streams: int, length: int) -> dict:

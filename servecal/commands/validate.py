@@ -12,6 +12,8 @@ from servecal.commands._common import user_errors
 
 #: Above this many rows the replay shows a progress bar.
 PROGRESS_ROWS = 50_000
+#: Regions listed in the text verdict (most suspicious first).
+SHOW_REGIONS = 8
 
 
 @user_errors
@@ -69,11 +71,13 @@ def _text(r: dict[str, Any]) -> str:
     for a in r["alarms"]:
         size = f"×{a['factor']:.3f}" if "factor" in a else f"tail rate {a['exceed_rate']:.2%}"
         lines.append(f"alarm: {a['detector']} at row {a['index']} ({size})")
-    for reg in r["regions"]:
+    for reg in r["regions"][:SHOW_REGIONS]:
         lines.append(
             f"  region {reg['region']}: {reg['status']}, ×{reg['factor']:.3f}, "
             f"coverage {reg['coverage']:.1%}, {reg['iterations']} rows"
         )
+    if len(r["regions"]) > SHOW_REGIONS:
+        lines.append(f"  ... {len(r['regions']) - SHOW_REGIONS} more regions (--json lists all)")
     lines.append(r["recommendation"])
     return "\n".join(lines)
 
