@@ -96,7 +96,7 @@ def validate_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         whole = np.isfinite(values) & (values == np.round(values))
         if not whole.all():
             row, count = _first_bad(~whole)
-            raise _fail(source, col, row, f"not a whole number: {values[row]!r}", count)
+            raise _fail(source, col, row, f"not a whole number: {float(values[row])!r}", count)
         if (values < 0).any():
             row, count = _first_bad(values < 0)
             raise _fail(source, col, row, f"negative count: {int(values[row])}", count)
@@ -109,14 +109,16 @@ def validate_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     bad = ~np.isfinite(ms) | (ms <= 0)
     if bad.any():
         row, count = _first_bad(bad)
-        raise _fail(source, "ms", row, f"must be a finite time > 0, got {ms[row]!r}", count)
+        raise _fail(source, "ms", row, f"must be a finite time > 0, got {float(ms[row])!r}", count)
     out["ms"] = ms
 
     energy = _numeric(frame, "energy_j", source)  # NaN = no meter
     bad = ~np.isnan(energy) & (~np.isfinite(energy) | (energy < 0))
     if bad.any():
         row, count = _first_bad(bad)
-        raise _fail(source, "energy_j", row, f"must be >= 0 or null, got {energy[row]!r}", count)
+        raise _fail(
+            source, "energy_j", row, f"must be >= 0 or null, got {float(energy[row])!r}", count
+        )
     out["energy_j"] = energy
 
     empty = (out["n_decode"] + out["chunk"]).to_numpy() == 0
