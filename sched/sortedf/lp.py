@@ -11,7 +11,7 @@ fraction of request ``i`` completing in interval ``l``; it is 0 where ``τ_l < o
   ``A_i(k) = k·s_i + k(k+1)/2`` token-steps; ``w_i(l, l') = A_i(o_i) = a_i`` when
   ``l' <= l`` (done by ``τ_l``) and ``A_i(max(0, τ_l - τ_l' + o_i))`` when ``l' > l`` (a
   request completing at ``C <= τ_l'`` has run at least ``τ_l - τ_l' + o_i`` steps by
-  ``τ_l``); only the ``partial`` nearest later intervals are counted, the rest as 0.
+  ``τ_l``); at most ``partial`` later intervals are counted, the rest as 0.
 
 Why it is a lower bound: take any feasible schedule (an optimal one included) and
 set ``y_il = 1`` for the interval holding ``C_i``. Steps ``1..τ_l`` hold at most
