@@ -3,6 +3,7 @@
     python benchmarks/sortedf.py                 # solver/simulator times, 3 instances
     python benchmarks/sortedf.py --sweep         # where Sorted-F's gain grows and vanishes
     python benchmarks/sortedf.py --gap           # gap to the LP bound at n <= 200
+    python benchmarks/sortedf.py --online        # Sorted-F-Online in the reference engine
     python benchmarks/sortedf.py --tiny 1000     # ratios to the exact optimum, 1000 instances
 
 Times are wall-clock seconds measured in this run, pinned to 2 cores (as CI);
@@ -173,6 +174,39 @@ def tiny(count: int) -> None:
     print(f"  OPT / LP bound: mean {np.mean(lb_ratio):.3f}  max {np.max(lb_ratio):.3f}")
 
 
+def online(n: int, rate: float, memory: int) -> None:
+    from servecal.costmodels import AnalyticPredictor
+    from servecal.sched.engine import Engine, EngineConfig
+    from servecal.sched.policies import parse_policy
+    from servecal.sched.request import Request
+    from servecal.sched.sortedf.online import SortedFOnline
+    from servecal.sched.truth import AnalyticTruth
+
+    rng = np.random.default_rng(0)
+    inst = short_long(n, 0.8, memory, rng)
+    arrive = np.cumsum(rng.exponential(1000.0 / rate, inst.n))
+    reqs = [
+        Request(i, float(arrive[i]), int(max(1, inst.s[i])), int(inst.o[i])) for i in range(inst.n)
+    ]
+    print(f"engine, {n} Poisson requests at {rate} req/s, short-long:0.8, M = {memory}")
+    for name, policy in (
+        ("sorted-f-online", SortedFOnline()),
+        ("budget-2048", parse_policy("budget-2048")),
+        ("full", parse_policy("full")),
+    ):
+        run = Engine(
+            reqs,
+            policy,
+            AnalyticPredictor(),
+            AnalyticTruth().executor(np.random.default_rng(1)),
+            EngineConfig(kv_capacity=memory),
+            policy_name=name,
+        ).run()
+        df = run.requests
+        lat = (df["completion_ms"] - df["arrival_ms"]).mean()
+        print(f"  {name:<16} mean latency {lat:8.0f} ms   preemptions {run.preemptions}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000)
@@ -181,6 +215,7 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true", help="memory and mix sweeps instead")
     ap.add_argument("--gap", action="store_true", help="gap to the LP bound at n <= 200")
     ap.add_argument("--tiny", type=int, default=0, help="instances checked against the optimum")
+    ap.add_argument("--online", action="store_true", help="Sorted-F-Online in the engine")
     args = ap.parse_args()
     print(_pin_two_cores())
     if args.sweep:
@@ -189,6 +224,8 @@ def main() -> None:
         gap(args.seeds)
     elif args.tiny:
         tiny(args.tiny)
+    elif args.online:
+        online(300, 20.0, args.memory)
     else:
         timings(args.n, args.memory, args.seeds)
 

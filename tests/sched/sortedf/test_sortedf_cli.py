@@ -84,3 +84,13 @@ def test_errors_are_one_line_exit_2(tmp_path, data_dir) -> None:
         assert res.exit_code == 2, (args, res.output)
         lines = [ln for ln in res.output.splitlines() if ln.strip()]
         assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
+
+
+def test_amin_and_forced_solver(data_dir) -> None:
+    args = ["--requests", str(data_dir / "azure_conv_head.csv"), "--n", "30", "--memory", "5000"]
+    res = _run(*args, "--algos", "sorted-f,sorted-f-amin", "--solver", "quantile", "--json")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out["algos"]) == {"sorted-f", "sorted-f-amin"}
+    bad = _run(*args, "--solver", "magic")
+    assert bad.exit_code == 2 and "unknown solver" in bad.output
