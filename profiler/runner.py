@@ -11,6 +11,7 @@ constant power assumed).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -105,15 +106,18 @@ def measure_block(
     clock: CpuClock | CudaClock,
     meter: EnergyMeter | None,
     rng: np.random.Generator,
-) -> list[list[dict[str, Any]] | PointInfeasible]:
+    should_stop: Callable[[], bool] = lambda: False,
+) -> list[list[dict[str, Any]] | PointInfeasible | None]:
     """Rows (samples-contract columns, one per repeat) or the reason, for each point.
 
     The repeats of a block's points are interleaved: ``repeats`` rounds, each timing
     every live point once in a fresh random order. A burst of load from elsewhere
     on the host then spreads over all points of the block instead of shifting one
     point's median, and slow drifts do not line up with the repeat index.
+    ``should_stop`` is polled between rounds; when it says so, the block is
+    abandoned and its unfinished points come back as ``None`` (measure them again).
     """
-    results: list[list[dict[str, Any]] | PointInfeasible] = []
+    results: list[list[dict[str, Any]] | PointInfeasible | None] = []
     live: dict[int, _Live] = {}
     for i, point in enumerate(points):
         try:
@@ -126,6 +130,8 @@ def measure_block(
         live[i] = _Live(point, batch, tokens, [])
         results.append([])
     for rep in range(cfg.repeats):
+        if should_stop():  # abandon the block: unfinished points are not results
+            return [r if isinstance(r, PointInfeasible) else None for r in results]
         for i in [list(live)[j] for j in rng.permutation(len(live))]:
             lp = live[i]
             try:

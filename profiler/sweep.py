@@ -2,9 +2,12 @@
 
 Points are measured in blocks of ``cfg.block`` consecutive plan entries (their
 repeats interleaved, see :func:`measure_block`); each finished point becomes a
-shard at once. Stopping is always *between* blocks: the budget is checked before
-each, and SIGINT/SIGTERM only set a flag that the loop reads before the next one
-(a second SIGINT stops at once). A point is on disk whole or not at all.
+shard at once. Stopping is always *between* blocks: with a budget, the first
+block always runs, later ones shrink to the points that still fit (from the
+running mean time per point) and none starts once the budget is spent;
+SIGINT/SIGTERM set a flag read between repeat rounds: the block in progress is
+abandoned (its points stay unmeasured) and the loop ends (a second SIGINT stops
+at once). A point is on disk whole or not at all.
 """
 
 from __future__ import annotations
@@ -102,26 +105,40 @@ def run_sweep(
     )
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("calibrating", total=len(plan), completed=len(done), left=left())
-        for first in range(0, len(todo), cfg.block):
+        first = 0
+        per_point_s: float | None = None  # running mean, to keep blocks inside the budget
+        while first < len(todo):
             if stop.signal is not None:
                 stopped_by = "signal"
                 break
-            if budget_s is not None and time.monotonic() - start >= budget_s:
-                stopped_by = "budget"
-                break
-            block = todo[first : first + cfg.block]
+            size = cfg.block
+            if budget_s is not None and per_point_s is not None:  # the first block always runs
+                remaining_s = budget_s - (time.monotonic() - start)
+                size = min(size, int(remaining_s / per_point_s))  # shrink to what still fits
+                if remaining_s <= 0 or size < 1:
+                    stopped_by = "budget"
+                    break
+            block = todo[first : first + size]
+            first += len(block)
             points = [plan[i] for i in block]
+            block_start = time.monotonic()
             label = points[0].label() + (f" +{len(points) - 1}" if len(points) > 1 else "")
             bar.update(task, description=label, left=left())
-            results = measure_block(model, points, scale, cfg, clock, meter, rng)
+            results = measure_block(
+                model, points, scale, cfg, clock, meter, rng, lambda: stop.signal is not None
+            )
+            seconds = (time.monotonic() - block_start) / len(block)
+            per_point_s = seconds if per_point_s is None else 0.7 * per_point_s + 0.3 * seconds
             for index, point, result in zip(block, points, results, strict=True):
+                if result is None:  # abandoned by a stop signal: not measured
+                    continue
                 if isinstance(result, PointInfeasible):
                     store.write_infeasible(index, point, str(result))
                     infeasible += 1
                 else:
                     store.write_rows(index, result)
                     measured += 1
-            bar.update(task, advance=len(block), left=left())
+            bar.update(task, completed=len(store.done()), left=left())
         bar.update(task, description="calibrated" if stopped_by == "complete" else "stopped")
     remaining = len(plan) - len(store.done())
     if stopped_by == "complete" and remaining:
