@@ -36,6 +36,7 @@ from servecal.costmodels.grid import (
     uncross,
 )
 from servecal.costmodels.physics import PhysicsQuantileRegressor
+from servecal.costmodels.predictor import Predictor
 from servecal.costmodels.samples import POINT_COLUMNS, validate_samples
 from servecal.costmodels.table import AXES, CostTable, Margin
 
@@ -233,6 +234,49 @@ def fit_cost_table(
     validation = {"test_points": split.test_points, **_jsonable(metrics)}
     table = CostTable(margin=margin, validation=validation, **common)
     return FitResult(table=table, metrics=metrics, model=kind, reason=reason, notes=tuple(notes))
+
+
+def compile_predictor(
+    predictor: Predictor,
+    axes: Mapping[str, Sequence[int]],
+    quantiles: Sequence[float] = (0.5, 0.99),
+    calibration: pd.DataFrame | None = None,
+    fingerprint: Mapping[str, Any] | None = None,
+) -> CostTable:
+    """Compile any predictor (e.g. :class:`AnalyticPredictor`) into a cost table on ``axes``.
+
+    The grid goes through the same monotone and uncrossing steps as a fit. With
+    ``calibration`` rows (samples of the real device), the highest quantile gets a
+    split-conformal margin from them (all rows calibrate: none is left to test it);
+    without, the table has no margin (``tail`` null).
+    """
+    axes = {a: sorted({int(v) for v in axes[a]}) for a in AXES}
+    shape = grid_shape(axes)
+    X = grid_features(axes)
+    cols = [X[:, FEATURES.index(f)] for f in FEATURES]
+    raw = {
+        float(q): np.asarray(predictor.predict(*cols, q=float(q)), dtype=float) for q in quantiles
+    }
+    values = uncross({q: make_monotone(v.reshape(shape)) for q, v in raw.items()})
+    common = dict(
+        axes=axes,
+        quantiles=values,
+        fingerprint=dict(fingerprint or {}),
+        model={"kind": type(predictor).__name__, "reason": "compiled predictor"},
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    )
+    tail = max((q for q in values if q > 0.5), default=None)
+    if calibration is None or tail is None:
+        return CostTable(**common)
+    frame = validate_samples(calibration, "calibration samples")
+    bare = CostTable(**common)
+    flat, _ = bare.cells(*(frame[c].to_numpy(dtype=float) for c in POINT_COLUMNS))
+    scores = frame["ms"].to_numpy() / bare.values(tail).reshape(-1)[flat] - 1.0
+    points = int(frame.groupby(list(POINT_COLUMNS)).ngroups)
+    margin = Margin(tail, conformal_rho(scores, tail), tail, None, points, len(frame))
+    table = CostTable(margin=margin, **common)
+    metrics = evaluate(table, frame)
+    return CostTable(margin=margin, validation=_jsonable(metrics), **common)
 
 
 def _fit_energy(

@@ -169,3 +169,19 @@ def test_pooled_tail_stays_within_its_regime() -> None:
     p99 = model.values_[0.99].reshape(3, 1, 1, 3)
     assert (p99[:, 0, 0, 0] > 1.4).all()  # the wide decode-only tail
     assert (p99[:, 0, 0, 1:] < 1.02).all()  # not widened by the decode-only neighbours
+
+
+def test_analytic_predictor_compiles_into_a_table() -> None:
+    from servecal.costmodels import AnalyticPredictor
+    from servecal.costmodels.fit import compile_predictor
+
+    axes = {"n_decode": [0, 1, 4, 16, 64], "ctx": [0], "prefix": [0], "chunk": [0, 64, 512, 2048]}
+    exact = AnalyticPredictor(sigma=0.05)
+    table = compile_predictor(exact, axes)
+    assert table.predict(4, 512) == pytest.approx(exact.predict(4, 512))
+    assert table.predict(16, 2048, q=0.99) == pytest.approx(exact.predict(16, 2048, q=0.99))
+    assert table.tail is None  # no calibration rows, no margin
+    rows = TRUTH.draw(grid_points(axes["n_decode"], axes["chunk"]), 40, np.random.default_rng(5))
+    calibrated = compile_predictor(AnalyticPredictor(), axes, calibration=rows)
+    assert calibrated.tail == 0.99 and calibrated.margin_info.rho > 0  # P99 of sigma=0: P50
+    assert calibrated.validation["p99_coverage"] >= 0.99
