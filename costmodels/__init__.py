@@ -16,6 +16,8 @@ from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor, largest_fitt
 from servecal.costmodels.table import CostTable, MissingQuantileError
 
 #: Names loaded on first access (they pull in pandas / scikit-learn / lightgbm).
+#: (``evaluate`` is not here: it is also the name of its submodule; import it from
+#: ``servecal.costmodels.evaluate``.)
 _LAZY = {
     "Samples": "servecal.costmodels.samples",
     "read_samples": "servecal.costmodels.samples",
@@ -23,7 +25,6 @@ _LAZY = {
     "validate_samples": "servecal.costmodels.samples",
     "fit_cost_table": "servecal.costmodels.fit",
     "FitResult": "servecal.costmodels.fit",
-    "evaluate": "servecal.costmodels.evaluate",
 }
 
 
