@@ -6,7 +6,7 @@ from servecal.sched.flowprefill.decision import Decision, PrefillPolicy, Prefill
 from servecal.sched.flowprefill.driver import DriverConfig, OperatorDriver
 from servecal.sched.flowprefill.operators import GRANULARITIES, OperatorModel
 from servecal.sched.flowprefill.policies import Fcfs, FlowPrefill, TokenBudgetChunks
-from servecal.sched.flowprefill.priority import by_priority, priority, slack_ms
+from servecal.sched.flowprefill.priority import by_priority, priority, priority_order, slack_ms
 from servecal.sched.flowprefill.record import FlowRun
 from servecal.sched.flowprefill.registry import (
     ABLATIONS,
@@ -47,6 +47,7 @@ __all__ = [
     "is_flow_policy",
     "max_goodput_of",
     "priority",
+    "priority_order",
     "run_requests",
     "run_seed",
     "simulate_flow",

@@ -41,6 +41,7 @@ SIMULATE_KEYS = (
     "preemptions",
     "p99_blocking_ms",
     "max_operator_ms",
+    "by_class",
 )
 
 #: Keys of each row of ``compare --json``.
@@ -115,6 +116,11 @@ def simulate_study(
     table.add_column("metric")
     table.add_column("mean over seeds", justify="right")
     for key, value in result.items():
+        if key == "by_class" and isinstance(value, dict):
+            for name, cls in value.items():
+                att, ttft = _fmt(cls.get("attainment")), _fmt(cls.get("p99_ttft_ms"))
+                table.add_row(f"{name}: attainment / P99 TTFT ms", f"{att} / {ttft}")
+            continue
         table.add_row(key, _fmt(value))
     Console().print(table)
     print(f"run folders: {out}/seed-*/")

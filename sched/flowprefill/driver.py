@@ -175,7 +175,10 @@ class OperatorDriver:
             rest = job.remaining_tokens - job.chunk
             after = self._pred(rest, job.tokens_done + job.chunk) if rest else 0.0
             return self._pred(job.chunk, job.tokens_done) * left + after
-        return self._pred(job.remaining_tokens, job.tokens_done)
+        rest = job.pred_rest_ms
+        if rest != rest:  # NaN: not cached since tokens_done last changed
+            rest = job.pred_rest_ms = self._pred(job.remaining_tokens, job.tokens_done)
+        return rest
 
     def batch_ms(self, tokens: Sequence[int], prefixes: Sequence[int]) -> float:
         total = int(sum(tokens))
@@ -357,6 +360,7 @@ class OperatorDriver:
         self._close(seg, parked=False)
         for job in seg.jobs:
             job.tokens_done += job.chunk
+            job.pred_rest_ms = math.nan
             job.chunk = 0
             job.ops_done = 0
             if job.tokens_done == job.prompt_tokens:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.flowprefill.decision import Decision, PrefillView
-from servecal.sched.flowprefill.priority import by_priority
+from servecal.sched.flowprefill.priority import priority_order
 from servecal.sched.flowprefill.state import Job
 
 #: FlowPrefill batches short requests up to this many tokens (SPEC §3).
@@ -55,7 +55,7 @@ class FlowPrefill:
     def _ordered(self, view: PrefillView) -> list[Job]:
         if self.order == "srpt":
             return sorted(view.jobs, key=lambda j: (view.remaining_ms(j), j.arrival_ms, j.rid))
-        return by_priority(view.jobs, view.now_ms, view.remaining_ms)
+        return priority_order(view.jobs, view.now_ms, view.remaining_ms)
 
     def decide(self, view: PrefillView, predictor: Predictor) -> Decision:
         ranked = self._ordered(view)
@@ -83,7 +83,9 @@ class FlowPrefill:
         reserved = view.kv_need(top)
         spare = top.deadline_ms - view.now_ms - self.keep_slack * top.ttft_slo_ms
         for job in ranked:
-            if job is top or job.running or job.in_flight:
+            if sum(tokens) >= self.batch_tokens:
+                break
+            if job is top or job.running or job.ops_done:
                 continue
             t = job.remaining_tokens
             if sum(tokens) + t > self.batch_tokens or not _fits(view, job, reserved):

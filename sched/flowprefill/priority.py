@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+import numpy as np
+
 from servecal.sched.flowprefill.state import Job
 
 
@@ -41,3 +43,22 @@ def by_priority(
         return (-priority(job.deadline_ms, slack), job.arrival_ms, job.rid)
 
     return sorted(jobs, key=key)
+
+
+def priority_order(
+    jobs: Iterable[Job], now_ms: float, remaining_ms: Callable[[Job], float]
+) -> list[Job]:
+    """The order of :func:`by_priority`, vectorised: one numpy sort instead of a Python
+    key per job, for the long queues of an overloaded prefill instance."""
+    jobs = list(jobs)
+    n = len(jobs)
+    if n < 2:
+        return jobs
+    d = np.fromiter((j.deadline_ms for j in jobs), float, n)
+    rem = np.fromiter((remaining_ms(j) for j in jobs), float, n)
+    if not (d > 0).all():
+        raise ValueError("deadlines must be > 0 ms")
+    prio = np.sign((d - now_ms) - np.maximum(rem, 0.0)) / d
+    arrival = np.fromiter((j.arrival_ms for j in jobs), float, n)
+    rid = np.fromiter((j.rid for j in jobs), np.int64, n)
+    return [jobs[i] for i in np.lexsort((rid, arrival, -prio))]

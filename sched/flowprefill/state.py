@@ -20,13 +20,16 @@ class Job:
     __slots__ = (
         "request",
         "rid",
+        "arrival_ms",
+        "ttft_slo_ms",
+        "prompt_tokens",
         "deadline_ms",
         "tokens_done",
         "chunk",
         "ops_done",
         "holds_kv",
         "kv_tokens",
-        "pred_chunk_ms",
+        "pred_rest_ms",
         "first_ms",
         "preemptions",
         "running",
@@ -35,6 +38,9 @@ class Job:
     def __init__(self, request: Request) -> None:
         self.request = request
         self.rid = request.rid
+        self.arrival_ms = request.arrival_ms
+        self.ttft_slo_ms = request.ttft_slo_ms
+        self.prompt_tokens = request.prompt_tokens
         #: FlowPrefill's deadline ``d = arrival + TTFT_SLO``.
         self.deadline_ms = request.arrival_ms + request.ttft_slo_ms
         self.tokens_done = 0  # prompt tokens of finished chunks
@@ -42,27 +48,15 @@ class Job:
         self.ops_done = 0  # operators of the chunk in flight already run
         self.holds_kv = False
         self.kv_tokens = 0  # KV reserved for this request now
-        self.pred_chunk_ms = math.nan  # predicted time of the whole chunk in flight
+        self.pred_rest_ms = math.nan  # cached prediction of the rest (no chunk in flight)
         self.first_ms = math.nan
         self.preemptions = 0  # times parked at an operator boundary
         self.running = False
 
     @property
-    def arrival_ms(self) -> float:
-        return self.request.arrival_ms
-
-    @property
-    def ttft_slo_ms(self) -> float:
-        return self.request.ttft_slo_ms
-
-    @property
-    def prompt_tokens(self) -> int:
-        return self.request.prompt_tokens
-
-    @property
     def remaining_tokens(self) -> int:
         """Prompt tokens not yet prefilled (the chunk in flight counts as not done)."""
-        return self.request.prompt_tokens - self.tokens_done
+        return self.prompt_tokens - self.tokens_done
 
     @property
     def in_flight(self) -> bool:

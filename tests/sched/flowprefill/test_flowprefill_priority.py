@@ -2,10 +2,19 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from flowkit import EXACT, driver, req
 
-from servecal.sched.flowprefill import Decision, FlowPrefill, Job, by_priority, priority, slack_ms
+from servecal.sched.flowprefill import (
+    Decision,
+    FlowPrefill,
+    Job,
+    by_priority,
+    priority,
+    priority_order,
+    slack_ms,
+)
 
 
 def test_slack_and_priority_by_the_formula():
@@ -92,3 +101,16 @@ def test_nobatch_ablation_runs_one_request_at_a_time():
 def test_decision_names_the_top_first():
     assert Decision(((4, 10), (2, 5))).top == 4
     assert Decision().top is None
+
+
+def test_vectorised_order_equals_the_rule_on_random_queues():
+    rng = np.random.default_rng(11)
+    for _ in range(20):
+        n = int(rng.integers(2, 60))
+        jobs = _jobs(*[(i, float(rng.integers(0, 50)), float(rng.choice([250, 500, 4000])))
+                       for i in range(n)])  # fmt: skip
+        rem = {j.rid: float(rng.choice([0.0, 10.0, 300.0, 5000.0])) for j in jobs}
+        now = float(rng.uniform(0, 400))
+        fast = priority_order(jobs, now, lambda j, r=rem: r[j.rid])
+        slow = by_priority(jobs, now, lambda j, r=rem: r[j.rid])
+        assert [j.rid for j in fast] == [j.rid for j in slow]
