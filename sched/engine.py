@@ -35,6 +35,7 @@ from servecal.sched.observe import IterationRecord, Observer
 from servecal.sched.plan import DECODE_ONLY, Plan, PlanError
 from servecal.sched.policy import Policy
 from servecal.sched.request import Request
+from servecal.sched.validate import check_plan
 from servecal.sched.view import EngineView
 
 if TYPE_CHECKING:
@@ -202,70 +203,13 @@ class Engine:
     def _fail(self, what: str) -> PlanError:
         return PlanError(f"policy {self._name!r} at {self._now:.3f} ms: {what}")
 
-    def _check(self, plan: Plan) -> tuple[int, list[tuple[LiveRequest, int]]]:
-        """Validate ``plan``; return (decodes, chunks). Raises :class:`PlanError`."""
-        running, ready = self._running, self._ready
-        freed = 0
-        skipped_ready = 0  # ready requests that will not decode under decode=None
-        named: list[int] = []
-        if plan.preempt or plan.park or plan.reject or plan.exceptions:
-            for rid in plan.preempt:
-                live = running.get(rid)
-                if live is None:
-                    raise self._fail(f"preempts request {rid}, which is not running")
-                freed += live.kv_tokens
-                skipped_ready += live._phase == Phase.READY
-            for rid in plan.park:
-                live = running.get(rid)
-                if live is None:
-                    raise self._fail(f"parks request {rid}, which is not running")
-                skipped_ready += live._phase == Phase.READY and rid not in self._parked_ready
-            for rid in plan.reject:
-                live = self._waiting.get(rid)
-                if live is None or live._preemptions or live._tok:
-                    raise self._fail(f"rejects request {rid}, which is not a new waiting request")
-            for rid in plan.exceptions:
-                if rid not in ready:
-                    raise self._fail(f"records an SLO exception for {rid}, which is not decoding")
-            named.extend(plan.preempt)
-            named.extend(plan.park)
-            named.extend(plan.reject)
-        chunks: list[tuple[LiveRequest, int]] = []
-        total = 0
-        for rid, tokens in plan.prefill:
-            live = self._prefilling.get(rid) or self._waiting.get(rid)
-            if live is None:
-                raise self._fail(f"prefills request {rid}, which has no prefill left")
-            if not 1 <= tokens <= live._target - live._prefilled:
-                raise self._fail(
-                    f"prefills {tokens} tokens of request {rid}, "
-                    f"which has {live._target - live._prefilled} left"
-                )
-            chunks.append((live, tokens))
-            named.append(rid)
-            total += tokens
-        if plan.decode is None:
-            n_decode = self._n_ready - len(self._parked_ready) - skipped_ready
-        else:
-            for rid in plan.decode:
-                if rid not in ready:
-                    raise self._fail(f"decodes request {rid}, whose prefill is not done")
-            n_decode = len(plan.decode)
-            named.extend(plan.decode)
-        if len(named) > 1 and len(set(named)) != len(named):
-            raise self._fail("names a request twice")
-        need = self._kv_used - freed + n_decode + total
-        if need > self._M:
-            raise self._fail(f"needs {need} KV tokens after the iteration; capacity is {self._M}")
-        return n_decode, chunks
-
     def _run_plan(self, plan: Plan, decision_us: float) -> bool:
         starting: list[LiveRequest] = []
         if plan is DECODE_ONLY and not self._parked_ready:
             # fast path: step() already made room for every decode
             n_decode, chunks = self._n_ready, []
         else:
-            n_decode, chunks = self._check(plan)
+            n_decode, chunks = check_plan(self, plan)
             if plan.preempt or plan.park or plan.reject or plan.exceptions:
                 self._apply_side_orders(plan)
         if plan.decode is not None or self._parked_ready:
