@@ -208,7 +208,8 @@ def _summary_rows(cal: CalibrationData, pred: pd.DataFrame, points: pd.DataFrame
     recorded.update(cal.evaluation or {})
     for key, value in recorded.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            rows.append((f"held-out {key} (recorded at fit)", fmt(value)))
+            as_pct = any(w in key for w in ("coverage", "mape", "tightness"))
+            rows.append((f"held-out {key} (recorded at fit)", pct(value) if as_pct else fmt(value)))
     return rows
 
 

@@ -69,12 +69,17 @@ def write_report(
     out_dir: str | Path,
     title: str = "servecal report",
     preface: Sequence[str] = (),
+    sources: Sequence[str | Path] = (),
 ) -> ReportFiles:
-    """Render every section and write ``report.html`` and ``report.md`` into ``out_dir``."""
+    """Render every section and write ``report.html`` and ``report.md`` into ``out_dir``.
+
+    ``sources`` are the paths the inputs were found under (listed on the page).
+    """
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    listed = [str(p) for p in sources] or _inputs_list(inputs)
     meta = [
         f"Generated {stamp}; {len(inputs.runs)} run(s), {len(inputs.calibrations)} calibration(s).",
-        *[f"Input: {p}" for p in _inputs_list(inputs)],
+        *[f"Input: {p}" for p in listed],
     ]
     return write_pages(sections(inputs, preface), out_dir, title, meta)
 
@@ -105,4 +110,4 @@ def build_report(
     preface: Sequence[str] = (),
 ) -> ReportFiles:
     """Find runs and calibrations under ``paths`` and write the report into ``out_dir``."""
-    return write_report(discover(paths), out_dir, title=title, preface=preface)
+    return write_report(discover(paths), out_dir, title=title, preface=preface, sources=paths)

@@ -31,6 +31,9 @@ from servecal.reports.demo.simulation import Inputs, plan_runs, run_all
 
 #: Share of the budget the calibration sweep may use; simulation and report follow.
 CALIBRATION_SHARE = 0.45
+#: Extra sweeps (each this share of the budget) when too few rows were timed.
+MAX_EXTENSIONS = 2
+EXTENSION_SHARE = 0.25
 #: Held-out rows the conformal margin needs to certify 99% coverage (fit's rule).
 MIN_HELDOUT_ROWS = 99
 
@@ -89,11 +92,50 @@ def holdout_for(points: int, rows_per_point: int) -> float:
     )
 
 
-def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, dict]:
-    """Measure (or resume, or reuse) the calibration and fit its table."""
-    from servecal.costmodels.fit import fit_cost_table
+def _measure(
+    config: DemoConfig, device: str, budget_s: float, grid: dict | None, console: Console
+) -> None:
+    """One budgeted sweep into ``OUT/calibration`` (resuming one that was started)."""
+    from servecal.profiler.calibrate import CalibrateConfig, calibrate
+
+    cal = config.out / "calibration"
+    resume = (cal / "shards").is_dir()
+    grid_path = None
+    if grid is not None and not resume:
+        grid_path = config.out / "demo-grid.json"
+        grid_path.write_text(json.dumps(grid))
+    outcome = calibrate(
+        CalibrateConfig(
+            out=cal,
+            device=device,
+            budget_s=budget_s,
+            repeats=None if resume else config.repeats,
+            grid=None if grid_path is None else str(grid_path),
+            resume=resume,
+            fit=False,
+        ),
+        console,
+    ).outcome
+    if outcome.stopped_by == "signal":
+        raise KeyboardInterrupt
+
+
+def _point_sizes(cal: Path):  # noqa: ANN202 - a pandas Series
     from servecal.costmodels.samples import read_samples
-    from servecal.profiler.calibrate import CalibrateConfig, calibrate, resolve_device
+
+    samples = read_samples(cal / "samples.parquet")
+    return samples, samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
+
+
+def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, dict]:
+    """Measure (or resume, or reuse) the calibration and fit its table.
+
+    If the budget ran out before enough iterations were timed to certify the P99
+    margin (a slow or busy machine), the sweep is extended, at most
+    ``MAX_EXTENSIONS`` times by ``EXTENSION_SHARE`` of the budget, and says so.
+    """
+    from servecal.costmodels.fit import fit_cost_table
+    from servecal.profiler.calibrate import resolve_device
 
     device = resolve_device(config.device)
     on_gpu = device.type == "cuda"
@@ -102,34 +144,33 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
     if table_path.is_file():
         console.print(f"reusing the calibration in {cal} (delete it to measure again)")
         return cal, on_gpu, {}
+    grid = grid_for(on_gpu, token_scale(on_gpu, config.token_scale))
     if not (cal / "samples.parquet").is_file():
-        grid = grid_for(on_gpu, token_scale(on_gpu, config.token_scale))
-        grid_path = None
-        if grid is not None:
-            grid_path = config.out / "demo-grid.json"
-            grid_path.write_text(json.dumps(grid))
-        resume = (cal / "shards").is_dir()
-        outcome = calibrate(
-            CalibrateConfig(
-                out=cal,
-                device=str(device),
-                budget_s=CALIBRATION_SHARE * config.budget_s,
-                repeats=None if resume else config.repeats,
-                grid=None if resume or grid_path is None else str(grid_path),
-                resume=resume,
-                fit=False,
-            ),
-            console,
-        ).outcome
-        if outcome.stopped_by == "signal":
-            raise KeyboardInterrupt
-    samples = read_samples(cal / "samples.parquet")
-    sizes = samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
+        _measure(config, str(device), CALIBRATION_SHARE * config.budget_s, grid, console)
+    samples, sizes = _point_sizes(cal)
+    for extension in range(MAX_EXTENSIONS + 1):
+        try:
+            holdout = holdout_for(len(sizes), int(sizes.min()))
+            break
+        except InputError:
+            if extension == MAX_EXTENSIONS or not (cal / "shards").is_dir():
+                raise
+            extra = EXTENSION_SHARE * config.budget_s
+            console.print(
+                f"{int(sizes.sum())} timed iterations are too few to certify the P99 margin; "
+                f"measuring {extra:.0f} s more (this machine is slower or busier than the "
+                "budget assumed)"
+            )
+            before = int(sizes.sum())
+            _measure(config, str(device), extra, grid, console)
+            samples, sizes = _point_sizes(cal)
+            if int(sizes.sum()) == before:  # the grid is exhausted: more time cannot help
+                raise
     with console.status("fitting the cost table"):
         fitted = fit_cost_table(
             samples.frame,
             {"source": str(cal / "samples.parquet"), **samples.provenance},
-            holdout=holdout_for(len(sizes), int(sizes.min())),
+            holdout=holdout,
         )
     fitted.table.save(table_path)
     m = fitted.metrics
