@@ -202,3 +202,47 @@ def test_p50_variant_plans_more_than_p99():
     assert p50 > p99
     assert noisy.predict(10, p99, q=0.99) <= 25.0 < noisy.predict(10, p50, q=0.99)
     assert not math.isnan(SLOWeave().plan(view, noisy).budget_ms)
+
+
+class MarginPredictor(StepPredictor):
+    """The exact cost as P99, plus a constant margin δ: SPEC §1's one-sided bound."""
+
+    def __init__(self, rng, delta):
+        super().__init__(rng)
+        self.delta = delta
+
+    def margin(self, n_decode, chunk, ctx=0, prefix=0):
+        return self.delta if np.isscalar(chunk) else np.full(np.shape(chunk), self.delta)
+
+    def max_chunk(self, n_decode, ctx, prefix, budget_ms, limit, q=0.99, use_margin=True):
+        d = self.delta if use_margin else 0.0
+        fits = lambda c: self.predict(n_decode, c) + d <= budget_ms  # noqa: E731
+        return largest_fitting(fits, int(limit))
+
+
+class UnderPredictedExecutor:
+    """Truth = prediction + an error in [0, δ]: the predictor is optimistic, boundedly."""
+
+    energy_source = "none"
+
+    def __init__(self, predictor, delta, rng):
+        self.p, self.delta, self.rng = predictor, delta, rng
+
+    def execute(self, n_decode, chunk, ctx, prefix, now_ms):
+        return self.p.predict(n_decode, chunk) + self.delta * self.rng.random(), None
+
+
+def test_one_sided_error_bounded_by_the_margin_keeps_deadlines():
+    rng = np.random.default_rng(21)
+    delta = 1.5
+    pred = MarginPredictor(rng, delta)
+    reqs = random_requests(rng, 300, rate=60.0, tpot=(25.0, 50.0))
+    run = Engine(reqs, SLOWeave(), pred, UnderPredictedExecutor(pred, delta, rng)).run()
+    it = run.iterations
+    mixed = it[(it.chunk > 0) & (it.n_decode > 0)]
+    assert len(mixed) > 50 and (mixed.duration_ms <= mixed.budget_ms).all()
+    # without the margin the same errors break budgets
+    loose = SLOWeave(SLOWeaveConfig(use_margin=False))
+    it2 = Engine(reqs, loose, pred, UnderPredictedExecutor(pred, delta, rng)).run().iterations
+    mixed2 = it2[(it2.chunk > 0) & (it2.n_decode > 0)]
+    assert (mixed2.duration_ms > mixed2.budget_ms).any()
