@@ -24,6 +24,7 @@ def test_json_shape_on_generated_workload() -> None:
     assert set(out) == {"algos", "lp_bound", "gap"}
     assert set(out["algos"]) == {"fcfs", "mc-sf", "sorted-f", "sorted-lp"}
     for row in out["algos"].values():
+        assert set(row) == {"mean_latency", "solver_s"}
         assert row["mean_latency"] > 0 and row["solver_s"] >= 0
     assert 0 < out["lp_bound"] <= min(r["mean_latency"] for r in out["algos"].values())
     assert abs(out["gap"] - out["algos"]["sorted-f"]["mean_latency"] / out["lp_bound"]) < 0.2
