@@ -14,6 +14,7 @@ from servecal.cli import app
 from servecal.costmodels import CostTable
 from servecal.costmodels.samples import write_samples
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
+from servecal.costmodels.table import FingerprintMismatchWarning
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "samples_analytic.parquet"
@@ -105,7 +106,8 @@ def test_bad_tables_exit_2(fitted: Path, tmp_path: Path) -> None:
 def test_strict_eval_refuses_another_device(fitted: Path, tmp_path: Path) -> None:
     frame = pd.read_parquet(EXAMPLE)
     write_samples(frame, tmp_path / "other.parquet", {"device_name": "A100"})
-    result = runner.invoke(app, ["eval", str(fitted), str(tmp_path / "other.parquet")])
+    with pytest.warns(FingerprintMismatchWarning, match="device_name"):
+        result = runner.invoke(app, ["eval", str(fitted), str(tmp_path / "other.parquet")])
     assert result.exit_code == 0  # warns only
     _fails_with_one_line(
         ["eval", str(fitted), str(tmp_path / "other.parquet"), "--strict"], "fingerprint mismatch"
