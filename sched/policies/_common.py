@@ -14,10 +14,13 @@ def room_for(view: EngineView, live: LiveRequest, taken: int = 0) -> int:
 
     Within the KV left after every decode. A request not started yet is admitted
     only when its whole remaining prefill fits with a 1% watermark (vLLM's rule), so
-    that a prefill is not evicted again as soon as the decodes grow.
+    that a prefill is not evicted again as soon as the decodes grow; on an empty
+    server, whenever it fits at all.
     """
     room = view.prefill_room - taken
     need = live.remaining_prefill
-    if live.phase == Phase.WAITING and need + int(WATERMARK * view.kv_capacity) > room:
+    alone = view.kv_used + taken == 0  # nothing else holds KV: the watermark protects no one
+    fresh = live.phase == Phase.WAITING and not alone
+    if fresh and need + int(WATERMARK * view.kv_capacity) > room:
         return 0
     return max(0, min(room, need))

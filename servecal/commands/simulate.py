@@ -76,6 +76,11 @@ def simulate_command(
     ),
     granularity: str = typer.Option("attn-mlp", help="FlowPrefill: layer|attn-mlp|fine."),
     scheduling: str = typer.Option("event", help="FlowPrefill: event|iteration wake-ups."),
+    executor: str = typer.Option(
+        "simulated", help="simulated, or torch: real forward passes (needs a calibrated table)."
+    ),
+    device: str = typer.Option("auto", help="torch executor: auto, cpu or cuda:N."),
+    model: str = typer.Option(None, help="torch executor: model shape [default: the table's]."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate one workload x policy x TPOT target over seeds; write run folders."""
@@ -136,11 +141,16 @@ def simulate_command(
         parse_drift(drift)
     bracket = _range(rate_range) if max_goodput else None
     err = Console(stderr=True)
-    with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
-        # the max-goodput bisection adds an unknown number of probes: no total then
-        total = None if max_goodput else len(config.seeds)
-        task = bar.add_task(f"{policy} on {workload}", total=total)
-        means = simulate(config, out, bracket, on_run=lambda: bar.advance(task))
+    from servecal.sched.torch_executor.cli import check_executor, simulate_torch_cli
+
+    if check_executor(executor) == "torch":
+        means = simulate_torch_cli(config, out, device, model, max_goodput, as_json)
+    else:
+        with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
+            # the max-goodput bisection adds an unknown number of probes: no total then
+            total = None if max_goodput else len(config.seeds)
+            task = bar.add_task(f"{policy} on {workload}", total=total)
+            means = simulate(config, out, bracket, on_run=lambda: bar.advance(task))
     write_json(out / "summary.json", {"config": config.describe(), "mean_over_seeds": means})
     result = {k: means.get(k) for k in SUMMARY_KEYS if k != "max_goodput" or max_goodput}
     if as_json:

@@ -76,3 +76,10 @@ def test_parse_plain_names_and_options():
 def test_parse_rejects_unknown_names(name):
     with pytest.raises(InputError, match="policy"):
         parse_policy(name)
+
+
+@pytest.mark.parametrize("policy", [FixedChunk(256), TokenBudget(512), FullPrefill(), SLOWeave()])
+def test_a_prompt_that_fits_only_without_the_watermark_still_runs_alone(policy):
+    # M = 1000: the prompt fits, but not with the 1% watermark; alone it must still run
+    run = engine([req(0, prompt=995, out=3), req(1, prompt=10, out=2)], policy, kv=1000).run()
+    assert (run.requests.tokens_out == run.requests.output_tokens).all()
