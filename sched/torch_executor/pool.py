@@ -1,0 +1,163 @@
+"""A paged KV pool: ``M`` tokens of K/V in fixed-size blocks, handed out per request.
+
+Physical storage is one K and one V tensor per pool, ``[layers, kv_heads, blocks,
+block_size, head_dim]``: a token's K/V lives at a *flat slot* ``block × block_size +
+offset`` of the ``blocks × block_size`` axis. Each request owns a list of blocks
+(its block table); it grows one block at a time as the request's KV grows and goes
+back to the free list as a whole on completion or recompute preemption. Attention
+gathers a request's *blocks* through its table (``index_select`` of whole
+``block_size × head_dim`` rows, then a free reshape to ``[kv_heads, tokens,
+head_dim]``), so requests never need contiguous memory — vLLM's PagedAttention
+layout, gathered by torch instead of read in place by a fused kernel.
+
+The engine keeps the tokens held by all requests ``≤ M``; blocks round each
+request up to a multiple of ``block_size``, so the pool adds one spare block per
+request it may hold at once (``max_seqs``) and refuses (``PoolExhausted``) rather
+than ever handing out a block twice or beyond its storage.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from servecal.profiler.shapes import ModelShape
+
+
+class PoolExhausted(RuntimeError):
+    """The pool has no free block for a request that needs one."""
+
+
+@dataclass(frozen=True)
+class PoolConfig:
+    """``capacity_tokens``: ``M``; ``block_size``: tokens per block; ``max_seqs``: requests
+    that may hold KV at once (one spare block each for their partly filled last block)."""
+
+    capacity_tokens: int
+    block_size: int = 16
+    max_seqs: int = 256
+
+    def __post_init__(self) -> None:
+        if self.capacity_tokens < 1:
+            raise ValueError(f"capacity_tokens must be >= 1, got {self.capacity_tokens}")
+        if self.block_size < 1:
+            raise ValueError(f"block_size must be >= 1, got {self.block_size}")
+        if self.max_seqs < 1:
+            raise ValueError(f"max_seqs must be >= 1, got {self.max_seqs}")
+
+    @property
+    def n_blocks(self) -> int:
+        return math.ceil(self.capacity_tokens / self.block_size) + self.max_seqs
+
+
+class PagedKVPool:
+    """Blocks of K/V storage for ``n_layers`` layers of ``shape`` (see module doc)."""
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        n_layers: int,
+        config: PoolConfig,
+        device: torch.device | str = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if n_layers < 1:
+            raise ValueError(f"n_layers must be >= 1, got {n_layers}")
+        self.config = config
+        self.block_size = config.block_size
+        self.n_blocks = config.n_blocks
+        size = (n_layers, shape.n_kv_heads, self.n_blocks, self.block_size, shape.head_dim)
+        # Zeros, not empty(): padded positions are masked out of attention, but a NaN
+        # in uninitialised memory would still poison the softmax-weighted sum (0 · NaN).
+        self.k = torch.zeros(size, device=device, dtype=dtype)
+        self.v = torch.zeros(size, device=device, dtype=dtype)
+        # Scratch for gathered K/V, reused across layers and iterations: a fresh
+        # multi-MB tensor per gather goes back to the OS on free and page-faults in
+        # again on the next one, which costs more than the copy itself.
+        self._scratch: dict[str, torch.Tensor] = {}
+        self._free = list(range(self.n_blocks - 1, -1, -1))  # pop() hands out block 0 first
+        self._tables: dict[int, list[int]] = {}
+        self._tokens: dict[int, int] = {}
+        self.peak_blocks = 0
+
+    # -- allocation ---------------------------------------------------------------------
+    def reserve(self, rid: int, tokens: int) -> None:
+        """Make request ``rid``'s blocks hold at least ``tokens`` tokens (allocating blocks)."""
+        table = self._tables.setdefault(rid, [])
+        need = math.ceil(tokens / self.block_size) - len(table)
+        if need > len(self._free):
+            raise PoolExhausted(
+                f"request {rid} needs {need} more KV blocks, {len(self._free)} free "
+                f"of {self.n_blocks} (block {self.block_size} tokens)"
+            )
+        for _ in range(need):
+            table.append(self._free.pop())
+        self.peak_blocks = max(self.peak_blocks, self.used_blocks)
+
+    def commit(self, rid: int, tokens: int) -> None:
+        """Request ``rid`` now holds ``tokens`` cached tokens (within its reserved blocks)."""
+        if tokens > len(self._tables.get(rid, ())) * self.block_size:
+            raise ValueError(f"request {rid}: {tokens} tokens exceed its reserved blocks")
+        self._tokens[rid] = tokens
+
+    def free(self, rid: int) -> int:
+        """Return every block of ``rid`` to the pool; the tokens it held (0 if none)."""
+        self._free.extend(self._tables.pop(rid, ()))
+        return self._tokens.pop(rid, 0)
+
+    def scratch(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """A reusable buffer of ``shape`` (grown, never shrunk) for gathers into ``name``."""
+        numel = math.prod(shape)
+        buf = self._scratch.get(name)
+        if buf is None or buf.numel() < numel:
+            buf = torch.empty(max(numel, 1), device=self.k.device, dtype=self.k.dtype)
+            self._scratch[name] = buf
+        return buf[:numel].view(shape)
+
+    # -- reading ------------------------------------------------------------------------
+    def tokens(self, rid: int) -> int:
+        """Cached tokens of ``rid`` (0 if it holds none)."""
+        return self._tokens.get(rid, 0)
+
+    def holders(self) -> list[int]:
+        """Requests holding blocks."""
+        return list(self._tables)
+
+    def table(self, rid: int) -> tuple[int, ...]:
+        return tuple(self._tables.get(rid, ()))
+
+    @property
+    def used_blocks(self) -> int:
+        return self.n_blocks - len(self._free)
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free)
+
+    @property
+    def used_tokens(self) -> int:
+        return sum(self._tokens.values())
+
+    def slots(self, rid: int, start: int, stop: int) -> list[int]:
+        """Flat slots of ``rid``'s token positions ``start..stop-1`` (within its blocks)."""
+        table, bs = self._tables[rid], self.block_size
+        if stop > len(table) * bs:
+            raise ValueError(f"request {rid}: position {stop - 1} is beyond its blocks")
+        return [table[p // bs] * bs + p % bs for p in range(start, stop)]
+
+    def padded_blocks(self, rids: list[int], lengths: list[int]) -> tuple[torch.Tensor, int]:
+        """Block ids covering positions ``0..lengths[i]-1`` of each request, padded to the
+        widest with the request's first block (attention masks the padding out), as one
+        flat ``[len(rids) × width]`` tensor; and ``width`` in blocks."""
+        bs = self.block_size
+        need = [max(1, -(-n // bs)) for n in lengths]
+        width = max(need)
+        flat: list[int] = []
+        for rid, k in zip(rids, need, strict=True):
+            table = self._tables[rid]
+            if k > len(table):
+                raise ValueError(f"request {rid}: {k} blocks needed, {len(table)} reserved")
+            flat += table[:k] + [table[0]] * (width - k)
+        return torch.tensor(flat, dtype=torch.long, device=self.k.device), width
