@@ -74,9 +74,21 @@ class DataShape:
     medians_only: bool
 
 
+def meaningful_cells(axes: Mapping[str, Sequence[int]]) -> int:
+    """Grid cells a design needs to measure: not the empty iteration, and (as the
+    profiler's designs do) ``ctx`` only at its first value when nothing decodes and
+    ``prefix`` only at its first value when nothing prefills: it does not matter then."""
+    X = grid_features(axes)
+    n, c = X[:, FEATURES.index("n_decode")], X[:, FEATURES.index("chunk")]
+    ctx, prefix = X[:, FEATURES.index("ctx")], X[:, FEATURES.index("prefix")]
+    idle_ctx = (n == 0) & (ctx != axes["ctx"][0])
+    idle_prefix = (c == 0) & (prefix != axes["prefix"][0])
+    return max(1, int(np.sum(~((n + c == 0) | idle_ctx | idle_prefix))))
+
+
 def describe_samples(frame: pd.DataFrame, axes: Mapping[str, Sequence[int]]) -> DataShape:
     counts = frame.groupby(list(POINT_COLUMNS), sort=False).size()
-    cells = int(np.prod(grid_shape(axes)))
+    cells = meaningful_cells(axes)
     medians_only = bool((counts == 1).all() and (frame["rep"] == 0).all())
     return DataShape(
         points=int(counts.size),

@@ -185,3 +185,27 @@ def test_analytic_predictor_compiles_into_a_table() -> None:
     calibrated = compile_predictor(AnalyticPredictor(), axes, calibration=rows)
     assert calibrated.tail == 0.99 and calibrated.margin_info.rho > 0  # P99 of sigma=0: P50
     assert calibrated.validation["p99_coverage"] >= 0.99
+
+
+def test_auto_picks_table_for_a_profiler_style_design() -> None:
+    """ctx only matters with decodes and prefix only with a prefill: a design that
+    collapses them (as the profiler's does) is still a full grid."""
+    from servecal.costmodels.fit import describe_samples, meaningful_cells
+
+    pts = grid_points([0, 1, 8, 32], [0, 64, 512], ctx=[0, 1000, 4000], prefix=[0, 256])
+    pts.loc[pts.n_decode == 0, "ctx"] = 0
+    pts.loc[pts.chunk == 0, "prefix"] = 0
+    pts = pts.drop_duplicates().reset_index(drop=True)
+    frame = TRUTH.draw(pts, 12, np.random.default_rng(4))
+    axes = {
+        "n_decode": [0, 1, 8, 32],
+        "ctx": [0, 1000, 4000],
+        "prefix": [0, 256],
+        "chunk": [0, 64, 512],
+    }
+    assert meaningful_cells(axes) == len(pts)
+    assert describe_samples(frame, axes).grid_fill == 1.0
+    result = fit_cost_table(frame, {}, seed=4)
+    assert result.model == "table"
+    # n_decode = 0 ignores ctx: the unmeasured ctx cells copy the ctx = 0 value
+    assert result.table.predict(0, 64, 4000, 0) == result.table.predict(0, 64, 0, 0)
