@@ -172,6 +172,8 @@ def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
     shape = ModelShape(**plan["shape"])
     points = [Point(*p) for p in plan["points"]]
     threads = None
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events and default streams follow the current device
     if device.type == "cpu":
         threads = cfg.threads or default_threads()
         torch.set_num_threads(threads)

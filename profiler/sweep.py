@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
+import torch
 from rich.console import Console
 from rich.progress import (
     BarColumn,
@@ -127,6 +128,8 @@ def run_sweep(
             results = measure_block(
                 model, points, scale, cfg, clock, meter, rng, lambda: stop.signal is not None
             )
+            if model.device.type == "cuda":  # hand back the block's KV before the next sizes
+                torch.cuda.empty_cache()
             seconds = (time.monotonic() - block_start) / len(block)
             per_point_s = seconds if per_point_s is None else 0.7 * per_point_s + 0.3 * seconds
             for index, point, result in zip(block, points, results, strict=True):
