@@ -53,7 +53,7 @@ def evaluate(table: CostTable, frame: pd.DataFrame) -> dict[str, Any]:
     p50_mape = None
     if 0.5 in table.quantiles:
         pred = table.values(0.5).reshape(-1)[flat]
-        per_point = pd.DataFrame({"cell": flat, "key": _point_keys(frame), "ms": ms, "p": pred})
+        per_point = pd.DataFrame({"key": _point_keys(frame), "ms": ms, "p": pred})
         points = per_point.groupby("key", sort=False).agg(ms=("ms", "median"), p=("p", "first"))
         p50_mape = float(np.mean(np.abs(points["p"] - points["ms"]) / points["ms"]))
 
