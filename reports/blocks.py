@@ -26,6 +26,8 @@ class Table:
     columns: tuple[str, ...]
     rows: tuple[tuple[str, ...], ...]
     caption: str = ""
+    #: False for key/value tables of mostly words: every cell left-aligned.
+    numeric: bool = True
 
     def __post_init__(self) -> None:
         if not self.columns:

@@ -218,7 +218,9 @@ def _fingerprint_table(fingerprint: dict[str, Any]) -> Table:
         (str(k), str(v) if not isinstance(v, dict) else ", ".join(f"{a}={b}" for a, b in v.items()))
         for k, v in sorted(fingerprint.items())
     )
-    return Table("Fingerprint", ("field", "value"), rows or (("(none recorded)", "—"),))
+    return Table(
+        "Fingerprint", ("field", "value"), rows or (("(none recorded)", "—"),), numeric=False
+    )
 
 
 def calibration_section(cals: Sequence[CalibrationData]) -> Section:

@@ -144,6 +144,7 @@ def drift_section(runs: Sequence[RunData]) -> Section:
     for r in monitored[:MAX_DRIFT_FIGURES]:
         blocks.append(_drift_figure(r))
         if r.drift:
-            blocks.append(Table(f"Monitor summary ({r.path.name})", ("field", "value"),
-                                tuple(summary_items(r.drift)) or (("(empty)", "—"),)))  # fmt: skip
+            items = tuple(summary_items(r.drift)) or (("(empty)", "—"),)
+            title = f"Monitor summary: {r.policy}, {r.workload}, seed {r.seed}"
+            blocks.append(Table(title, ("field", "value"), items, numeric=False))
     return Section("drift", "Drift", tuple(blocks))

@@ -28,15 +28,19 @@ background:#fff} figcaption,.caption{color:#57606a;font-size:.88em;margin-top:3p
 """
 
 
-def _td(cell: str) -> str:
+def _td(cell: str, numeric_table: bool = True) -> str:
     """A cell; words are left-aligned, numbers right-aligned (so digits line up)."""
     numeric = cell[:1].isdigit() or cell[:1] in "-−—∞+." or cell[:2] == "±"
-    return f"<td>{html.escape(cell)}</td>" if numeric else f'<td class="t">{html.escape(cell)}</td>'
+    if numeric and numeric_table:
+        return f"<td>{html.escape(cell)}</td>"
+    return f'<td class="t">{html.escape(cell)}</td>'
 
 
 def _table_html(table: Table) -> str:
     head = "".join(f"<th>{html.escape(c)}</th>" for c in table.columns)
-    body = "".join("<tr>" + "".join(_td(cell) for cell in row) + "</tr>" for row in table.rows)
+    body = "".join(
+        "<tr>" + "".join(_td(cell, table.numeric) for cell in row) + "</tr>" for row in table.rows
+    )
     caption = f'<p class="caption">{html.escape(table.caption)}</p>' if table.caption else ""
     return (
         f"<h3>{html.escape(table.title)}</h3>"

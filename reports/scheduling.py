@@ -164,6 +164,8 @@ def _timeline_figure(runs: Sequence[RunData], tpot: float) -> Figure | None:
         else:
             F.empty_note(axes[1, j], "no budget_ms column")
         axes[1, j].axhline(tpot, color="#57606a", linestyle="--", linewidth=1)
+        axes[1, j].set_ylim(0, 1.15 * tpot)  # B_t <= D: the target is the ceiling
+        axes[1, j].ticklabel_format(axis="y", useOffset=False)
         axes[1, j].set_ylabel("deadline budget B_t (ms)")
         for i in (0, 1):
             axes[i, j].set_xlabel("time (s)")
@@ -173,7 +175,9 @@ def _timeline_figure(runs: Sequence[RunData], tpot: float) -> Figure | None:
         F.to_png(fig),
         "Each dot is one iteration (thinned to at most "
         f"{MAX_TIMELINE_POINTS} per run). Top: prefill tokens chosen; bottom: the budget to the "
-        "earliest decode deadline it was chosen under (iterations without decodes have none).",
+        "earliest decode deadline it was chosen under (iterations without decodes have none), "
+        "with the target dashed: every decode that just emitted a token has a full D left, so "
+        "B_t stays at D unless a decode was delayed.",
     )
 
 
@@ -203,7 +207,7 @@ def _events_table(cs: Sequence[Cell]) -> Table:
     return Table(
         "Preemptions and SLO exceptions",
         ("TPOT target (ms)", "workload", "policy", "preemptions (mean/seed)",
-         "SLO exceptions (all seeds)", "iterations (mean/seed)", "median decision time (µs)"),
+         "SLO exceptions (all seeds)", "iterations (mean/seed)", "decision (µs, median)"),
         tuple(rows),
         "SLO exceptions are deadlines a policy broke on purpose (SLOWeave's aging rule) and "
         "recorded as such; preemptions are recompute evictions when KV memory ran out.",

@@ -115,7 +115,7 @@ class DemoSetting:
         ]
         lines.append(
             f"SLOWeave runs with its starvation guard on (SPEC §1): a prompt that has waited "
-            f"{self.aging_ms:.3g} ms (the fixed 500 ms part of every TTFT SLO, dilated) gets at "
+            f"{self.aging_ms:,.0f} ms (the fixed 500 ms part of every TTFT SLO, dilated) gets at "
             f"least {self.aging_chunk} tokens even when that breaks a decode deadline; each "
             "break is counted as an SLO exception."
         )
