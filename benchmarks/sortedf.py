@@ -4,6 +4,7 @@
     python benchmarks/sortedf.py --sweep         # where Sorted-F's gain grows and vanishes
     python benchmarks/sortedf.py --gap           # gap to the LP bound at n <= 200
     python benchmarks/sortedf.py --online        # Sorted-F-Online in the reference engine
+    python benchmarks/sortedf.py --backfill      # experiment: Phase 2 that skips ahead
     python benchmarks/sortedf.py --tiny 1000     # ratios to the exact optimum, 1000 instances
 
 Times are wall-clock seconds measured in this run, pinned to 2 cores (as CI);
@@ -207,6 +208,50 @@ def online(n: int, rate: float, memory: int) -> None:
         print(f"  {name:<16} mean latency {lat:8.0f} ms   preemptions {run.preemptions}")
 
 
+def _backfill_starts(inst, order: np.ndarray, window: int) -> np.ndarray:
+    """Experimental Phase 2 (not a scheduler of the package): at every completion,
+    admit, in list order, each of the next ``window`` waiting requests that fits
+    at all future completions (``window = 1`` is head-of-line, decided at
+    completions only)."""
+    from servecal.sched.sortedf.executor import future_peak
+
+    s, o, memory = inst.s, inst.o, inst.memory
+    starts = np.full(inst.n, -1, dtype=np.int64)
+    waiting = [int(i) for i in order]
+    running: list[tuple[int, int]] = []
+    tau = 0
+    while waiting:
+        running = [(i, st) for i, st in running if st + o[i] > tau]
+        held = np.array([s[i] + tau - st for i, st in running], dtype=np.int64)
+        left = np.array([o[i] - (tau - st) for i, st in running], dtype=np.int64)
+        k = 0
+        while k < min(window, len(waiting)):
+            i = waiting[k]
+            h2, r2 = np.append(held, s[i]), np.append(left, o[i])
+            if future_peak(h2, r2) <= memory:
+                starts[i] = tau
+                running.append((i, tau))
+                held, left = h2, r2
+                waiting.pop(k)
+            else:
+                k += 1
+        tau = min(st + o[i] for i, st in running)
+    return starts
+
+
+def backfill(n: int, memory: int, seeds: int) -> None:
+    print(f"n = {n}, M = {memory}, short-long:0.8: mean latency (steps) by Phase-2 rule")
+    for seed in range(seeds):
+        inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
+        cells = [f"strict {simulate(inst, alg.sorted_f(inst)).mean_latency:8.1f}"]
+        order = alg.sorted_f_order(inst)
+        for w in (1, 8, 64):
+            seg = Segments.from_starts(_backfill_starts(inst, order, w), inst.o)
+            cells.append(f"window {w} {simulate(inst, seg).mean_latency:8.1f}")
+        lp = simulate(inst, alg.sorted_lp(inst)).mean_latency
+        print(f"  seed {seed}: sorted-f " + "   ".join(cells) + f"   | sorted-lp {lp:8.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=2000)
@@ -216,6 +261,7 @@ def main() -> None:
     ap.add_argument("--gap", action="store_true", help="gap to the LP bound at n <= 200")
     ap.add_argument("--tiny", type=int, default=0, help="instances checked against the optimum")
     ap.add_argument("--online", action="store_true", help="Sorted-F-Online in the engine")
+    ap.add_argument("--backfill", action="store_true", help="experimental skipping Phase 2")
     args = ap.parse_args()
     print(_pin_two_cores())
     if args.sweep:
@@ -226,6 +272,8 @@ def main() -> None:
         tiny(args.tiny)
     elif args.online:
         online(300, 20.0, args.memory)
+    elif args.backfill:
+        backfill(args.n, args.memory, args.seeds)
     else:
         timings(args.n, args.memory, args.seeds)
 
