@@ -1,0 +1,48 @@
+"""Colocated setting: decodes keep their TPOT between operators; engine baselines."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flowkit import driver, req
+
+from servecal.costmodels import AnalyticPredictor
+from servecal.sched.engine import Engine, EngineConfig
+from servecal.sched.flowprefill import FlowConfig, FlowPrefill, engine_policy, run_seed
+from servecal.sched.flowprefill.engine_policies import EdfTokenBudget
+from servecal.sched.truth import AnalyticTruth
+
+
+def test_decodes_meet_their_tpot_while_a_long_prefill_runs():
+    # 0 decodes 200 tokens with a 20 ms TBT while a 12k-token prompt (≈ 73 ms) prefills
+    reqs = [req(0, 0.0, 100, 1e4, out=200, tpot=20.0), req(1, 5.0, 12_000, 1e4, out=2)]
+    flow = driver(reqs, FlowPrefill(), setting="colocated").run().result()
+    frame = flow.result.requests.set_index("rid")
+    assert frame.loc[0, "tpot_max_ms"] <= 20.0  # never waited a whole prefill
+    assert frame.loc[0, "tokens_out"] == 200 and frame.loc[1, "tokens_out"] == 2
+    it = flow.result.iterations
+    long = it[it["rids"] == "1"]
+    decodes_inside = it[(it["chunk"] == 0) & (it["start_ms"] > long["start_ms"].min())
+                        & (it["start_ms"] < frame.loc[1, "first_token_ms"])]  # fmt: skip
+    assert len(decodes_inside) >= 3  # decode iterations slotted between its operators
+    # the prefill's operators still add up to its whole cost
+    assert long["duration_ms"].sum() == pytest.approx(AnalyticPredictor().predict(0, 12_000))
+
+
+def test_edf_token_budget_on_the_engine_prefills_the_earliest_deadline_first():
+    reqs = [req(0, 0.0, 3000, 10_000.0, out=2), req(1, 0.0, 400, 100.0, out=2)]
+    engine = Engine(reqs, EdfTokenBudget(512), AnalyticPredictor(),
+                    AnalyticTruth().executor(np.random.default_rng(0)), EngineConfig())  # fmt: skip
+    frame = engine.run().requests.set_index("rid")
+    assert frame.loc[1, "first_token_ms"] < frame.loc[0, "first_token_ms"]
+    with pytest.raises(ValueError):
+        EdfTokenBudget(0)
+
+
+def test_colocated_baselines_run_on_the_engine():
+    assert type(engine_policy("fcfs")).__name__ == "FullPrefill"
+    assert type(engine_policy("fcfs-chunk-512")).__name__ == "TokenBudget"
+    assert isinstance(engine_policy("edf-chunk-512"), EdfTokenBudget)
+    config = FlowConfig(policy="sloweave", setting="colocated", rate=20.0, n_requests=60)
+    run = run_seed(config, 0)
+    assert run.wakeups == run.result.plan_calls > 0 and run.parks == 0
