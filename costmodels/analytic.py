@@ -17,7 +17,7 @@ from statistics import NormalDist
 import numpy as np
 from numpy.typing import ArrayLike
 
-from servecal.costmodels.predictor import PLAN_QUANTILE, largest_fitting
+from servecal.costmodels.predictor import PLAN_QUANTILE
 
 
 @dataclass(frozen=True)
@@ -95,4 +95,27 @@ class AnalyticPredictor:
         use_margin: bool = True,
     ) -> int:
         scale = self._scale(q)
-        return largest_fitting(lambda c: self._median(n_decode, c) * scale <= budget_ms, int(limit))
+        limit = int(limit)
+
+        def fits(c: int) -> bool:
+            return self._median(n_decode, c) * scale <= budget_ms
+
+        if limit < 1 or not fits(1):
+            return 0
+        # T is linear in c for c >= 1: solve it, then let the float comparison that
+        # ``predict`` uses decide the last token (the closed form may be off by one).
+        c = min(
+            limit,
+            max(
+                1,
+                int(
+                    (budget_ms / scale - self._median(n_decode, 0) - self.prefill_fixed)
+                    / self.prefill_per_token
+                ),
+            ),
+        )
+        while c < limit and fits(c + 1):
+            c += 1
+        while c > 1 and not fits(c):
+            c -= 1
+        return c
