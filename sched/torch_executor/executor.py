@@ -82,7 +82,8 @@ class TorchExecutor:
         self._view: EngineView | None = None
         self._tap: PlanTap | None = None
         self._seq: dict[int, list[int]] = {}  # prompt + generated tokens, per request
-        self.generated: dict[int, int] = {}  # tokens produced per request
+        self.outputs: dict[int, list[int]] = {}  # token ids generated, per request
+        self.tokens_generated = 0
         self.iterations = 0
         self.busy_ms = 0.0
         self.frees = 0
@@ -196,7 +197,13 @@ class TorchExecutor:
 
     def _emit(self, rid: int, token: int) -> None:
         self._seq[rid].append(token)
-        self.generated[rid] = self.generated.get(rid, 0) + 1
+        self.outputs.setdefault(rid, []).append(token)
+        self.tokens_generated += 1
+
+    @property
+    def generated(self) -> dict[int, int]:
+        """Tokens generated per request."""
+        return {rid: len(tokens) for rid, tokens in self.outputs.items()}
 
     def summary(self) -> dict[str, Any]:
         pool = self.pool
@@ -206,8 +213,9 @@ class TorchExecutor:
             "kv_blocks": pool.n_blocks,
             "kv_block_size": pool.block_size,
             "kv_peak_blocks": pool.peak_blocks,
+            "kv_peak_tokens": pool.peak_tokens,
             "kv_frees": self.frees,
-            "tokens_generated": int(sum(self.generated.values())),
+            "tokens_generated": self.tokens_generated,
         }
 
 

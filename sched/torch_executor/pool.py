@@ -80,7 +80,9 @@ class PagedKVPool:
         self._free = list(range(self.n_blocks - 1, -1, -1))  # pop() hands out block 0 first
         self._tables: dict[int, list[int]] = {}
         self._tokens: dict[int, int] = {}
+        self._used_tokens = 0
         self.peak_blocks = 0
+        self.peak_tokens = 0
 
     # -- allocation ---------------------------------------------------------------------
     def reserve(self, rid: int, tokens: int) -> None:
@@ -100,12 +102,16 @@ class PagedKVPool:
         """Request ``rid`` now holds ``tokens`` cached tokens (within its reserved blocks)."""
         if tokens > len(self._tables.get(rid, ())) * self.block_size:
             raise ValueError(f"request {rid}: {tokens} tokens exceed its reserved blocks")
+        self._used_tokens += tokens - self._tokens.get(rid, 0)
         self._tokens[rid] = tokens
+        self.peak_tokens = max(self.peak_tokens, self._used_tokens)
 
     def free(self, rid: int) -> int:
         """Return every block of ``rid`` to the pool; the tokens it held (0 if none)."""
         self._free.extend(self._tables.pop(rid, ()))
-        return self._tokens.pop(rid, 0)
+        held = self._tokens.pop(rid, 0)
+        self._used_tokens -= held
+        return held
 
     def scratch(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         """A reusable buffer of ``shape`` (grown, never shrunk) for gathers into ``name``."""
@@ -138,7 +144,7 @@ class PagedKVPool:
 
     @property
     def used_tokens(self) -> int:
-        return sum(self._tokens.values())
+        return self._used_tokens
 
     def slots(self, rid: int, start: int, stop: int) -> list[int]:
         """Flat slots of ``rid``'s token positions ``start..stop-1`` (within its blocks)."""

@@ -132,7 +132,7 @@ def run_torch_seed(
         if on_progress is not None and now - last >= PROGRESS_EVERY_S:
             last = now
             state = getattr(monitor, "state", None)
-            on_progress(Progress(sum(executor.generated.values()), total, validation, state))
+            on_progress(Progress(executor.tokens_generated, total, validation, state))
     executor.release_finished()
     wall_s = time.perf_counter() - t0
     result = engine.result()

@@ -1,0 +1,146 @@
+"""Paged forward passes: same numbers as the profiler's, and stop/resume at operator boundaries."""
+
+import pytest
+import torch
+
+from servecal.profiler.kv import DecodeGroup, IterationBatch, KVPool, PrefillSegment
+from servecal.profiler.model import build_model
+from servecal.profiler.shapes import ModelShape
+from servecal.profiler.timing import CpuClock, LayerScale
+from servecal.sched.torch_executor.forward import ForwardRun, PagedBatch, StopSignal
+from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig
+
+TINY = ModelShape.from_name("tiny")
+SCALE = LayerScale(TINY.n_layers, TINY.n_layers)
+
+
+@pytest.fixture(scope="module")
+def model():
+    torch.set_num_threads(1)
+    return build_model(TINY, "cpu", torch.float32, seed=3)
+
+
+def _pool(block: int = 8) -> PagedKVPool:
+    return PagedKVPool(TINY, TINY.n_layers, PoolConfig(4096, block, 16))
+
+
+def _ids(n: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, TINY.vocab, (n,), generator=torch.Generator().manual_seed(seed))
+
+
+def _prefill(model, pool, rid, ids, prefix=0, stop_at=None, between=None):
+    """Prefill ``ids[prefix:]`` of ``rid`` (after ``prefix`` cached); returns the run."""
+    pool.reserve(rid, len(ids))
+    batch = PagedBatch(pool, [], [], [(rid, prefix, len(ids) - prefix)], ids[prefix:])
+    run = ForwardRun(model, batch, CpuClock(), SCALE)
+    if stop_at is None:
+        assert run.run()
+    else:
+        signal = StopSignal()
+        hook = lambda k: signal.request() if k == stop_at else None  # noqa: E731
+        assert not run.run(signal, on_operator=hook)
+        assert run.next_op == stop_at + 1  # stopped right after the operator in flight
+        if between is not None:
+            between()
+        assert run.run()
+    pool.commit(rid, len(ids))
+    return run
+
+
+def test_paged_prefill_then_decode_match_the_profilers_contiguous_kv(model):
+    ids = _ids(40, 0)
+    # profiler: one contiguous slot, prefill 24 + 16 with prefix, then a decode
+    ref = KVPool(TINY, TINY.n_layers, 1, 64, "cpu", torch.float32)
+    with torch.inference_mode():
+        model(ids[:24], IterationBatch(None, [PrefillSegment(ref, 0, 0, 24)]))
+        want_prefill = model(ids[24:], IterationBatch(None, [PrefillSegment(ref, 0, 24, 16)]))
+        nxt = want_prefill.argmax(-1)
+        want_decode = model(nxt, IterationBatch(DecodeGroup(ref, [0], [40]), []))
+    pool = _pool(block=8)
+    _prefill(model, pool, 7, ids[:24])
+    got_prefill = _prefill(model, pool, 7, ids, prefix=24).logits
+    torch.testing.assert_close(got_prefill, want_prefill, rtol=1e-4, atol=1e-5)
+    pool.reserve(7, 41)
+    run = ForwardRun(model, PagedBatch(pool, [7], [40], [], nxt), CpuClock(), SCALE)
+    run.run()
+    torch.testing.assert_close(run.logits, want_decode, rtol=1e-4, atol=1e-5)
+    assert run.duration_ms > 0
+
+
+def test_ragged_decodes_and_a_chunk_in_one_pass_match_separate_passes(model):
+    pool = _pool(block=4)
+    lengths = {1: 9, 2: 17, 3: 5}
+    for rid, n in lengths.items():
+        _prefill(model, pool, rid, _ids(n, rid))
+    _prefill(model, pool, 4, _ids(30, 4)[:12])
+    last = _ids(3, 99)
+    for rid, n in lengths.items():
+        pool.reserve(rid, n + 1)
+    pool.reserve(4, 30)
+    tokens = torch.cat([last, _ids(30, 4)[12:]])
+    batch = PagedBatch(pool, [1, 2, 3], [9, 17, 5], [(4, 12, 18)], tokens)
+    joint = ForwardRun(model, batch, CpuClock(), SCALE)
+    joint.run()
+    # the same work one request at a time, on a fresh pool holding the same prompts
+    alone = _pool(block=4)
+    rows = []
+    for i, (rid, n) in enumerate(lengths.items()):
+        _prefill(model, alone, rid, _ids(n, rid))
+        alone.reserve(rid, n + 1)
+        r = ForwardRun(model, PagedBatch(alone, [rid], [n], [], last[i : i + 1]), CpuClock(), SCALE)
+        r.run()
+        rows.append(r.logits)
+    _prefill(model, alone, 4, _ids(30, 4)[:12])
+    rows.append(_prefill(model, alone, 4, _ids(30, 4), prefix=12).logits)
+    torch.testing.assert_close(joint.logits, torch.cat(rows), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("stop_at", [0, 3, 6])
+def test_preempted_and_resumed_prefill_equals_an_uninterrupted_one(model, stop_at):
+    ids = _ids(48, 5)
+    straight = _pool()
+    _prefill(model, straight, 1, ids[:16])
+    want = _prefill(model, straight, 1, ids, prefix=16)
+    resumed = _pool()
+    _prefill(model, resumed, 1, ids[:16])
+    _prefill(model, resumed, 2, _ids(20, 6))
+
+    def other_work():  # decodes of another request run while the prefill is parked
+        for step in range(3):
+            resumed.reserve(2, 21 + step)
+            batch = PagedBatch(resumed, [2], [20 + step], [], _ids(1, 50 + step))
+            ForwardRun(model, batch, CpuClock(), SCALE).run()
+            resumed.commit(2, 21 + step)
+
+    got = _prefill(model, resumed, 1, ids, prefix=16, stop_at=stop_at, between=other_work)
+    torch.testing.assert_close(got.hidden, want.hidden, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(got.logits, want.logits, rtol=1e-5, atol=1e-6)
+    # the parked request's KV survived the other request's iterations
+    layer0 = want.batch.pool.k[0].view(2, -1, TINY.head_dim)
+    slots_w = torch.tensor(straight.slots(1, 0, 48))
+    slots_g = torch.tensor(resumed.slots(1, 0, 48))
+    got_k = resumed.k[0].view(2, -1, TINY.head_dim)[:, slots_g]
+    torch.testing.assert_close(got_k, layer0[:, slots_w], rtol=1e-5, atol=1e-6)
+    assert got.stops == 1 and len(got.blocking_ms) == 1 and got.blocking_ms[0] >= 0
+    assert got.duration_ms > 0
+
+
+def test_a_stop_request_from_before_the_pass_stops_it_after_the_embedding(model):
+    pool = _pool()
+    pool.reserve(1, 8)
+    run = ForwardRun(model, PagedBatch(pool, [], [], [(1, 0, 8)], _ids(8, 1)), CpuClock(), SCALE)
+    signal = StopSignal()
+    signal.request()
+    assert not run.run(signal)
+    assert run.next_op == 0 and run.hidden is not None and not run.done
+    assert not signal.pending
+    assert run.run(signal) and run.done
+
+
+def test_a_batch_must_hold_its_tokens():
+    pool = _pool()
+    pool.reserve(1, 4)
+    with pytest.raises(ValueError, match="tokens"):
+        PagedBatch(pool, [], [], [(1, 0, 4)], _ids(3, 0))
+    with pytest.raises(ValueError, match="at least one"):
+        PagedBatch(pool, [], [], [], _ids(0, 0))
