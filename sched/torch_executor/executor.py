@@ -77,10 +77,11 @@ class TorchExecutor:
         self.scale = scale
         self.clock = clock
         self.meter = meter
-        self.energy_source = "measured" if meter is not None else "none"
+        self.energy_source = f"measured:{meter.source}" if meter is not None else "none"
         self._rng = rng
         self._view: EngineView | None = None
         self._tap: PlanTap | None = None
+        self._last_j: float | None = None
         self._seq: dict[int, list[int]] = {}  # prompt + generated tokens, per request
         self.outputs: dict[int, list[int]] = {}  # token ids generated, per request
         self.tokens_generated = 0
@@ -90,6 +91,7 @@ class TorchExecutor:
 
     def bind(self, view: EngineView, tap: PlanTap) -> None:
         self._view, self._tap = view, tap
+        self._last_j = self.meter.read_j() if self.meter is not None else None
 
     # -- the Executor protocol --------------------------------------------------------
     def execute(
@@ -101,19 +103,23 @@ class TorchExecutor:
                 f"torch executor: the plan runs {run.batch.n_decode} decodes and "
                 f"{run.batch.chunk} prefill tokens; the engine asked for {n_decode} and {chunk}"
             )
-        e0 = self.meter.read_j() if self.meter is not None else 0.0
         run.run()
         energy = None
         if self.meter is not None:
-            used = self.meter.read_j() - e0
+            # NVML's counter moves every few tens of ms, slower than an iteration: each
+            # iteration is charged the counter's movement since the previous one ended
+            # (lumpy per iteration, exact in sum), scaled like time when fewer layers
+            # are built than the model has (constant power, as calibration assumes).
+            now_j = self.meter.read_j()
+            used = now_j - (self._last_j if self._last_j is not None else now_j)
+            self._last_j = now_j
             measured = sum(run.segments)
-            # scaled like time when fewer layers run than the model has (constant power)
-            energy = used * run.duration_ms / measured if used > 0 and measured > 0 else None
+            energy = used * run.duration_ms / measured if measured > 0 else 0.0
         self.finish(run)
         return run.duration_ms, energy
 
     # -- the pieces (also used directly for operator-level preemption) ----------------
-    def begin(self, stoppable: bool = False) -> ForwardRun:
+    def begin(self) -> ForwardRun:
         """Free finished KV, reserve this plan's blocks and build its (not yet run) pass."""
         if self._view is None or self._tap is None or self._tap.last is None:
             raise RuntimeError("torch executor: bind(view, tap) before the engine runs")
