@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from servecal.reports import figures as F
 from servecal.reports.aggregate import policy_order, workload_order
 from servecal.reports.blocks import Figure, Section, Table, Text, fmt
-from servecal.reports.loading import RunData
+from servecal.reports.loading import ENERGY_SOURCES, RunData, energy_source_name
+
+SAMPLES_SOURCE = ENERGY_SOURCES["samples"]
 
 #: SPEC §1 GPU figures (J per good request), shown when a run's setting matches.
 REFERENCE = (
@@ -124,11 +126,23 @@ def reference_table(runs: Sequence[RunData], device: str, model: str) -> Table:
     )  # fmt: skip
 
 
-def energy_section(runs: Sequence[RunData], device: str = "", model: str = "") -> Section:
-    """The Energy section; ``device``/``model`` select matching reference figures."""
+def energy_section(
+    runs: Sequence[RunData], device: str = "", model: str = "", sample_meter: str | None = None
+) -> Section:
+    """The Energy section; ``device``/``model`` select matching reference figures.
+
+    ``sample_meter`` is the meter of the one calibration whose samples a simulation
+    bootstrapped (its fingerprint's ``energy_source``), named next to that source.
+    """
     if not runs:
         return Section("energy", "Energy", (Text("No run folder was given."),))
     rows = energy_rows(runs)
+    if sample_meter:
+        meter = energy_source_name(sample_meter)
+        rows = [
+            replace(r, source=f"{r.source} ({meter})") if r.source == SAMPLES_SOURCE else r
+            for r in rows
+        ]
     sources = sorted({r.source for r in rows})
     blocks: list = [
         Text(

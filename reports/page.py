@@ -38,6 +38,14 @@ def _write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def _sample_meter(inputs: ReportInputs) -> str | None:
+    """The energy meter of the calibration, when exactly one was given."""
+    if len(inputs.calibrations) != 1:
+        return None
+    meter = inputs.calibrations[0].fingerprint.get("energy_source")
+    return str(meter) if meter else None
+
+
 def _device_and_model(inputs: ReportInputs) -> tuple[str, str]:
     for cal in inputs.calibrations:
         fp = cal.fingerprint
@@ -58,7 +66,7 @@ def sections(inputs: ReportInputs, preface: Sequence[str] = ()) -> list[Section]
     out += [
         calibration_section(inputs.calibrations),
         scheduling_section(inputs.runs),
-        energy_section(inputs.runs, device=device, model=model),
+        energy_section(inputs.runs, device=device, model=model, sample_meter=_sample_meter(inputs)),
         drift_section(inputs.runs),
     ]
     return out

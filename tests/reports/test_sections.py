@@ -104,3 +104,12 @@ def test_state_changes_indices() -> None:
     states = ["ok", "ok", "warn", "warn", "ok"]
     it = pd.DataFrame({"start_ms": [0.0, 1, 2, 3, 4], "drift_state": states})
     assert state_changes(it) == [(0, 0.0, "ok"), (2, 2.0, "warn"), (4, 4.0, "ok")]
+
+
+def test_bootstrapped_energy_names_the_calibration_meter(tmp_path: Path) -> None:
+    write_run(tmp_path / "s", np.random.default_rng(6), "sloweave", "chat", 50.0, 0, "samples")
+    runs = discover([tmp_path]).runs
+    table = next(t for t in energy_section(runs, sample_meter="nvml").tables)
+    assert table.rows[0][6] == "bootstrapped from the calibration samples' energy (NVML)"
+    plain = next(t for t in energy_section(runs).tables)
+    assert plain.rows[0][6] == "bootstrapped from the calibration samples' energy"
