@@ -79,5 +79,5 @@ def test_demo_bad_budget_is_one_line(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_demo_measures_this_cpu(tmp_path: Path) -> None:
-    _run(tmp_path, "--budget", "150")
+    _run(tmp_path, "--budget", "60")
     _check_report(tmp_path)
