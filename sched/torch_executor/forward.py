@@ -157,11 +157,15 @@ def paged_attention(
     for (_, prefix, chunk), blocks, mask in zip(
         batch.prefills, batch.prefill_blocks, ictx.prefill_masks, strict=True
     ):
-        end, shape = prefix + chunk, (heads, blocks.numel(), size * hd)
-        keys = torch.index_select(rows_k, 1, blocks, out=pool.scratch("pk", shape))
-        vals = torch.index_select(rows_v, 1, blocks, out=pool.scratch("pv", shape))
-        keys = keys.view(heads, -1, hd)[:, :end].unsqueeze(0)
-        vals = vals.view(heads, -1, hd)[:, :end].unsqueeze(0)
+        if prefix == 0:  # the chunk's own K/V are all its keys: no gather needed
+            keys = k[start : start + chunk].transpose(0, 1).unsqueeze(0)
+            vals = v[start : start + chunk].transpose(0, 1).unsqueeze(0)
+        else:
+            end, shape = prefix + chunk, (heads, blocks.numel(), size * hd)
+            keys = torch.index_select(rows_k, 1, blocks, out=pool.scratch("pk", shape))
+            vals = torch.index_select(rows_v, 1, blocks, out=pool.scratch("pv", shape))
+            keys = keys.view(heads, -1, hd)[:, :end].unsqueeze(0)
+            vals = vals.view(heads, -1, hd)[:, :end].unsqueeze(0)
         qh = q[start : start + chunk].transpose(0, 1).unsqueeze(0)  # [1, heads, chunk, hd]
         out = sdpa(qh, keys, vals, mask=mask, is_causal=mask is None)
         outs.append(out[0].transpose(0, 1).reshape(chunk, -1))
