@@ -34,6 +34,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 #: Layers built when the user does not say: enough for the per-layer cost to be
 #: steady, few enough that deep models' KV at large points fits in memory.
 DEFAULT_LAYERS_TIMED = 4
+#: Points whose repeats are interleaved on CPU (a block is also the stop granularity).
+DEFAULT_CPU_BLOCK = 32
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,7 @@ class CalibrateConfig:
     dtype: str | None = None
     threads: int | None = None
     seed: int = 0
+    block: int | None = None
     resume: bool = False
     fit: bool = True
 
@@ -61,6 +64,8 @@ class CalibrateConfig:
             raise InputError(f"--repeats must be >= 2, got {self.repeats}")
         if self.layers is not None and self.layers < 1:
             raise InputError(f"--layers must be >= 1, got {self.layers}")
+        if self.block is not None and self.block < 1:
+            raise InputError(f"--block must be >= 1, got {self.block}")
         if self.threads is not None and self.threads < 1:
             raise InputError(f"--threads must be >= 1, got {self.threads}")
         if self.dtype is not None and self.dtype not in DTYPES:
@@ -195,7 +200,9 @@ def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
     # Interleave repeats over a few points on CPU (shared hosts are bursty); on a GPU
     # one point at a time, since every live point holds its KV in device memory.
     measure = MeasureConfig(
-        repeats=plan["repeats"], warmup=plan["warmup"], block=1 if device.type == "cuda" else 8
+        repeats=plan["repeats"],
+        warmup=plan["warmup"],
+        block=cfg.block or (1 if device.type == "cuda" else DEFAULT_CPU_BLOCK),
     )
     stop = StopFlag()
     with stop.installed():

@@ -33,6 +33,9 @@ def calibrate(
     dtype: str = typer.Option(None, help="float32, bfloat16 or float16 (default: bf16 on CUDA)."),
     threads: int = typer.Option(None, help="torch threads on CPU (default: half the cores)."),
     seed: int = typer.Option(0, help="Seed of the point order and weights."),
+    block: int = typer.Option(
+        None, help="Points whose repeats are interleaved (default 32 on CPU, 1 on CUDA)."
+    ),
     fit: bool = typer.Option(True, "--fit/--no-fit", help="Fit costtable.json after the sweep."),
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
@@ -53,6 +56,7 @@ def calibrate(
         dtype=dtype,
         threads=threads,
         seed=seed,
+        block=block,
         resume=resume,
         fit=fit,
     )

@@ -18,6 +18,7 @@ REPEATS = 5
 def start(out: Path, grid: Path, *extra: str) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "servecal", "calibrate", "--device", "cpu", "--model", "tiny"]
     cmd += ["--grid", str(grid), "--repeats", str(REPEATS), "--threads", "1", "--no-fit"]
+    cmd += ["--block", "8"]  # several blocks, so there is a "middle" to interrupt
     return subprocess.Popen(
         [*cmd, "--out", str(out), *extra],
         stdout=subprocess.PIPE,
@@ -28,6 +29,7 @@ def start(out: Path, grid: Path, *extra: str) -> subprocess.Popen:
 
 def resume(out: Path) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "servecal", "calibrate", "--out", str(out), "--resume", "--no-fit"]
+    cmd += ["--block", "8"]
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
