@@ -16,6 +16,7 @@ import numpy as np
 
 from servecal.costmodels.errors import InputError
 from servecal.sched.flowprefill.driver import MODES, SETTINGS, DriverConfig, OperatorDriver
+from servecal.sched.flowprefill.fitted import FIT_PREFIX, fitted_truth
 from servecal.sched.flowprefill.operators import GRANULARITIES, OperatorModel
 from servecal.sched.flowprefill.record import FlowRun
 from servecal.sched.flowprefill.registry import driver_policy, engine_policy, uses_engine
@@ -83,14 +84,24 @@ class FlowConfig:
         return ("ttft",) if self.setting == "prefill" else ("ttft", "tpot")
 
 
+def load_models(config: FlowConfig) -> tuple[Any, Any]:
+    """(truth, predictor): the engine's specs, plus ``fit:PATH`` (:mod:`.fitted`)."""
+    from servecal.sched.simulate import load_predictor, load_truth
+
+    if config.truth.startswith(FIT_PREFIX):
+        truth = fitted_truth(config.truth)
+    else:
+        truth = load_truth(config.truth)
+    return truth, load_predictor(config.predictor, truth)
+
+
 def validate(config: FlowConfig) -> None:
     """Fail on a bad policy, workload, truth or predictor before any run starts."""
-    from servecal.sched.simulate import load_predictor, load_truth
     from servecal.sched.workloads import parse_workload
 
     parse_workload(config.workload)
     uses_engine(config.policy, config.setting)
-    load_predictor(config.predictor, load_truth(config.truth))
+    load_models(config)
 
 
 def workload_requests(config: FlowConfig, seed: int, rate: float | None = None) -> list[Request]:
@@ -111,11 +122,9 @@ def workload_requests(config: FlowConfig, seed: int, rate: float | None = None) 
 def run_requests(config: FlowConfig, requests: list[Request], seed: int) -> FlowRun:
     """Run ``requests`` under ``config`` with the executor stream of ``seed``."""
     from servecal.sched.engine import Engine, EngineConfig
-    from servecal.sched.simulate import load_predictor, load_truth
 
     _, executor_ss = np.random.SeedSequence(seed).spawn(2)
-    truth = load_truth(config.truth)
-    predictor = load_predictor(config.predictor, truth)
+    truth, predictor = load_models(config)
     executor = truth.executor(np.random.default_rng(executor_ss))
     if uses_engine(config.policy, config.setting):
         policy = engine_policy(config.policy)

@@ -46,3 +46,23 @@ def test_colocated_baselines_run_on_the_engine():
     config = FlowConfig(policy="sloweave", setting="colocated", rate=20.0, n_requests=60)
     run = run_seed(config, 0)
     assert run.wakeups == run.result.plan_calls > 0 and run.parks == 0
+
+
+def test_fitted_truth_recovers_the_formula_and_runs(tmp_path):
+    from servecal.sched.flowprefill.fitted import fit_formula
+
+    true = AnalyticPredictor(0.5, 1.0, 0.2, 2.0, 0.06)
+    n = np.array([0, 0, 0, 8, 64, 256, 8, 64])
+    c = np.array([128, 1024, 4096, 0, 0, 0, 512, 2048])
+    fit = fit_formula(n, c, np.array([true.predict(a, b) for a, b in zip(n, c, strict=True)]))
+    for a, b in ((0, 3000), (32, 0), (16, 700)):
+        assert fit.predict(a, b) == pytest.approx(true.predict(a, b), rel=1e-6)
+    samples = tmp_path / "s.csv"
+    rows = "".join(f"{a},{b},0,0,{true.predict(a, b)},,0\n" for a, b in zip(n, c, strict=True))
+    samples.write_text("n_decode,chunk,ctx,prefix,ms,energy_j,rep\n" + rows)
+    config = FlowConfig(truth=f"fit:{samples}", rate=5.0, n_requests=30, seeds=(0,))
+    it = run_seed(config, 0).result.iterations
+    whole = it[(it["ops_from"] == 0) & ~it["parked"]]  # prefills run in one piece
+    assert len(whole) > 10
+    expected = [true.predict(0, int(x)) for x in whole["chunk"]]
+    assert whole["duration_ms"].to_numpy() == pytest.approx(expected)
