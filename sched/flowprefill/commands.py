@@ -326,8 +326,11 @@ def run_compare_command(
     as_json: bool,
 ) -> None:
     """``servecal compare`` with ``--setting``: one workload, every policy, per seed."""
+    from servecal.sched.flowprefill.registry import is_flow_policy
     from servecal.sched.flowprefill.run import default_rate
 
+    if setting is None and slo_classes is None and not any(map(is_flow_policy, policies)):
+        raise InputError("--max-goodput in compare is for the FlowPrefill study: add --setting")
     if len(workloads) != 1:
         raise InputError("--setting compares one workload at a time, e.g. --workloads multislo")
     workload = workloads[0]

@@ -90,6 +90,9 @@ def test_compare_needs_one_workload(tmp_path):
             "--setting", "prefill", "--out", str(tmp_path / "o")]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 2 and "one workload" in result.output
+    engine_only = ["compare", "--policies", "full", "--max-goodput", "--out", str(tmp_path)]
+    result = runner.invoke(app, engine_only)
+    assert result.exit_code == 2 and "--setting" in result.output
 
 
 def test_max_goodput_matches_attainment_at_the_answer():
