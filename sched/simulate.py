@@ -38,6 +38,10 @@ class SimulationConfig:
     drift: str | None = None
     kv_capacity: int = EngineConfig().kv_capacity
     sloweave: SLOWeaveConfig = field(default_factory=SLOWeaveConfig)
+    #: attach a drift monitor (costmodels.drift) as an observer of every iteration
+    monitor: bool = False
+    #: plan with margins adapted online by quantile tracking (implies ``monitor``)
+    adaptive_margin: bool = False
 
     def __post_init__(self) -> None:
         if not self.tpot_slo_ms > 0:
@@ -101,10 +105,16 @@ def run_seed(
     )
     truth = load_truth(config.truth)
     drift = parse_drift(config.drift) if config.drift else None
+    predictor = load_predictor(config.predictor, truth)
+    if config.monitor or config.adaptive_margin:
+        from servecal.costmodels.drift import watch
+
+        predictor, monitor = watch(predictor, adaptive=config.adaptive_margin)
+        observers = (*observers, monitor)
     engine = Engine(
         requests,
         parse_policy(config.policy, config.sloweave),
-        load_predictor(config.predictor, truth),
+        predictor,
         truth.executor(np.random.default_rng(executor_ss), drift),
         EngineConfig(kv_capacity=config.kv_capacity),
         observers=observers,

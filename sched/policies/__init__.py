@@ -26,7 +26,16 @@ POLICIES: dict[str, Factory] = {
     "full": lambda opts: FullPrefill(),
     "sloweave": lambda opts: SLOWeave(opts),
     "sloweave-p50": lambda opts: SLOWeave(replace(opts, quantile=0.5, use_margin=False)),
+    "sorted-f-online": lambda opts: _sorted_f_online(),
 }
+
+
+def _sorted_f_online() -> Policy:
+    # imported on use: Sorted-F's solvers pull in scipy, which plain runs don't need
+    from servecal.sched.sortedf.online import SortedFOnline
+
+    return SortedFOnline()
+
 
 #: Names with an integer parameter: ``<prefix>-C``.
 PARAMETRIC: dict[str, Callable[[int], Policy]] = {

@@ -81,6 +81,12 @@ def simulate_command(
     ),
     device: str = typer.Option("auto", help="torch executor: auto, cpu or cuda:N."),
     model: str = typer.Option(None, help="torch executor: model shape [default: the table's]."),
+    monitor: bool = typer.Option(
+        False, "--monitor", help="Attach the drift monitor; its verdict goes into run.json."
+    ),
+    adaptive_margin: bool = typer.Option(
+        False, "--adaptive-margin", help="Adapt the margin online while drift is detected."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate one workload x policy x TPOT target over seeds; write run folders."""
@@ -128,6 +134,8 @@ def simulate_command(
             drift=drift,
             kv_capacity=kv_tokens,
             sloweave=opts,
+            monitor=monitor,
+            adaptive_margin=adaptive_margin,
         )
     except ValueError as exc:
         raise InputError(str(exc)) from None
