@@ -25,6 +25,8 @@ so prompt lengths and the policies' chunk sizes are scaled by ``token_scale``
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -215,3 +217,23 @@ def grid_for(on_gpu: bool, scale: float) -> dict[str, Any] | None:
         "ctx": [64, 256, 1024],
         "prefix": [0, top // 2],
     }
+
+
+def refine_axis(values: Sequence[int], max_ratio: float = 1.5) -> list[int]:
+    """``values`` plus geometric steps between neighbours, no step above ``max_ratio``.
+
+    The table answers between grid points by rounding up, so a coarse measured grid
+    makes a planner pay for the next point (a 33-token chunk priced as 128). The fitted
+    model is smooth between measured points, so the table is compiled on this finer
+    grid; the conformal margin is still calibrated on held-out measured points.
+    """
+    if max_ratio <= 1:
+        raise ValueError("max_ratio must be > 1")
+    out = sorted({int(v) for v in values})
+    fine = out[:1]
+    for a, b in zip(out, out[1:], strict=False):
+        if a > 0:
+            steps = math.ceil(math.log(b / a) / math.log(max_ratio))
+            fine += [round(a * (b / a) ** (k / steps)) for k in range(1, steps)]
+        fine.append(b)
+    return sorted(set(fine))

@@ -50,3 +50,13 @@ def test_holdout_grows_until_the_margin_can_be_certified() -> None:
     assert 0.2 < h <= 0.5
     with pytest.raises(InputError, match="raise --budget"):
         holdout_for(10, 10)
+
+
+def test_refine_axis_keeps_measured_points_and_bounds_the_step() -> None:
+    from servecal.reports.demo.setting import refine_axis
+
+    fine = refine_axis([0, 32, 128, 512])
+    assert {0, 32, 128, 512} <= set(fine) and fine == sorted(set(fine))
+    ratios = [b / a for a, b in zip(fine[1:], fine[2:], strict=False)]
+    assert max(ratios) <= 1.5 + 1e-9
+    assert refine_axis([0, 1]) == [0, 1]
