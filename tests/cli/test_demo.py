@@ -20,7 +20,7 @@ from servecal.costmodels.samples import write_samples
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "reports"))
-from htmlcheck import check  # noqa: E402
+from reporthtml import check  # noqa: E402
 
 runner = CliRunner()
 SMALL = ["--seeds", "1", "--requests", "30", "--workloads", "mixed", "--token-scale", "0.03125"]

@@ -10,14 +10,14 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-import factories  # noqa: E402
+import reportkit  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def grid_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return factories.write_grid(tmp_path_factory.mktemp("grid"), np.random.default_rng(1))
+    return reportkit.write_grid(tmp_path_factory.mktemp("grid"), np.random.default_rng(1))
 
 
 @pytest.fixture()
 def calibration():
-    return factories.calibration(np.random.default_rng(2))
+    return reportkit.calibration(np.random.default_rng(2))

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from factories import write_run
+from reportkit import write_run
 
 from servecal.costmodels.errors import InputError
 from servecal.reports.loading import discover, energy_source_name, load_run

@@ -6,7 +6,7 @@ import base64
 from pathlib import Path
 
 import pytest
-from htmlcheck import check
+from reporthtml import check
 
 from servecal.reports import discover
 from servecal.reports.loading import ReportInputs
@@ -15,11 +15,11 @@ from servecal.reports.page import sections, write_pages
 
 @pytest.fixture(scope="module")
 def page(grid_dir: Path, tmp_path_factory: pytest.TempPathFactory):
-    import factories
     import numpy as np
+    import reportkit
 
     inputs = discover([grid_dir])
-    inputs = ReportInputs(inputs.runs, (factories.calibration(np.random.default_rng(5)),))
+    inputs = ReportInputs(inputs.runs, (reportkit.calibration(np.random.default_rng(5)),))
     out = tmp_path_factory.mktemp("out")
     secs = sections(inputs, preface=["How the targets were chosen."])
     return secs, write_pages(secs, out, "test report", ["meta line"])

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-from factories import write_run
+from reportkit import write_run
 from typer.testing import CliRunner
 
 from servecal.cli import app

@@ -6,7 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
-from factories import write_run
+from reportkit import write_run
 
 from servecal.reports import discover
 from servecal.reports.calibration import calibration_section, coverage_by, predictions
