@@ -12,15 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servecal.reports.loading import RunData
+from servecal.sched.policies import is_static
 
-#: Policies with a fixed rule (no deadline-aware planning): the "static" baselines.
-STATIC_PREFIXES = ("fixed", "budget", "full", "default", "fcfs")
 WORKLOAD_ORDER = {"chat": 0, "mixed": 1, "long": 2, "bursty": 3}
-
-
-def is_static(policy: str) -> bool:
-    """Fixed-chunk, token-budget and full-prefill policies are the static baselines."""
-    return policy.lower().startswith(STATIC_PREFIXES)
 
 
 def policy_order(policy: str) -> tuple[int, int, str]:

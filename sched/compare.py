@@ -14,6 +14,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from servecal.sched.policies import is_static
 from servecal.sched.simulate import SimulationConfig, run_seed, summarize_run
 
 #: Offered load per workload (req/s) when no rate is given: the paper's operating point,
@@ -91,11 +92,6 @@ def run_grid(
         row["preemptions"] = mean.get("preemptions")
         rows.append(row)
     return rows
-
-
-def is_static(policy: str) -> bool:
-    """Baselines (every policy but SLOWeave's variants)."""
-    return not policy.startswith("sloweave")
 
 
 def ratios(rows: Sequence[dict[str, Any]], policy: str = "sloweave") -> list[dict[str, Any]]:

@@ -44,6 +44,17 @@ PARAMETRIC: dict[str, Callable[[int], Policy]] = {
 }
 
 
+#: Name prefixes of the static baselines: a fixed chunking rule, no deadline-aware
+#: planning. "Ratio to the best static policy" (SPEC §1) is taken over these, in
+#: ``servecal compare`` and in reports alike.
+STATIC_PREFIXES = ("fixed", "budget", "full", "default", "fcfs", "edf-chunk")
+
+
+def is_static(name: str) -> bool:
+    """True for the static baselines (fixed-C, budget-C, full, FCFS/EDF with fixed chunks)."""
+    return name.lower().startswith(STATIC_PREFIXES)
+
+
 def parse_policy(name: str, options: SLOWeaveConfig | None = None) -> Policy:
     """Build the policy called ``name``; unknown names raise :class:`InputError`."""
     opts = options or SLOWeaveConfig()
@@ -68,6 +79,8 @@ __all__ = [
     "FullPrefill",
     "SLOWeave",
     "SLOWeaveConfig",
+    "STATIC_PREFIXES",
     "TokenBudget",
+    "is_static",
     "parse_policy",
 ]
