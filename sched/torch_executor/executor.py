@@ -52,6 +52,8 @@ class PlanTap:
         return self.last
 
     def __getattr__(self, name: str) -> Any:
+        if name == "policy":  # not set yet (e.g. while copying): no recursion
+            raise AttributeError(name)
         return getattr(self.policy, name)
 
 

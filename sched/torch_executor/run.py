@@ -4,10 +4,11 @@ Same requests as the simulated executor for a seed (``SeedSequence(seed).spawn(2
 the workload's stream, then the executor's, which here draws the prompts' token
 ids), same engine and policy; the executor runs each iteration on the model and
 the cost table's predictions are checked against it as they happen
-(:class:`~.validation.OnlineValidation`, and a drift monitor when the table's
-calibration samples give it a noise profile). The clock the engine advances is the
-sum of measured iteration times plus idle gaps between arrivals (skipped, not
-slept), so a run's wall time is the device-busy time plus the engine's overhead.
+(:class:`~.validation.OnlineValidation`, and a drift monitor whose noise profile
+comes from the table's calibration samples when they are beside it). The clock
+the engine advances is the sum of measured iteration times plus idle gaps between
+arrivals (skipped, not slept), so a run's wall time is the device-busy time plus
+the engine's overhead.
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ PROGRESS_EVERY_S = 0.25
 @dataclass(frozen=True)
 class TorchRunOptions:
     """``block_size``: KV block tokens; ``max_seqs``: requests holding KV at once (spare
-    blocks); ``monitor``: attach a drift monitor when a noise profile can be built."""
+    blocks); ``monitor``: attach a drift monitor (always on by default: a real run is
+    what it is for; ``SimulationConfig.adaptive_margin`` also plans with its margins)."""
 
     block_size: int = 16
     max_seqs: int = 512
@@ -58,13 +60,14 @@ class Progress:
     drift_state: str | None
 
 
-def drift_monitor(setup: TorchSetup) -> Observer | None:
-    """A :class:`DriftMonitor` whose noise profile comes from the table's calibration
-    samples (``samples.parquet`` beside the table), or ``None`` when there are none."""
+def noise_profile(setup: TorchSetup) -> Any:
+    """The drift monitor's noise profile from the table's calibration samples
+    (``samples.parquet`` beside the table: residuals ``log(ms / P50)`` at the measured
+    grid points), or ``None`` (the monitor then reads the table's own P50→P99 spread)."""
     samples = setup.table_path.parent / "samples.parquet"
     if not samples.is_file():
         return None
-    from servecal.costmodels.drift import DriftMonitor, NoiseProfile
+    from servecal.costmodels.drift import NoiseProfile
     from servecal.costmodels.samples import read_samples
 
     frame = read_samples(samples).frame
@@ -72,10 +75,9 @@ def drift_monitor(setup: TorchSetup) -> Observer | None:
     p50 = np.asarray(setup.table.predict(*args, q=0.5), dtype=float)
     ratio = np.log(frame["ms"].to_numpy(dtype=float) / p50)
     try:
-        profile = NoiseProfile.from_residuals(ratio, source=f"calibration residuals ({samples})")
-    except ValueError:
+        return NoiseProfile.from_residuals(ratio, source=f"calibration residuals ({samples})")
+    except ValueError:  # too few rows
         return None
-    return DriftMonitor(profile)
 
 
 def run_torch_seed(
@@ -111,13 +113,20 @@ def run_torch_seed(
     tap = PlanTap(parse_policy(config.policy, config.sloweave))
     validation = OnlineValidation()
     observers: list[Observer] = [validation]
-    monitor = drift_monitor(setup) if options.monitor else None
-    if monitor is not None:
+    predictor: Any = setup.table
+    monitor = None
+    if options.monitor or config.monitor or config.adaptive_margin:
+        from servecal.costmodels.drift import watch
+
+        # the same hook as the simulated path: plan with adapted margins if asked
+        predictor, monitor = watch(
+            setup.table, adaptive=config.adaptive_margin, profile=noise_profile(setup)
+        )
         observers.append(monitor)
     engine = Engine(
         requests,
         tap,
-        setup.table,
+        predictor,
         executor,
         EngineConfig(kv_capacity=config.kv_capacity),
         observers=observers,

@@ -80,7 +80,7 @@ def simulate_command(
         "simulated", help="simulated, or torch: real forward passes (needs a calibrated table)."
     ),
     device: str = typer.Option("auto", help="torch executor: auto, cpu or cuda:N."),
-    model: str = typer.Option(None, help="torch executor: model shape [default: the table's]."),
+    model: str = typer.Option(None, help="torch executor: model shape (default: the table's)."),
     monitor: bool = typer.Option(
         False, "--monitor", help="Attach the drift monitor; its verdict goes into run.json."
     ),

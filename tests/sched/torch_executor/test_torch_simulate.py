@@ -63,6 +63,14 @@ def test_a_torch_run_validates_the_calibrated_table_online(table, tmp_path, poli
     assert ex["tokens_generated"] == reqs["tokens_out"].sum()
 
 
+def test_adaptive_margins_plan_a_real_run(table, tmp_path):
+    res = _simulate(table, tmp_path / "run", "sloweave", "--adaptive-margin", "--json")
+    assert res.exit_code == 0, res.output
+    doc = json.loads((tmp_path / "run" / "seed-0" / "run.json").read_text())
+    assert doc["config"]["adaptive_margin"] is True
+    assert "DriftMonitor" in doc["observers"]
+
+
 def test_a_table_from_another_model_is_used_with_a_warning(table, tmp_path):
     res = _simulate(table, tmp_path / "run", "sloweave", "--model", "tests/none.json")
     assert res.exit_code == 2 and res.output.startswith("error:")
