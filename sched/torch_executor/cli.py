@@ -56,7 +56,8 @@ def simulate_torch_cli(
     err = Console(stderr=True)
     if not quiet:
         for notice in setup.notices:
-            err.print(notice, markup=False, highlight=False)
+            # soft_wrap: a notice names files; rich must not break it across lines
+            err.print(notice, markup=False, highlight=False, soft_wrap=True)
         err.print(
             f"torch executor: {setup.model.shape.name} on {setup.device} "
             f"({setup.scale.timed}/{setup.scale.total} layers built"
