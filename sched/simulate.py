@@ -61,6 +61,18 @@ class SimulationConfig:
         return doc
 
 
+def parse_range(text: str) -> tuple[float, float]:
+    """``--rate-range LO:HI`` (req/s): the bracket a max-goodput bisection searches."""
+    lo, _, hi = text.partition(":")
+    try:
+        bounds = (float(lo), float(hi))
+    except ValueError:
+        raise InputError(f"--rate-range {text!r}: expected LO:HI in req/s, e.g. 1:200") from None
+    if not 0 < bounds[0] < bounds[1] or not np.isfinite(bounds[1]):
+        raise InputError(f"--rate-range {text!r}: need 0 < LO < HI")
+    return bounds
+
+
 _TRUTHS: dict[str, AnalyticTruth | SampledTruth] = {}
 
 

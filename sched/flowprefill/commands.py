@@ -15,8 +15,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from servecal.costmodels.errors import InputError
 from servecal.sched.flowprefill.run import (
     FlowConfig,
@@ -26,6 +24,7 @@ from servecal.sched.flowprefill.run import (
     summarize_flow,
     validate,
 )
+from servecal.sched.simulate import parse_range
 
 #: Keys of ``simulate --json`` (the engine's, plus FlowPrefill's counters).
 SIMULATE_KEYS = (
@@ -250,18 +249,6 @@ def _print(base: FlowConfig, rows: list[dict[str, Any]], ratios: list[dict[str, 
             t.add_row(r["baseline"], f"{r['max_goodput']:.1f}",
                       "-" if r["ratio"] is None else f"{r['ratio']:.2f}x")  # fmt: skip
         console.print(t)
-
-
-def parse_range(text: str) -> tuple[float, float]:
-    """``LO:HI`` req/s."""
-    lo, _, hi = text.partition(":")
-    try:
-        bounds = (float(lo), float(hi))
-    except ValueError:
-        raise InputError(f"--rate-range {text!r}: expected LO:HI in req/s, e.g. 1:200") from None
-    if not 0 < bounds[0] < bounds[1] or not np.isfinite(bounds[1]):
-        raise InputError(f"--rate-range {text!r}: need 0 < LO < HI")
-    return bounds
 
 
 def run_simulate_command(

@@ -25,19 +25,6 @@ SUMMARY_KEYS = (
 )
 
 
-def _range(text: str) -> tuple[float, float]:
-    from servecal.costmodels.errors import InputError
-
-    lo, _, hi = text.partition(":")
-    try:
-        bounds = (float(lo), float(hi))
-    except ValueError:
-        raise InputError(f"--rate-range {text!r}: expected LO:HI in req/s, e.g. 1:200") from None
-    if not 0 < bounds[0] < bounds[1]:
-        raise InputError(f"--rate-range {text!r}: need 0 < LO < HI")
-    return bounds
-
-
 @user_errors
 def simulate_command(
     workload: str = typer.Option(..., help="chat|mixed|long|bursty|trace:PATH"),
@@ -109,7 +96,13 @@ def simulate_command(
     from servecal.sched.compare import default_rate
     from servecal.sched.policies import SLOWeaveConfig, parse_policy
     from servecal.sched.runfolder import write_json
-    from servecal.sched.simulate import SimulationConfig, load_predictor, load_truth, simulate
+    from servecal.sched.simulate import (
+        SimulationConfig,
+        load_predictor,
+        load_truth,
+        parse_range,
+        simulate,
+    )
     from servecal.sched.truth import parse_drift
 
     try:
@@ -147,7 +140,7 @@ def simulate_command(
     load_predictor(predictor, load_truth(truth))
     if drift:
         parse_drift(drift)
-    bracket = _range(rate_range) if max_goodput else None
+    bracket = parse_range(rate_range) if max_goodput else None
     err = Console(stderr=True)
     from servecal.sched.torch_executor.cli import check_executor, simulate_torch_cli
 
