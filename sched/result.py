@@ -18,6 +18,7 @@ import pandas as pd
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.sched.live import LiveRequest, Phase
+from servecal.sched.request import Request
 
 if TYPE_CHECKING:
     from servecal.sched.engine import Engine
@@ -90,6 +91,40 @@ def _gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray, last: int)
     return np.concatenate(parts)
 
 
+def append_request_row(
+    rows: dict[str, list[Any]],
+    req: Request,
+    *,
+    first_ms: float,
+    done_ms: float,
+    tokens_out: int,
+    gaps: np.ndarray,
+    preemptions: int,
+    slo_exception: bool,
+    rejected: bool,
+) -> None:
+    """Append one request's row (``REQUEST_COLUMNS``) given its inter-token ``gaps``.
+
+    The one place the per-request TPOT statistics are derived, for every driver
+    (the iteration engine and FlowPrefill's operator-level driver)."""
+    rows["rid"].append(req.rid)
+    rows["arrival_ms"].append(req.arrival_ms)
+    rows["prompt_tokens"].append(req.prompt_tokens)
+    rows["output_tokens"].append(req.output_tokens)
+    rows["ttft_slo_ms"].append(req.ttft_slo_ms)
+    rows["tpot_slo_ms"].append(req.tpot_slo_ms)
+    rows["slo_class"].append(req.slo_class)
+    rows["first_token_ms"].append(first_ms)
+    rows["completion_ms"].append(done_ms)
+    rows["tokens_out"].append(tokens_out)
+    rows["tpot_p99_ms"].append(p99(gaps) if gaps.size else math.nan)
+    rows["tpot_mean_ms"].append(float(gaps.mean()) if gaps.size else math.nan)
+    rows["tpot_max_ms"].append(float(gaps.max()) if gaps.size else math.nan)
+    rows["preemptions"].append(preemptions)
+    rows["slo_exception"].append(slo_exception)
+    rows["rejected"].append(rejected)
+
+
 def _request_rows(engine: Engine) -> dict[str, list[Any]]:
     ends = np.asarray(engine._clock.ends, dtype=float)
     durations = np.array([row[1] for row in engine._rows], dtype=float)
@@ -99,22 +134,17 @@ def _request_rows(engine: Engine) -> dict[str, list[Any]]:
     for req in engine._pending:
         live = live_by_rid.get(req.rid)
         gaps = _gaps(live, ends, durations, last) if live is not None else ends[:0]
-        rows["rid"].append(req.rid)
-        rows["arrival_ms"].append(req.arrival_ms)
-        rows["prompt_tokens"].append(req.prompt_tokens)
-        rows["output_tokens"].append(req.output_tokens)
-        rows["ttft_slo_ms"].append(req.ttft_slo_ms)
-        rows["tpot_slo_ms"].append(req.tpot_slo_ms)
-        rows["slo_class"].append(req.slo_class)
-        rows["first_token_ms"].append(live._first_ms if live is not None else math.nan)
-        rows["completion_ms"].append(live._done_ms if live is not None else math.nan)
-        rows["tokens_out"].append(live.tokens_out if live is not None else 0)
-        rows["tpot_p99_ms"].append(p99(gaps) if gaps.size else math.nan)
-        rows["tpot_mean_ms"].append(float(gaps.mean()) if gaps.size else math.nan)
-        rows["tpot_max_ms"].append(float(gaps.max()) if gaps.size else math.nan)
-        rows["preemptions"].append(live._preemptions if live is not None else 0)
-        rows["slo_exception"].append(bool(live._exception) if live is not None else False)
-        rows["rejected"].append(live is not None and live._phase == Phase.REJECTED)
+        append_request_row(
+            rows,
+            req,
+            first_ms=live._first_ms if live is not None else math.nan,
+            done_ms=live._done_ms if live is not None else math.nan,
+            tokens_out=live.tokens_out if live is not None else 0,
+            gaps=gaps,
+            preemptions=live._preemptions if live is not None else 0,
+            slo_exception=bool(live._exception) if live is not None else False,
+            rejected=live is not None and live._phase == Phase.REJECTED,
+        )
     return rows
 
 

@@ -25,7 +25,7 @@ from servecal.sched.engine import ITERATION_COLUMNS
 from servecal.sched.executor import Executor
 from servecal.sched.flowprefill.state import Job
 from servecal.sched.request import Request
-from servecal.sched.result import REQUEST_COLUMNS, RunResult, p99
+from servecal.sched.result import REQUEST_COLUMNS, RunResult, append_request_row, p99
 
 if TYPE_CHECKING:
     from servecal.sched.flowprefill.driver import _Segment
@@ -175,22 +175,17 @@ class Recorder:
                 times = np.concatenate([[first], ends[start:stop]])
                 gaps = np.diff(times)
                 tokens = times.size
-            rows["rid"].append(req.rid)
-            rows["arrival_ms"].append(req.arrival_ms)
-            rows["prompt_tokens"].append(req.prompt_tokens)
-            rows["output_tokens"].append(req.output_tokens)
-            rows["ttft_slo_ms"].append(req.ttft_slo_ms)
-            rows["tpot_slo_ms"].append(req.tpot_slo_ms)
-            rows["slo_class"].append(req.slo_class)
-            rows["first_token_ms"].append(first)
-            rows["completion_ms"].append(done)
-            rows["tokens_out"].append(tokens)
-            rows["tpot_p99_ms"].append(p99(gaps) if gaps.size else math.nan)
-            rows["tpot_mean_ms"].append(float(gaps.mean()) if gaps.size else math.nan)
-            rows["tpot_max_ms"].append(float(gaps.max()) if gaps.size else math.nan)
-            rows["preemptions"].append(self._parks_of.get(req.rid, 0))
-            rows["slo_exception"].append(False)
-            rows["rejected"].append(req.rid in self._rejected)
+            append_request_row(
+                rows,
+                req,
+                first_ms=first,
+                done_ms=done,
+                tokens_out=tokens,
+                gaps=gaps,
+                preemptions=self._parks_of.get(req.rid, 0),
+                slo_exception=False,
+                rejected=req.rid in self._rejected,
+            )
         return pd.DataFrame(rows)
 
     def result(self) -> FlowRun:
