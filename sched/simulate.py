@@ -23,6 +23,21 @@ from servecal.sched.result import RunResult
 from servecal.sched.truth import AnalyticTruth, SampledTruth, parse_drift, parse_truth
 
 
+def check_run_fields(config: Any) -> None:
+    """The checks every run configuration shares (``workload, rate, n_requests, seeds,
+    tpot_slo_ms``); raises ``ValueError`` naming the field."""
+    if not config.tpot_slo_ms > 0:
+        raise ValueError("tpot_slo_ms must be > 0")
+    if config.rate is None and not config.workload.startswith("trace:"):
+        raise ValueError("rate is required for a synthetic workload")
+    if config.rate is not None and not config.rate > 0:
+        raise ValueError("rate must be > 0")
+    if config.n_requests < 1:
+        raise ValueError("n_requests must be >= 1")
+    if not config.seeds:
+        raise ValueError("need at least one seed")
+
+
 @dataclass(frozen=True)
 class SimulationConfig:
     """Everything one simulated configuration depends on (written to ``run.json``)."""
@@ -44,16 +59,7 @@ class SimulationConfig:
     adaptive_margin: bool = False
 
     def __post_init__(self) -> None:
-        if not self.tpot_slo_ms > 0:
-            raise ValueError("tpot_slo_ms must be > 0")
-        if self.rate is None and not self.workload.startswith("trace:"):
-            raise ValueError("rate is required for a synthetic workload")
-        if self.rate is not None and not self.rate > 0:
-            raise ValueError("rate must be > 0")
-        if self.n_requests < 1:
-            raise ValueError("n_requests must be >= 1")
-        if not self.seeds:
-            raise ValueError("need at least one seed")
+        check_run_fields(self)
 
     def describe(self) -> dict[str, Any]:
         doc = asdict(self)

@@ -21,6 +21,7 @@ from servecal.sched.flowprefill.operators import GRANULARITIES, OperatorModel
 from servecal.sched.flowprefill.record import FlowRun
 from servecal.sched.flowprefill.registry import driver_policy, engine_policy, uses_engine
 from servecal.sched.request import Request
+from servecal.sched.simulate import check_run_fields
 
 #: The bracket ``--max-goodput`` searches by default (req/s): FlowPrefill's max TTFT
 #: goodput on multislo lies above the device's raw prefill capacity (≈ 105 req/s),
@@ -62,16 +63,7 @@ class FlowConfig:
             raise ValueError(f"mode must be one of {'|'.join(MODES)}")
         if self.granularity not in GRANULARITIES:
             raise ValueError(f"--granularity must be one of {'|'.join(GRANULARITIES)}")
-        if self.rate is None and not self.workload.startswith("trace:"):
-            raise ValueError("rate is required for a synthetic workload")
-        if self.rate is not None and not self.rate > 0:
-            raise ValueError("rate must be > 0")
-        if self.n_requests < 1:
-            raise ValueError("n_requests must be >= 1")
-        if not self.seeds:
-            raise ValueError("need at least one seed")
-        if not self.tpot_slo_ms > 0:
-            raise ValueError("tpot_slo_ms must be > 0")
+        check_run_fields(self)
 
     def describe(self) -> dict[str, Any]:
         doc = asdict(self)
