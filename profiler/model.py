@@ -127,16 +127,24 @@ class DecoderLayer(nn.Module):
         self.w_gate_up = nn.Linear(hidden, 2 * shape.intermediate, bias=False, **factory)
         self.w_down = nn.Linear(shape.intermediate, hidden, bias=False, **factory)
 
-    def attention(
-        self, x: torch.Tensor, batch: IterationBatch, ictx: IterationContext
-    ) -> torch.Tensor:
-        """Attention half: writes this iteration's K/V into the pools, returns ``x + attn``."""
+    def qkv(
+        self, x: torch.Tensor, ictx: IterationContext
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Normed QKV projection with RoPE: ``q [t, heads, d]``, ``k, v [t, kv_heads, d]``.
+
+        Shared by this contiguous-KV attention and the torch executor's paged one."""
         s = self.shape
         qkv = self.wqkv(self.attn_norm(x))
         q, k, v = qkv.split((s.q_dim, s.kv_dim, s.kv_dim), dim=-1)
         q = apply_rope(q.view(-1, s.n_heads, s.head_dim), ictx.cos, ictx.sin)
         k = apply_rope(k.view(-1, s.n_kv_heads, s.head_dim), ictx.cos, ictx.sin)
-        v = v.view(-1, s.n_kv_heads, s.head_dim)
+        return q, k, v.view(-1, s.n_kv_heads, s.head_dim)
+
+    def attention(
+        self, x: torch.Tensor, batch: IterationBatch, ictx: IterationContext
+    ) -> torch.Tensor:
+        """Attention half: writes this iteration's K/V into the pools, returns ``x + attn``."""
+        q, k, v = self.qkv(x, ictx)
         outs = []
         start = 0
         if batch.decode is not None:

@@ -30,7 +30,6 @@ from servecal.profiler.model import (
     DecoderLayer,
     IterationContext,
     Transformer,
-    apply_rope,
     prefill_mask,
     sdpa,
 )
@@ -129,12 +128,7 @@ def paged_attention(
     layer: DecoderLayer, x: torch.Tensor, batch: PagedBatch, ictx: IterationContext
 ) -> torch.Tensor:
     """The profiler's attention half with K/V in the paged pool; returns ``x + attn``."""
-    s = layer.shape
-    qkv = layer.wqkv(layer.attn_norm(x))
-    q, k, v = qkv.split((s.q_dim, s.kv_dim, s.kv_dim), dim=-1)
-    q = apply_rope(q.view(-1, s.n_heads, s.head_dim), ictx.cos, ictx.sin)
-    k = apply_rope(k.view(-1, s.n_kv_heads, s.head_dim), ictx.cos, ictx.sin)
-    v = v.view(-1, s.n_kv_heads, s.head_dim)
+    q, k, v = layer.qkv(x, ictx)
     pool = batch.pool
     pk, pv = pool.k[layer.index], pool.v[layer.index]  # [kv_heads, blocks, size, head_dim]
     heads, blocks, size, hd = pk.shape
