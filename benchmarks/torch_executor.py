@@ -1,7 +1,9 @@
 """The torch executor's costs, as ratios measured in one run on this host.
 
-1. *Paged vs calibrated*: the executor's forward pass (K/V gathered block by block
-   from the paged pool, ragged decode lengths masked) against the profiler's
+1. *Paged vs calibrated*: the executor's forward pass (ragged decode lengths masked,
+   the decode group one token further each repeat as in an engine, so its K/V are
+   appended to the per-layer contiguous view rather than re-gathered; a prefill's
+   prefix gathered block by block from the paged pool) against the profiler's
    calibration pass (one contiguous KV slot per sequence, uniform ``ctx``) on the
    same shape, interleaved, medians of ``--repeats``: how much a calibration of the
    contiguous layout under-predicts a paged engine.
@@ -32,10 +34,12 @@ from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig
 SHAPES = [(4, 0, 512, 0), (16, 0, 512, 0), (24, 0, 1024, 0), (0, 256, 0, 0), (8, 256, 512, 1024)]
 
 
-def paged_batch(model, pool, point: Point, ragged: int) -> PagedBatch:
+def paged_batch(model, pool, point: Point, ragged: int, step: int = 0) -> PagedBatch:
+    """``point`` on the pool, decode lengths ragged by ``±ragged`` and ``step`` tokens on
+    (consecutive steps: the same decode group one token further, as an engine runs it)."""
     n, chunk, ctx, prefix = point.n_decode, point.chunk, point.ctx, point.prefix
     rng = np.random.default_rng(0)
-    lengths = [max(1, ctx + int(rng.integers(-ragged, ragged + 1))) for _ in range(n)]
+    lengths = [max(1, ctx + int(rng.integers(-ragged, ragged + 1))) + step for _ in range(n)]
     for rid, length in enumerate(lengths):
         pool.reserve(rid, length + 1)
         pool.commit(rid, length)
@@ -65,10 +69,10 @@ def main() -> None:
         point = Point(*values)
         ref_batch, ref_tokens = point_batch(model, point)
         pool = PagedKVPool(shape, layers, PoolConfig(65_536, 16, 64), device, model.dtype)
-        batch = paged_batch(model, pool, point, ragged=point.ctx // 8)
         ref, paged = [], []
         for rep in range(args.repeats + 3):
             a = scale.estimate(timed_iteration(model, ref_batch, ref_tokens, clock))
+            batch = paged_batch(model, pool, point, ragged=point.ctx // 8, step=rep)
             run = ForwardRun(model, batch, clock, scale)
             run.run()
             if rep >= 3:  # warm-up

@@ -34,7 +34,7 @@ from servecal.profiler.model import (
     sdpa,
 )
 from servecal.profiler.timing import CpuClock, CudaClock, LayerScale
-from servecal.sched.torch_executor.pool import PagedKVPool
+from servecal.sched.torch_executor.pool import DecodeView, PagedKVPool
 
 #: Operators of one layer, in order (FlowPrefill's default granularity).
 LAYER_OPERATORS = ("attention", "mlp")
@@ -58,6 +58,7 @@ class PagedBatch:
     write_slots: torch.Tensor = field(init=False)
     decode_blocks: torch.Tensor | None = field(init=False, default=None)
     decode_width: int = field(init=False, default=0)  # keys per decode row (blocks × size)
+    decode_positions: torch.Tensor | None = field(init=False, default=None)  # new tokens' slots
     prefill_blocks: list[torch.Tensor] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
@@ -80,6 +81,7 @@ class PagedBatch:
             lengths = [n + 1 for n in self.decode_lengths]
             self.decode_blocks, width = pool.padded_blocks(self.decode_rids, lengths)
             self.decode_width = width * pool.block_size
+            self.decode_positions = torch.tensor(self.decode_lengths, dtype=torch.long, device=dev)
 
     @property
     def n_decode(self) -> int:
@@ -124,6 +126,48 @@ def prepare(model: Transformer, batch: PagedBatch) -> IterationContext:
     )
 
 
+#: Spare key positions per row of a fresh :class:`DecodeView` (decode steps it can
+#: append before the group's widest request outgrows it and it is gathered again).
+DECODE_VIEW_SLACK = 256
+
+
+def decode_keys(
+    batch: PagedBatch, layer: int, k: torch.Tensor, v: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The decode group's keys and values ``[n, kv_heads, decode_width, head_dim]``.
+
+    ``k, v [n, kv_heads, head_dim]`` are this step's, already written to the pool.
+    When the layer's :class:`DecodeView` holds this same group at these lengths they
+    are appended to it; otherwise every block is gathered from the pool (whole
+    ``block_size × head_dim`` rows of a ``[heads, blocks, size × hd]`` view: a 4-D
+    ``index_select`` takes a much slower path) into a new view.
+    """
+    pool, n, width = batch.pool, batch.n_decode, batch.decode_width
+    assert batch.decode_blocks is not None and batch.decode_positions is not None
+    rids = tuple(batch.decode_rids)
+    view = pool.decode_views.get(layer)
+    if view is not None and view.matches(rids, batch.decode_lengths, width):
+        rows = torch.arange(n, device=k.device)
+        view.k[rows, :, batch.decode_positions] = k
+        view.v[rows, :, batch.decode_positions] = v
+    else:
+        pk, pv = pool.k[layer], pool.v[layer]  # [kv_heads, blocks, size, head_dim]
+        heads, blocks, size, hd = pk.shape
+        shape = (heads, batch.decode_blocks.numel(), size * hd)
+        rows_k, rows_v = pk.view(heads, blocks, size * hd), pv.view(heads, blocks, size * hd)
+        keys = torch.index_select(rows_k, 1, batch.decode_blocks, out=pool.scratch("k", shape))
+        vals = torch.index_select(rows_v, 1, batch.decode_blocks, out=pool.scratch("v", shape))
+        capacity = width + DECODE_VIEW_SLACK
+        # Zeros: positions past a row's length are masked, but 0 · NaN would still poison.
+        view_k = pool.k.new_zeros((n, heads, capacity, hd))
+        view_v = pool.k.new_zeros((n, heads, capacity, hd))
+        view_k[:, :, :width] = keys.view(heads, n, width, hd).transpose(0, 1)
+        view_v[:, :, :width] = vals.view(heads, n, width, hd).transpose(0, 1)
+        view = pool.decode_views[layer] = DecodeView(rids, [], view_k, view_v)
+    view.lengths = [length + 1 for length in batch.decode_lengths]
+    return view.k[:, :, :width], view.v[:, :, :width]
+
+
 def paged_attention(
     layer: DecoderLayer, x: torch.Tensor, batch: PagedBatch, ictx: IterationContext
 ) -> torch.Tensor:
@@ -140,11 +184,7 @@ def paged_attention(
     outs = []
     n = batch.n_decode
     if batch.decode_blocks is not None:
-        w, shape = batch.decode_width, (heads, batch.decode_blocks.numel(), size * hd)
-        keys = torch.index_select(rows_k, 1, batch.decode_blocks, out=pool.scratch("k", shape))
-        vals = torch.index_select(rows_v, 1, batch.decode_blocks, out=pool.scratch("v", shape))
-        keys = keys.view(heads, n, w, hd).transpose(0, 1)
-        vals = vals.view(heads, n, w, hd).transpose(0, 1)
+        keys, vals = decode_keys(batch, layer.index, k[:n], v[:n])
         out = sdpa(q[:n].unsqueeze(2), keys, vals, mask=ictx.decode_mask)
         outs.append(out.reshape(n, -1))
     start = n

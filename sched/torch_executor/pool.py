@@ -52,6 +52,25 @@ class PoolConfig:
         return math.ceil(self.capacity_tokens / self.block_size) + self.max_seqs
 
 
+@dataclass
+class DecodeView:
+    """One layer's K/V of a decode group, contiguous ``[n, kv_heads, capacity, head_dim]``.
+
+    Row ``i`` holds positions ``0..lengths[i]-1`` of request ``rids[i]`` (the pool's
+    blocks, copied once); while the next iteration decodes the same requests at
+    those lengths, only its new token is appended (as a paged-attention kernel
+    reads the blocks in place) instead of re-gathering every block of every layer.
+    """
+
+    rids: tuple[int, ...]
+    lengths: list[int]
+    k: torch.Tensor
+    v: torch.Tensor
+
+    def matches(self, rids: tuple[int, ...], lengths: list[int], width: int) -> bool:
+        return self.rids == rids and self.lengths == lengths and self.k.shape[2] >= width
+
+
 class PagedKVPool:
     """Blocks of K/V storage for ``n_layers`` layers of ``shape`` (see module doc)."""
 
@@ -77,6 +96,9 @@ class PagedKVPool:
         # multi-MB tensor per gather goes back to the OS on free and page-faults in
         # again on the next one, which costs more than the copy itself.
         self._scratch: dict[str, torch.Tensor] = {}
+        # Per layer, the last decode group's K/V as one contiguous working copy
+        # (see :class:`DecodeView`); dropped when one of its requests is freed.
+        self.decode_views: dict[int, DecodeView] = {}
         self._free = list(range(self.n_blocks - 1, -1, -1))  # pop() hands out block 0 first
         self._tables: dict[int, list[int]] = {}
         self._tokens: dict[int, int] = {}
@@ -109,6 +131,9 @@ class PagedKVPool:
     def free(self, rid: int) -> int:
         """Return every block of ``rid`` to the pool; the tokens it held (0 if none)."""
         self._free.extend(self._tables.pop(rid, ()))
+        stale = [layer for layer, view in self.decode_views.items() if rid in view.rids]
+        for layer in stale:  # its blocks may be recomputed or reused: the copy is no longer true
+            del self.decode_views[layer]
         held = self._tokens.pop(rid, 0)
         self._used_tokens -= held
         return held

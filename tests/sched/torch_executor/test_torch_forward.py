@@ -7,6 +7,7 @@ from servecal.profiler.kv import DecodeGroup, IterationBatch, KVPool, PrefillSeg
 from servecal.profiler.model import build_model
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.timing import CpuClock, LayerScale
+from servecal.sched.torch_executor import forward
 from servecal.sched.torch_executor.forward import ForwardRun, PagedBatch, StopSignal
 from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig
 
@@ -144,3 +145,53 @@ def test_a_batch_must_hold_its_tokens():
         PagedBatch(pool, [], [], [(1, 0, 4)], _ids(3, 0))
     with pytest.raises(ValueError, match="at least one"):
         PagedBatch(pool, [], [], [], _ids(0, 0))
+
+
+def _decode_steps(model, pool, lengths: dict[int, int], steps: int, regather: bool):
+    """``steps`` decodes of the whole group (greedy tokens); per step its logits and
+    the identity of layer 0's decode view. ``regather``: drop the views before each
+    step, so every step gathers every block from the pool."""
+    last = _ids(len(lengths), 98)
+    out = []
+    for _ in range(steps):
+        if regather:
+            pool.decode_views.clear()
+        for rid, n in lengths.items():
+            pool.reserve(rid, n + 1)
+        batch = PagedBatch(pool, list(lengths), list(lengths.values()), [], last)
+        run = ForwardRun(model, batch, CpuClock(), SCALE)
+        assert run.run()
+        for rid, n in lengths.items():
+            pool.commit(rid, n + 1)
+            lengths[rid] = n + 1
+        last = run.logits.argmax(-1)
+        out.append((run.logits, id(pool.decode_views[0])))
+    return out
+
+
+def test_consecutive_decodes_append_to_the_view_and_match_a_full_gather(model, monkeypatch):
+    monkeypatch.setattr(forward, "DECODE_VIEW_SLACK", 5)  # outgrown within the steps
+    pools = []
+    for _ in range(2):
+        pool = _pool(block=4)
+        for rid, n in {1: 9, 2: 17, 3: 5}.items():
+            _prefill(model, pool, rid, _ids(n, rid))
+        pools.append(pool)
+    appended = _decode_steps(model, pools[0], {1: 9, 2: 17, 3: 5}, 9, regather=False)
+    gathered = _decode_steps(model, pools[1], {1: 9, 2: 17, 3: 5}, 9, regather=True)
+    for (got, _), (want, _) in zip(appended, gathered, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    views = [view for _, view in appended]
+    assert views[1] == views[0]  # step 2 appended to step 1's view
+    assert len(set(views)) >= 2  # and the group outgrew it (slack 5) and was gathered again
+    assert pools[0].decode_views[0].lengths == [18, 26, 14]
+
+
+def test_freeing_a_request_drops_the_views_holding_it(model):
+    pool = _pool(block=4)
+    for rid, n in {1: 9, 2: 17}.items():
+        _prefill(model, pool, rid, _ids(n, rid))
+    _decode_steps(model, pool, {1: 9, 2: 17}, 1, regather=False)
+    assert set(pool.decode_views) == set(range(TINY.n_layers))
+    pool.free(2)
+    assert pool.decode_views == {}
