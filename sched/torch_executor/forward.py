@@ -4,9 +4,12 @@ The weights and the pieces of a layer are the profiler's
 (:mod:`servecal.profiler.model`: norms, fused QKV, RoPE, grouped-query ``sdpa``,
 output projection, SwiGLU MLP, head); only where K/V live differs, so attention
 is re-assembled here around the paged pool: new K/V are written to their flat
-slots, a decode group's keys are gathered block by block through the block tables
-(padded to the widest and masked, as the profiler's ragged path does), a prefill
-chunk's keys are its prefix plus itself with the profiler's causal mask.
+slots, a decode group's keys are read from a per-layer contiguous view of that
+group (:class:`~servecal.sched.torch_executor.pool.DecodeView`: gathered block by
+block through the block tables once, then appended one token per step while the
+same group decodes; padded to the widest and masked, as the profiler's ragged path
+does), a prefill chunk's keys are its prefix plus itself with the profiler's causal
+mask.
 
 A forward pass is a list of *operators*, two per layer (attention, MLP: the
 boundaries FlowPrefill preempts at). :class:`ForwardRun` executes them in order

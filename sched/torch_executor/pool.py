@@ -8,7 +8,9 @@ back to the free list as a whole on completion or recompute preemption. Attentio
 gathers a request's *blocks* through its table (``index_select`` of whole
 ``block_size × head_dim`` rows, then a free reshape to ``[kv_heads, tokens,
 head_dim]``), so requests never need contiguous memory — vLLM's PagedAttention
-layout, gathered by torch instead of read in place by a fused kernel.
+layout, gathered by torch instead of read in place by a fused kernel. A decode
+group's gather is kept per layer (:class:`DecodeView`) and appended to while the
+same group keeps decoding, so steady decoding does not copy every block again.
 
 The engine keeps the tokens held by all requests ``≤ M``; blocks round each
 request up to a multiple of ``block_size``, so the pool adds one spare block per
