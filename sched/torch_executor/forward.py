@@ -161,9 +161,8 @@ def decode_keys(
         keys = torch.index_select(rows_k, 1, batch.decode_blocks, out=pool.scratch("k", shape))
         vals = torch.index_select(rows_v, 1, batch.decode_blocks, out=pool.scratch("v", shape))
         capacity = width + DECODE_VIEW_SLACK
-        # Zeros: positions past a row's length are masked, but 0 · NaN would still poison.
-        view_k = pool.k.new_zeros((n, heads, capacity, hd))
-        view_v = pool.k.new_zeros((n, heads, capacity, hd))
+        view_k = pool.view_storage(f"k{layer}", (n, heads, capacity, hd))
+        view_v = pool.view_storage(f"v{layer}", (n, heads, capacity, hd))
         view_k[:, :, :width] = keys.view(heads, n, width, hd).transpose(0, 1)
         view_v[:, :, :width] = vals.view(heads, n, width, hd).transpose(0, 1)
         view = pool.decode_views[layer] = DecodeView(rids, [], view_k, view_v)

@@ -101,6 +101,7 @@ class PagedKVPool:
         # Per layer, the last decode group's K/V as one contiguous working copy
         # (see :class:`DecodeView`); dropped when one of its requests is freed.
         self.decode_views: dict[int, DecodeView] = {}
+        self._views_storage: dict[str, torch.Tensor] = {}  # reused like the scratch
         self._free = list(range(self.n_blocks - 1, -1, -1))  # pop() hands out block 0 first
         self._tables: dict[int, list[int]] = {}
         self._tokens: dict[int, int] = {}
@@ -147,6 +148,17 @@ class PagedKVPool:
         if buf is None or buf.numel() < numel:
             buf = torch.empty(max(numel, 1), device=self.k.device, dtype=self.k.dtype)
             self._scratch[name] = buf
+        return buf[:numel].view(shape)
+
+    def view_storage(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        """Like :meth:`scratch`, for :class:`DecodeView` copies: zero-filled when grown
+        (positions past a row's length are masked, but 0 · NaN would still poison the
+        sum), and afterwards holding only finite K/V copied from the pool."""
+        numel = math.prod(shape)
+        buf = self._views_storage.get(name)
+        if buf is None or buf.numel() < numel:
+            buf = torch.zeros(max(numel, 1), device=self.k.device, dtype=self.k.dtype)
+            self._views_storage[name] = buf
         return buf[:numel].view(shape)
 
     # -- reading ------------------------------------------------------------------------
