@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.plan import DECODE_ONLY, Plan
-from servecal.sched.policies._common import room_for
+from servecal.sched.policies._common import fill_token_budget
 from servecal.sched.view import EngineView
 
 
@@ -24,22 +24,11 @@ class EdfTokenBudget:
             raise ValueError("EdfTokenBudget.budget must be >= 1")
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
-        left = self.budget - view.n_decode
-        if left <= 0:
+        if self.budget <= view.n_decode:
             return DECODE_ONLY
         queue = sorted(
             view.prefill_queue(),
             key=lambda r: (r.arrival_ms + r.request.ttft_slo_ms, r.arrival_ms, r.rid),
         )
-        chunks: list[tuple[int, int]] = []
-        taken = 0
-        for live in queue:
-            if left <= 0:
-                break
-            c = min(left, room_for(view, live, taken))
-            if c <= 0:
-                continue
-            chunks.append((live.rid, c))
-            taken += c
-            left -= c
-        return Plan(prefill=tuple(chunks)) if chunks else DECODE_ONLY
+        chunks = fill_token_budget(view, queue, self.budget, skip_unfit=True)
+        return Plan(prefill=chunks) if chunks else DECODE_ONLY

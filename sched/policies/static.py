@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.plan import DECODE_ONLY, Plan
-from servecal.sched.policies._common import room_for
+from servecal.sched.policies._common import fill_token_budget, room_for
 from servecal.sched.view import EngineView
 
 
@@ -45,19 +45,8 @@ class TokenBudget:
             raise ValueError("TokenBudget.budget must be >= 1")
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
-        left = self.budget - view.n_decode
-        chunks: list[tuple[int, int]] = []
-        taken = 0
-        for live in view.prefill_queue():
-            if left <= 0:
-                break
-            c = min(left, room_for(view, live, taken))
-            if c <= 0:
-                break
-            chunks.append((live.rid, c))
-            taken += c
-            left -= c
-        return Plan(prefill=tuple(chunks)) if chunks else DECODE_ONLY
+        chunks = fill_token_budget(view, view.prefill_queue(), self.budget)
+        return Plan(prefill=chunks) if chunks else DECODE_ONLY
 
 
 @dataclass(frozen=True)
