@@ -16,6 +16,7 @@ Metrics the table cannot answer (no P50, or no tail/margin) are ``None``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -33,38 +34,38 @@ def pinball_loss(y: np.ndarray, pred: np.ndarray, q: float) -> float:
     return float(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
 
 
-def upper_bound(table: CostTable, flat: np.ndarray) -> np.ndarray | None:
-    """P_tail + δ at the given cells, computed exactly as predict() + margin()."""
-    info = table.margin_info
-    if info is None:
-        return None
-    tail = table.values(info.quantile).reshape(-1)[flat]
-    return tail + info.rho * tail
-
-
 def evaluate(table: CostTable, frame: pd.DataFrame) -> dict[str, Any]:
     """Accuracy of ``table`` on validated sample rows ``frame`` (see module docstring)."""
     if len(frame) == 0:
         raise ValueError("evaluate needs at least one row")
-    cols = {c: frame[c].to_numpy(dtype=float) for c in POINT_COLUMNS}
-    flat, out = table.cells(cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
-    ms = frame["ms"].to_numpy(dtype=float)
+    query = [frame[c].to_numpy(dtype=float) for c in ("n_decode", "chunk", "ctx", "prefix")]
+    predictions, clamped = {}, np.zeros(len(frame), dtype=bool)
+    for q in table.quantiles:
+        predictions[q], clamped = table.lookup(q, *query)
+    bound = table.lookup_bound(*query) if table.margin_info is not None else None
+    return metrics_from_predictions(frame, predictions, bound, clamped)
 
+
+def metrics_from_predictions(
+    frame: pd.DataFrame,
+    predictions: Mapping[float, np.ndarray],
+    bound: np.ndarray | None,
+    clamped: np.ndarray,
+) -> dict[str, Any]:
+    """The metrics of the module docstring from per-row predictions (``q`` → values),
+    the planning bound ``P_tail + δ`` per row (or None) and which rows were clamped."""
+    ms = frame["ms"].to_numpy(dtype=float)
     p50_mape = None
-    if 0.5 in table.quantiles:
-        pred = table.values(0.5).reshape(-1)[flat]
-        per_point = pd.DataFrame({"key": _point_keys(frame), "ms": ms, "p": pred})
+    if 0.5 in predictions:
+        per_point = pd.DataFrame({"key": _point_keys(frame), "ms": ms, "p": predictions[0.5]})
         points = per_point.groupby("key", sort=False).agg(ms=("ms", "median"), p=("p", "first"))
         p50_mape = float(np.mean(np.abs(points["p"] - points["ms"]) / points["ms"]))
-
-    pinball = {q: pinball_loss(ms, table.values(q).reshape(-1)[flat], q) for q in table.quantiles}
-    bound = upper_bound(table, flat)
     return {
         "p50_mape": p50_mape,
         "p99_coverage": None if bound is None else float(np.mean(ms <= bound)),
-        "pinball": pinball,
+        "pinball": {q: pinball_loss(ms, predictions[q], q) for q in sorted(predictions)},
         "tightness": None if bound is None else float(np.mean(bound / ms - 1.0)),
-        "out_of_domain": int(out.sum()),
+        "out_of_domain": int(np.sum(clamped)),
         "rows": int(len(frame)),
     }
 

@@ -1,9 +1,12 @@
 """Fit a predictor on samples and compile it into a calibrated cost table (``servecal fit``).
 
-Steps: split whole grid points into train / calibration / test; fit the chosen model
-on the train rows; evaluate it on every grid cell; fill cells without data (lookup
-table only); make every quantile monotone along every axis and uncrossed; add the
-split-conformal margin from the calibration points; measure the test points.
+Steps: deal whole grid points into ``K`` folds; for each fold fit the chosen model
+on the other folds and predict the fold's rows (out-of-fold predictions,
+:mod:`crossval`); set the conformal margin from every out-of-fold score and
+measure the held-out metrics, each fold against a margin blind to it; then fit
+the model on every point, evaluate it on every grid cell, fill cells without data
+(lookup table only), make every quantile monotone along every axis and uncrossed,
+and attach the margin.
 
 Samples that are all medians (one row per point, ``rep == 0``, as importers write
 them) give a P50-only table: its tail cannot be learned and it carries no margin.
@@ -13,17 +16,18 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.conformal import conformal_rho, split_points
+from servecal.costmodels.conformal import conformal_rho
+from servecal.costmodels.crossval import cross_conformal, folds_for, out_of_fold, point_folds
 from servecal.costmodels.empirical import EmpiricalQuantileTable
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.evaluate import evaluate
+from servecal.costmodels.evaluate import evaluate, metrics_from_predictions
 from servecal.costmodels.gbm import GBMQuantileRegressor
 from servecal.costmodels.grid import (
     FEATURES,
@@ -160,6 +164,9 @@ def fit_cost_table(
 ) -> FitResult:
     """Fit ``model`` on ``frame`` and compile a calibrated :class:`CostTable`.
 
+    ``holdout`` is the share of points each cross-validation fold holds out
+    (``round(1 / holdout)`` folds; see :mod:`crossval`).
+
     The margin is calibrated for the highest quantile above 0.5 (the *tail*, normally
     0.99) at coverage equal to that quantile. ``grid`` overrides axis values
     (``{"chunk": [...], ...}``); other axes come from the samples.
@@ -182,28 +189,38 @@ def fit_cost_table(
     kind, reason = choose_model(shape) if model == "auto" else (model, "chosen with --model")
     rng = np.random.default_rng(seed)
     ids = frame.groupby(list(POINT_COLUMNS), sort=False).ngroup().to_numpy()
-    split = split_points(ids, holdout, rng)
-    if tail is not None and split.calibration.sum() < tail / (1.0 - tail):
-        # Too few rows to calibrate on half the held-out points: calibrate on all of
-        # them; the reported metrics are then in-sample for the margin (said in a note).
-        split = replace(
-            split,
-            calibration=split.calibration | split.test,
-            calibration_points=split.calibration_points + split.test_points,
-        )
-        notes.append(
-            "few held-out rows: the margin is calibrated on all held-out points, so the "
-            "reported coverage is not independent of it"
-        )
+    k = folds_for(holdout, shape.points)
+    folds = point_folds(ids, k, rng)
     X = frame[list(FEATURES)].to_numpy(dtype=float)
     y = frame["ms"].to_numpy(dtype=float)
+    query = [frame[c].to_numpy(dtype=float) for c in ("n_decode", "chunk", "ctx", "prefix")]
 
-    say(f"fitting {kind} on {int(split.train.sum())} rows")
-    fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(
-        X[split.train], y[split.train]
-    )
+    def fit_grid(rows: np.ndarray) -> dict[float, np.ndarray]:
+        fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(X[rows], y[rows])
+        return _compile(fitted, axes)
+
+    def predict_fold(train: np.ndarray, test: np.ndarray):
+        bare = CostTable(axes=axes, quantiles=fit_grid(train))
+        return {q: bare.lookup(q, *(col[test] for col in query)) for q in qs}
+
+    oof = out_of_fold(folds, qs, predict_fold, say)
+    bound = cc = None
+    if tail is not None:
+        tail_oof = oof.predictions[tail]
+        cc = cross_conformal(y / tail_oof - 1.0, folds, tail)
+        bound = tail_oof + cc.rho_blind * tail_oof  # as predict() + margin() add them
+        if not cc.nested:
+            notes.append(
+                "few rows per fold: the held-out coverage is measured with the margin of "
+                "all folds, so it is not independent of it"
+            )
+    metrics = metrics_from_predictions(frame, oof.predictions, bound, oof.clamped)
+
+    say(f"fitting {kind} on all {len(frame)} rows")
+    fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(X, y)
     values = _compile(fitted, axes)
-    energy = _fit_energy(frame, split.train, kind, axes, int(rng.integers(2**31)))
+    every = np.ones(len(frame), dtype=bool)
+    energy = _fit_energy(frame, every, kind, axes, int(rng.integers(2**31)))
     info: dict[str, Any] = {
         "kind": kind,
         "reason": reason,
@@ -214,37 +231,33 @@ def fit_cost_table(
     }
     if hasattr(fitted, "describe"):
         info["coefficients"] = fitted.describe()
-    common = dict(
+    margin = None
+    if tail is not None and cc is not None:
+        margin = Margin(
+            quantile=tail,
+            rho=cc.rho,
+            target=tail,
+            validated_coverage=metrics["p99_coverage"],
+            calibration_points=shape.points,
+            calibration_rows=len(frame),
+            score="ms / p_tail - 1 (out-of-fold)",
+        )
+    validation = {
+        "method": f"{k}-fold cross-validation over grid points",
+        "folds": k,
+        "points": shape.points,
+        **_jsonable(metrics),
+    }
+    table = CostTable(
         axes=axes,
         quantiles=values,
+        margin=margin,
         energy_j=energy,
         fingerprint=provenance,
         model=info,
+        validation=validation,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-
-    margin = None
-    if tail is not None:
-        say("calibrating the margin on held-out points")
-        bare = CostTable(**common)
-        cal = frame[split.calibration]
-        flat, _ = bare.cells(*(cal[c].to_numpy(dtype=float) for c in POINT_COLUMNS))
-        scores = cal["ms"].to_numpy() / bare.values(tail).reshape(-1)[flat] - 1.0
-        margin = Margin(
-            quantile=tail,
-            rho=conformal_rho(scores, tail),
-            target=tail,
-            validated_coverage=None,
-            calibration_points=split.calibration_points,
-            calibration_rows=int(split.calibration.sum()),
-        )
-    say("measuring held-out points")
-    table = CostTable(margin=margin, **common)
-    metrics = evaluate(table, frame[split.test])
-    if margin is not None:
-        margin = replace(margin, validated_coverage=metrics["p99_coverage"])
-    validation = {"test_points": split.test_points, **_jsonable(metrics)}
-    table = CostTable(margin=margin, validation=validation, **common)
     return FitResult(table=table, metrics=metrics, model=kind, reason=reason, notes=tuple(notes))
 
 
@@ -282,8 +295,8 @@ def compile_predictor(
         return CostTable(**common)
     frame = validate_samples(calibration, "calibration samples")
     bare = CostTable(**common)
-    flat, _ = bare.cells(*(frame[c].to_numpy(dtype=float) for c in POINT_COLUMNS))
-    scores = frame["ms"].to_numpy() / bare.values(tail).reshape(-1)[flat] - 1.0
+    tail_values, _ = bare.lookup(tail, *(frame[c].to_numpy(dtype=float) for c in FEATURES))
+    scores = frame["ms"].to_numpy() / tail_values - 1.0
     points = int(frame.groupby(list(POINT_COLUMNS)).ngroups)
     margin = Margin(tail, conformal_rho(scores, tail), tail, None, points, len(frame))
     table = CostTable(margin=margin, **common)

@@ -7,8 +7,10 @@ in plain Python (``bisect`` on lists, flat index arithmetic): no numpy per call.
 Grid: axes ``n_decode, ctx, prefix, chunk`` (chunk last, so a ``max_chunk`` row is
 contiguous); values are stored flat in C order over that axis order.
 
-* between grid points: **round up** to the next grid point on every axis (the table
-  is monotone, so this over-predicts: conservative);
+* between grid points (``between``): **linear**, multilinear interpolation of the
+  box's corners (:mod:`interp`; monotone like the grid, the default for fitted
+  tables), or **round up** to the next grid point on every axis (over-predicts by
+  up to the grid's spacing: conservative, the rule of tables written before 0.2);
 * beyond the grid: **clamp** to the edge and count the query in ``out_of_domain``.
 
 Margin: ``δ(x) = rho · P_tail(x)`` (a relative split-conformal margin, see
@@ -32,12 +34,14 @@ from numpy.typing import ArrayLike
 
 from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.errors import InputError
+from servecal.costmodels.interp import Multilinear
 from servecal.costmodels.predictor import PLAN_QUANTILE
 
 COSTTABLE_SCHEMA = "servecal.costtable/1"
 #: Storage order of the grid axes (chunk last: one max_chunk row is contiguous).
 AXES = ("n_decode", "ctx", "prefix", "chunk")
-BETWEEN_RULE = "round_up"
+#: Rules for queries between grid values (``between``); the first is the default.
+BETWEEN_RULES = ("linear", "round_up")
 BEYOND_RULE = "clamp"
 #: Provenance keys that identify the device and model a table is valid for (what
 #: ``load(fingerprint=...)`` compares); run details (date, points, versions of
@@ -124,7 +128,11 @@ class CostTable:
         model: Mapping[str, Any] | None = None,
         validation: Mapping[str, Any] | None = None,
         created: str | None = None,
+        between: str = BETWEEN_RULES[0],
     ) -> None:
+        if between not in BETWEEN_RULES:
+            raise ValueError(f"between must be one of {BETWEEN_RULES}, got {between!r}")
+        self._between = between
         if set(axes) != set(AXES):
             raise ValueError(f"axes must be exactly {AXES}, got {sorted(axes)}")
         self._axes = tuple(tuple(int(v) for v in axes[a]) for a in AXES)
@@ -192,12 +200,18 @@ class CostTable:
         self._mflat = [rho * v for v in tail] if tail is not None else None
         self._eflat = self._energy.reshape(-1).tolist() if self._energy is not None else None
         self._row_cache: dict[tuple[float, bool, int], tuple[list[float], bool]] = {}
+        self._lin = Multilinear(self._axes) if self._between == "linear" else None
 
     # -------------------------------------------------------------- properties
     @property
     def quantiles(self) -> tuple[float, ...]:
         """The quantiles the table answers, ascending."""
         return tuple(self._q)
+
+    @property
+    def between(self) -> str:
+        """How queries between grid values are answered (:data:`BETWEEN_RULES`)."""
+        return self._between
 
     @property
     def tail(self) -> float | None:
@@ -310,6 +324,44 @@ class CostTable:
         self._out_of_domain += int(out.sum())
         return flat
 
+    def _linear(self, values: list[float], n: float, ctx: float, prefix: float, c: float) -> float:
+        """Scalar multilinear value of a flat grid list; counts the query if clamped."""
+        corners, out = self._lin.row_corners(n, ctx, prefix)
+        k, t, out_c = self._lin.chunk_position(c)
+        if out or out_c:
+            self._out_of_domain += 1
+        return Multilinear.value(values, corners, k, t)
+
+    def _grid_values(
+        self, grid: np.ndarray, n: ArrayLike, chunk: ArrayLike, ctx: ArrayLike, prefix: ArrayLike
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Vectorised values of ``grid`` under the between rule, and which were clamped."""
+        if self._lin is not None:
+            return self._lin.many(grid, n, chunk, ctx, prefix)
+        flat, out = self.cells(n, chunk, ctx, prefix)
+        return np.asarray(grid, dtype=float).reshape(-1)[flat], out
+
+    def lookup(
+        self,
+        q: float,
+        n_decode: ArrayLike,
+        chunk: ArrayLike,
+        ctx: ArrayLike = 0,
+        prefix: ArrayLike = 0,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``predict`` for arrays without counting: (values, clamped mask). For evaluation."""
+        return self._grid_values(self._quantile_array(q), n_decode, chunk, ctx, prefix)
+
+    def lookup_bound(
+        self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0
+    ) -> np.ndarray:
+        """``predict(tail) + margin`` for arrays without counting (the planning bound)."""
+        if self._margin is None or self._mflat is None:
+            raise self._no_margin()
+        tail, _ = self.lookup(self._margin.quantile, n_decode, chunk, ctx, prefix)
+        margin, _ = self._grid_values(np.asarray(self._mflat), n_decode, chunk, ctx, prefix)
+        return tail + margin
+
     @staticmethod
     def _shape_out(result: np.ndarray) -> float | np.ndarray:
         return float(result) if result.ndim == 0 else result
@@ -329,13 +381,28 @@ class CostTable:
             lst = self._flat.get(float(q))
             if lst is None:
                 raise self._missing(float(q))
+        return self._answer(lst, self._q[float(q)], n_decode, chunk, ctx, prefix)
+
+    def _answer(
+        self,
+        lst: list[float],
+        grid: np.ndarray,
+        n_decode: ArrayLike,
+        chunk: ArrayLike,
+        ctx: ArrayLike,
+        prefix: ArrayLike,
+    ) -> float | np.ndarray:
+        """One grid's answer to a query (scalar fast paths, or arrays), counted if clamped."""
         kind = _scalar_kind(n_decode, chunk, ctx, prefix)
-        if kind == 1:
-            return lst[self._index(n_decode, ctx, prefix, chunk)]
         if kind == 2:
-            return lst[self._index(*_plain(n_decode, ctx, prefix, chunk))]
-        flat = self._vindex(n_decode, ctx, prefix, chunk)
-        return self._shape_out(self._q[float(q)].reshape(-1)[flat])
+            n_decode, ctx, prefix, chunk = _plain(n_decode, ctx, prefix, chunk)
+        if kind and self._lin is not None:
+            return self._linear(lst, n_decode, ctx, prefix, chunk)
+        if kind:
+            return lst[self._index(n_decode, ctx, prefix, chunk)]
+        values, out = self._grid_values(grid, n_decode, chunk, ctx, prefix)
+        self._out_of_domain += int(out.sum())
+        return self._shape_out(values)
 
     def margin(
         self,
@@ -347,13 +414,7 @@ class CostTable:
         """Calibrated margin δ in ms, so that P(actual > P_tail + δ) <= 1 - target."""
         if self._mflat is None:
             raise self._no_margin()
-        kind = _scalar_kind(n_decode, chunk, ctx, prefix)
-        if kind == 1:
-            return self._mflat[self._index(n_decode, ctx, prefix, chunk)]
-        if kind == 2:
-            return self._mflat[self._index(*_plain(n_decode, ctx, prefix, chunk))]
-        flat = self._vindex(n_decode, ctx, prefix, chunk)
-        return self._shape_out(np.asarray(self._mflat)[flat])
+        return self._answer(self._mflat, np.asarray(self._mflat), n_decode, chunk, ctx, prefix)
 
     def energy(
         self,
@@ -363,13 +424,10 @@ class CostTable:
         prefix: ArrayLike = 0,
     ) -> float | np.ndarray:
         """Median device energy of one iteration in J (NaN when samples had no meter)."""
-        if _scalar_kind(n_decode, chunk, ctx, prefix):
-            idx = self._index(*_plain(n_decode, ctx, prefix, chunk))
-            return math.nan if self._eflat is None else self._eflat[idx]
-        flat = self._vindex(n_decode, ctx, prefix, chunk)
         if self._energy is None:
-            return self._shape_out(np.full(flat.shape, np.nan))
-        return self._shape_out(self._energy.reshape(-1)[flat])
+            shape = np.broadcast(n_decode, chunk, ctx, prefix).shape
+            return math.nan if not shape else np.full(shape, np.nan)
+        return self._answer(self._eflat, self._energy, n_decode, chunk, ctx, prefix)
 
     def _row(self, q: float, use_margin: bool, base: int) -> tuple[list[float], bool]:
         """Bounds along chunk at one (n, ctx, prefix) cell, and whether they are sorted."""
@@ -408,6 +466,8 @@ class CostTable:
             return 0
         if _scalar_kind(n_decode, ctx, prefix, budget_ms) != 1:
             n_decode, ctx, prefix, budget_ms = _plain(n_decode, ctx, prefix, budget_ms)
+        if self._lin is not None:
+            return self._max_chunk_linear(n_decode, ctx, prefix, budget_ms, limit, q, use_margin)
         a0, a1, a2, a3, n0, n1, n2, n3 = self._fast
         i0 = bisect_left(a0, n_decode)
         i1 = bisect_left(a1, ctx)
@@ -439,6 +499,59 @@ class CostTable:
             self._out_of_domain += 1
         return answer if answer >= 1 else 0
 
+    def _max_chunk_linear(
+        self, n: float, ctx: float, prefix: float, budget: float, limit: int, q: float, margin: bool
+    ) -> int:
+        """:meth:`max_chunk` under the linear rule, exactly consistent with predict + margin.
+
+        The bound is piecewise linear in the chunk with breaks at the chunk axis's
+        values, so: bisect the columns for the segment where it crosses the budget,
+        solve the line there, and settle the integer with the same arithmetic as
+        :meth:`predict` (at most a step or two).
+        """
+        lst = self._flat.get(q)
+        if lst is None:
+            lst = self._flat.get(float(q))
+            if lst is None:
+                raise self._missing(float(q))
+        if margin and self._mflat is None:
+            raise self._no_margin()
+        lin, mflat = self._lin, self._mflat if margin else None
+        corners, out = lin.row_corners(n, ctx, prefix)
+
+        def bound(c: float) -> float:
+            k, t, _ = lin.chunk_position(c)
+            v = Multilinear.value(lst, corners, k, t)
+            return v + Multilinear.value(mflat, corners, k, t) if mflat is not None else v
+
+        cols = self._ax_lists[3]
+        answer = 0
+        if bound(1) <= budget:  # False for a NaN budget too
+            hi = min(limit, cols[-1]) if cols[-1] >= 1 else limit
+            if bound(hi) <= budget:
+                answer = limit  # every chunk up to the limit fits (above the grid: clamped)
+            else:  # bound(lo) <= budget < bound(hi), and the bound is linear in between
+                lo = 1
+                inside = [c for c in cols if 1 < c < hi]
+                i, j = 0, len(inside)
+                while i < j:  # last column that fits
+                    mid = (i + j) // 2
+                    if bound(inside[mid]) <= budget:
+                        lo, i = inside[mid], mid + 1
+                    else:
+                        j = mid
+                top = inside[i] if i < len(inside) else hi
+                f_lo, f_top = bound(lo), bound(top)
+                guess = lo + (budget - f_lo) / (f_top - f_lo) * (top - lo) if f_top > f_lo else lo
+                answer = min(max(int(guess), lo), top - 1)
+                while answer > lo and bound(answer) > budget:
+                    answer -= 1
+                while answer + 1 < top and bound(answer + 1) <= budget:
+                    answer += 1
+        if out or answer > cols[-1]:
+            self._out_of_domain += 1
+        return answer
+
     # -------------------------------------------------------------- JSON
     def to_json(self) -> dict[str, Any]:
         """The ``servecal.costtable/1`` document (see docs/costtable.md)."""
@@ -449,7 +562,7 @@ class CostTable:
             "axis_order": list(AXES),
             "axes": {a: list(v) for a, v in zip(AXES, self._axes, strict=True)},
             "domain": {a: [lo, hi] for a, (lo, hi) in self.domain.items()},
-            "between": BETWEEN_RULE,
+            "between": self._between,
             "beyond": BEYOND_RULE,
             "quantiles": {repr(q): self._flat[q] for q in self._q},
             "tail": self.tail,

@@ -40,7 +40,7 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
     """Check ``doc`` field by field and build ``cls`` (a :class:`CostTable`) from it."""
     from servecal.costmodels.table import (
         AXES,
-        BETWEEN_RULE,
+        BETWEEN_RULES,
         BEYOND_RULE,
         COSTTABLE_SCHEMA,
         Margin,
@@ -58,10 +58,10 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             raise InputError(f"{source}: field '{key}': missing")
     if doc["axis_order"] != list(AXES):
         raise InputError(f"{source}: field 'axis_order': must be {list(AXES)}")
-    if doc["between"] != BETWEEN_RULE or doc["beyond"] != BEYOND_RULE:
+    if doc["between"] not in BETWEEN_RULES or doc["beyond"] != BEYOND_RULE:
         raise InputError(
             f"{source}: field 'between'/'beyond': this loader implements "
-            f"'{BETWEEN_RULE}'/'{BEYOND_RULE}', got {doc['between']!r}/{doc['beyond']!r}"
+            f"{'|'.join(BETWEEN_RULES)}/'{BEYOND_RULE}', got {doc['between']!r}/{doc['beyond']!r}"
         )
     axes = doc["axes"]
     if not isinstance(axes, dict) or set(axes) != set(AXES):
@@ -110,6 +110,7 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             model=doc.get("model"),
             validation=doc.get("validation"),
             created=doc.get("created"),
+            between=doc["between"],
         )
     except ValueError as exc:
         raise InputError(f"{source}: {exc}") from None

@@ -8,16 +8,16 @@ reuses a finished one) and redoes only the cheap simulation and report.
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from servecal.costmodels.conformal import CALIBRATION_SHARE as CALIBRATION_PART
+from servecal.costmodels.crossval import folds_for
 from servecal.costmodels.errors import InputError
 from servecal.reports.demo.setting import (
     WORKLOADS,
@@ -36,8 +36,10 @@ POINT_AXES = ("n_decode", "chunk", "ctx", "prefix")
 #: Extra sweeps (each this share of the budget) when too few rows were timed.
 MAX_EXTENSIONS = 2
 EXTENSION_SHARE = 0.25
-#: Held-out rows the conformal margin needs to certify 99% coverage (fit's rule).
+#: Rows the conformal margin needs to certify 99% coverage (fit's rule), and the
+#: share of points each of fit's cross-validation folds holds out.
 MIN_HELDOUT_ROWS = 99
+HOLDOUT = 0.2
 
 
 @dataclass(frozen=True)
@@ -76,22 +78,16 @@ class DemoResult:
     seconds: dict[str, float]
 
 
-def holdout_for(points: int, rows_per_point: int) -> float:
-    """Held-out fraction: 20%, or more (up to 50%) when the budget measured few points.
-
-    Mirrors how ``fit`` splits whole points (``conformal.split_points``) so that the
-    calibration part has the rows the 99% margin needs.
-    """
-    for h in np.arange(0.2, 0.5001, 0.01):
-        n_hold = min(max(2, round(h * points)), points - 1)
-        n_cal = min(max(1, round(CALIBRATION_PART * n_hold)), n_hold - 1)
-        if n_cal * rows_per_point >= MIN_HELDOUT_ROWS:
-            return float(h)
-    raise InputError(
-        f"the calibration measured only {points} points x {rows_per_point} repeats within the "
-        f"budget; the P99 margin needs about {int(3 * MIN_HELDOUT_ROWS)} timed iterations: "
-        "raise --budget"
-    )
+def check_enough_rows(points: int, rows_per_point: int) -> None:
+    """Refuse (InputError) a calibration too small for ``fit`` to certify the P99
+    margin with each cross-validation fold tested by a margin blind to it."""
+    folds = folds_for(HOLDOUT, points)
+    if points * rows_per_point * (folds - 1) / folds < MIN_HELDOUT_ROWS:
+        raise InputError(
+            f"the calibration measured only {points} points x {rows_per_point} repeats "
+            f"within the budget; the P99 margin needs about "
+            f"{math.ceil(MIN_HELDOUT_ROWS * folds / (folds - 1))} timed iterations: raise --budget"
+        )
 
 
 def _measure(
@@ -152,7 +148,7 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
     samples, sizes = _point_sizes(cal)
     for extension in range(MAX_EXTENSIONS + 1):
         try:
-            holdout = holdout_for(len(sizes), int(sizes.min()))
+            check_enough_rows(len(sizes), int(sizes.min()))
             break
         except InputError:
             if extension == MAX_EXTENSIONS or not (cal / "shards").is_dir():
@@ -172,7 +168,7 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
         fitted = fit_cost_table(
             samples.frame,
             {"source": str(cal / "samples.parquet"), **samples.provenance},
-            holdout=holdout,
+            holdout=HOLDOUT,
             grid={a: refine_axis(sorted(samples.frame[a].unique())) for a in POINT_AXES},
         )
     fitted.table.save(table_path)

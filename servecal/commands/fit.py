@@ -26,7 +26,9 @@ def fit(
     out: Path = typer.Option(..., "--out", help="Cost table to write (JSON)."),
     model: str = typer.Option("auto", "--model", help="table | linear | lgbm | auto."),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
-    holdout: float = typer.Option(0.2, "--holdout", help="Fraction of grid points held out."),
+    holdout: float = typer.Option(
+        0.2, "--holdout", help="Share of grid points each cross-validation fold holds out (1/K)."
+    ),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the models."),
 ) -> None:
     """Fit a predictor, compile a monotone table, calibrate its margin, print held-out metrics."""
@@ -58,10 +60,11 @@ def fit(
     if info is not None:
         typer.echo(
             f"margin: δ = {info.rho:+.4f} × P{info.quantile * 100:g} "
-            f"(split-conformal, {info.calibration_points} held-out points, "
+            f"(cross-conformal, out-of-fold scores of {info.calibration_points} points, "
             f"{info.calibration_rows} rows)"
         )
-    typer.echo("held-out metrics (test points):")
+    method = result.table.validation.get("method", "held-out points")
+    typer.echo(f"held-out metrics ({method}, each fold against a margin blind to it):")
     print_metrics(result.metrics)
     typer.echo(f"wrote {out}")
 

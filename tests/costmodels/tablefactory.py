@@ -14,7 +14,12 @@ def physics_grid(axes: dict[str, list[int]], scale: float = 1.0) -> np.ndarray:
     return scale * (0.35 + 0.9 * (n > 0) + 0.055 * n + 1e-5 * n * ctx + 0.4 * (c > 0) + 0.006 * c)
 
 
-def small_table(rho: float = 0.05, energy: bool = True, fingerprint: dict | None = None):
+def small_table(
+    rho: float = 0.05,
+    energy: bool = True,
+    fingerprint: dict | None = None,
+    between: str = "linear",
+):
     p50 = physics_grid(AXES_SMALL)
     return CostTable(
         axes=AXES_SMALL,
@@ -23,4 +28,5 @@ def small_table(rho: float = 0.05, energy: bool = True, fingerprint: dict | None
         energy_j=p50 * 0.3 if energy else None,
         fingerprint=fingerprint or {"device_name": "H200", "model_hash": "m1", "date": "x"},
         model={"kind": "test"},
+        between=between,
     )

@@ -44,6 +44,7 @@ def tables(draw: st.DrawFn) -> CostTable:
         margin=Margin(0.99, rho, 0.99, None, 1, 100),
         energy_j=p50 * 0.25,
         fingerprint={"device_name": "x"},
+        between=draw(st.sampled_from(["linear", "round_up"])),
     )
 
 
@@ -52,7 +53,8 @@ def tables(draw: st.DrawFn) -> CostTable:
 def test_max_chunk_equals_brute_force(table: CostTable, data: st.DataObject) -> None:
     ax = table.axes
     n = data.draw(st.integers(-2, max(ax["n_decode"]) + 5))
-    ctx = data.draw(st.integers(0, max(ax["ctx"]) + 10))
+    # the engine asks with the decodes' mean context: a float
+    ctx = data.draw(st.one_of(st.integers(0, max(ax["ctx"]) + 10), st.floats(0, 5000)))
     prefix = data.draw(st.integers(0, max(ax["prefix"]) + 10))
     limit = data.draw(st.integers(0, 700))
     use_margin = data.draw(st.booleans())
@@ -69,6 +71,22 @@ def test_max_chunk_equals_brute_force(table: CostTable, data: st.DataObject) -> 
     )
     brute = max((c for c in range(1, limit + 1) if cost(c) <= budget), default=0)
     assert table.max_chunk(n, ctx, prefix, budget, limit, q=q, use_margin=use_margin) == brute
+
+
+@FAST
+@given(table=tables(), data=st.data())
+def test_predictions_never_decrease_along_any_axis(table: CostTable, data: st.DataObject) -> None:
+    top = {a: max(v) + 10 for a, v in table.axes.items()}
+    point = {a: data.draw(st.floats(-1, top[a])) for a in top}
+    axis = data.draw(st.sampled_from(sorted(top)))
+    step = data.draw(st.floats(0, 300))
+    higher = {**point, axis: point[axis] + step}
+    slack = 1e-12  # exact along the chunk; within rounding along the others (weights trade)
+    for q in table.quantiles:
+        lower = table.predict(**point, q=q)
+        assert table.predict(**higher, q=q) >= lower * (1 - (axis != "chunk") * slack)
+    if table.margin_info.rho >= 0:
+        assert table.margin(**higher) >= table.margin(**point) * (1 - slack)
 
 
 @FAST

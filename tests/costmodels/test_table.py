@@ -29,9 +29,29 @@ def test_is_a_predictor_and_answers_grid_points_exactly() -> None:
 
 
 def test_between_grid_points_rounds_up() -> None:
-    t = small_table()
+    t = small_table(between="round_up")
     assert t.predict(5, 65, 1, 0) == t.predict(8, 256, 1024, 0)
     assert t.predict(8.0, 64.0) == t.predict(8, 64)
+    assert t.out_of_domain == 0
+    assert CostTable.from_json(json.loads(t.dumps())).between == "round_up"
+
+
+def test_between_grid_points_interpolates_multilinearly() -> None:
+    t = small_table()  # linear is the default rule
+    assert t.between == "linear"
+    # halfway along chunk (64 -> 256) at a grid point of the other axes: the mean
+    assert t.predict(8, 160, 1024, 0) == pytest.approx(
+        0.5 * (t.predict(8, 64, 1024, 0) + t.predict(8, 256, 1024, 0))
+    )
+    # a quarter of the way along n (8 -> 32) and ctx (0 -> 1024) at once: bilinear
+    corners = [[t.predict(n, 256, x, 0) for x in (0, 1024)] for n in (8, 32)]
+    want = 0.75 * (0.75 * corners[0][0] + 0.25 * corners[0][1])
+    want += 0.25 * (0.75 * corners[1][0] + 0.25 * corners[1][1])
+    assert t.predict(14, 256, 256, 0) == pytest.approx(want)
+    assert t.predict(14, 256, 256, 0) < small_table(between="round_up").predict(14, 256, 256, 0)
+    # the margin is interpolated too, so it stays rho x the interpolated tail
+    assert t.margin(14, 100, 300) == pytest.approx(0.05 * t.predict(14, 100, 300, q=0.99))
+    assert t.energy(14, 100, 300) == pytest.approx(0.3 * t.predict(14, 100, 300))
     assert t.out_of_domain == 0
 
 
@@ -45,8 +65,9 @@ def test_beyond_grid_clamps_and_counts() -> None:
     assert t.out_of_domain == 4
 
 
-def test_vectorised_matches_scalar_and_broadcasts() -> None:
-    t = small_table()
+@pytest.mark.parametrize("between", ["linear", "round_up"])
+def test_vectorised_matches_scalar_and_broadcasts(between: str) -> None:
+    t = small_table(between=between)
     rng = np.random.default_rng(0)
     n = rng.integers(0, 40, 200)
     c = rng.integers(0, 1200, 200)
@@ -65,7 +86,7 @@ def test_vectorised_matches_scalar_and_broadcasts() -> None:
 
 
 def test_max_chunk_uses_grid_values_and_limit() -> None:
-    t = small_table(rho=0.0)
+    t = small_table(rho=0.0, between="round_up")
     bound = t.predict(8, 256, 0, 0, q=0.99) + t.margin(8, 256, 0, 0)
     assert t.max_chunk(8, 0, 0, bound, 4096) == 256
     assert t.max_chunk(8, 0, 0, bound, 100) == 100
@@ -76,6 +97,20 @@ def test_max_chunk_uses_grid_values_and_limit() -> None:
     top = t.predict(8, 1024, q=0.99) + t.margin(8, 1024)
     assert t.max_chunk(8, 0, 0, top, 5000) == 5000  # clamp beyond the top: as predict says
     assert t.out_of_domain == 1
+
+
+def test_max_chunk_interpolates_and_equals_the_largest_fitting_chunk() -> None:
+    t = small_table()
+
+    def bound(c: int, ctx: float) -> float:
+        return t.predict(8, c, ctx, 0, q=0.99) + t.margin(8, c, ctx, 0)
+
+    for ctx in (0, 300.5, 1024):
+        for budget in (bound(100, ctx), bound(600, ctx) + 1e-3, bound(1000, ctx) - 1e-9):
+            want = max(c for c in range(1, 1025) if bound(c, ctx) <= budget)
+            got = t.max_chunk(8, ctx, 0, budget, 4096)
+            assert got == want and 64 < got < 1024  # between grid points, not on one
+    assert t.out_of_domain == 0
 
 
 def test_degenerate_axes_work() -> None:

@@ -6,7 +6,7 @@ import pytest
 
 from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
-from servecal.reports.demo.pipeline import holdout_for
+from servecal.reports.demo.pipeline import check_enough_rows
 from servecal.reports.demo.setting import Axes, derive_setting, grid_for, token_scale
 from servecal.sched.compare import default_rate
 
@@ -44,12 +44,11 @@ def test_cpu_scale_shrinks_chunks_and_grid() -> None:
     assert grid_for(True, 1.0) is None  # the profiler's GPU grid
 
 
-def test_holdout_grows_until_the_margin_can_be_certified() -> None:
-    assert holdout_for(200, 20) == pytest.approx(0.2)
-    h = holdout_for(40, 10)  # 400 rows: 20% would give 50 calibration rows
-    assert 0.2 < h <= 0.5
+def test_too_few_rows_for_a_blind_margin_are_refused() -> None:
+    check_enough_rows(200, 20)
+    check_enough_rows(16, 10)  # 160 rows: each fold's margin is set on 128 others
     with pytest.raises(InputError, match="raise --budget"):
-        holdout_for(10, 10)
+        check_enough_rows(10, 10)  # 100 rows: 80 per blind margin cannot certify 99%
 
 
 def test_refine_axis_keeps_measured_points_and_bounds_the_step() -> None:

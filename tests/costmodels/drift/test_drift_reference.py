@@ -12,7 +12,7 @@ N_AXIS = (1, 8, 32)
 C_AXIS = (0, 256, 1024)
 
 
-def table() -> CostTable:
+def table(between: str = "round_up") -> CostTable:
     n, c = np.meshgrid(N_AXIS, C_AXIS, indexing="ij")
     p50 = (1.0 + 0.05 * n + 0.006 * c).reshape(3, 1, 1, 3)
     return CostTable(
@@ -20,6 +20,7 @@ def table() -> CostTable:
         {0.5: p50, 0.99: p50 * 1.3},
         margin=Margin(quantile=0.99, rho=0.0, target=0.99, validated_coverage=None,
                       calibration_points=1, calibration_rows=1),
+        between=between,
     )  # fmt: skip
 
 
@@ -30,6 +31,7 @@ def test_interpolates_between_grid_points_and_matches_on_them() -> None:
     mid = m(20, 640)
     assert mid == pytest.approx(1.0 + 0.05 * 20 + 0.006 * 640)  # exact for a linear truth
     assert mid < t.predict(20, 640)  # the table rounds up, the reference does not
+    assert mid == TableMedian(table("linear"))(20, 640) == table("linear").predict(20, 640)
     n = np.array([1, 20, 32, 5])
     c = np.array([0, 640, 1024, 100])
     assert m.many(n, c) == pytest.approx([m(int(a), int(b)) for a, b in zip(n, c, strict=True)])
