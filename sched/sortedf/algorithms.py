@@ -11,7 +11,7 @@ import numpy as np
 from servecal.sched.sortedf.amin import predict_lower_bounds, run_with_estimates
 from servecal.sched.sortedf.batching import form_batches
 from servecal.sched.sortedf.exact import exact_optimum
-from servecal.sched.sortedf.executor import execute_order
+from servecal.sched.sortedf.executor import execute_groups, execute_order
 from servecal.sched.sortedf.fcfs import run_fcfs
 from servecal.sched.sortedf.lp import LPResult, lp_order, lp_relaxation
 from servecal.sched.sortedf.model import Instance, Segments
@@ -33,9 +33,27 @@ def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
     return np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
 
 
-def sorted_f(inst: Instance, solver: str = "auto") -> Segments:
-    """Sorted-F: Phase 1 order, Phase 2 continuous batching."""
-    return Segments.from_starts(execute_order(inst, sorted_f_order(inst, solver)), inst.o)
+#: Sorted-F's Phase-2 admission rules (docs/sortedf.md §2): ``batch`` (default) admits
+#: any waiting member of the earliest unfinished Phase-1 batch that fits, ``head`` only
+#: the list's first waiting request, ``list`` any waiting request at all.
+PHASE2 = ("batch", "head", "list")
+
+
+def sorted_f(inst: Instance, solver: str = "auto", phase2: str = "batch") -> Segments:
+    """Sorted-F: Phase 1 batches, Phase 2 continuous batching by the ``phase2`` rule."""
+    if phase2 not in PHASE2:
+        raise ValueError(f"unknown Phase-2 rule {phase2!r}; choose from {', '.join(PHASE2)}")
+    batches = form_batches(inst.s, inst.o, inst.memory, solver)
+    if not batches:
+        return Segments.from_starts(np.zeros(0, dtype=np.int64), inst.o)
+    order = np.concatenate(batches)
+    if phase2 == "head":
+        return Segments.from_starts(execute_order(inst, order), inst.o)
+    if phase2 == "list":
+        group = np.zeros(order.size, dtype=np.int64)
+    else:
+        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    return Segments.from_starts(execute_groups(inst, order, group), inst.o)
 
 
 def sorted_lp(inst: Instance, lp: LPResult | None = None) -> Segments:

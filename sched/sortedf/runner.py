@@ -26,6 +26,7 @@ class OfflineConfig:
     alpha: float = 0.1
     amin_width: float = 0.5
     lp_bound: bool = True
+    phase2: str = "batch"
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if a not in ALGOS]
@@ -33,6 +34,10 @@ class OfflineConfig:
             raise ValueError(f"unknown algorithm(s) {unknown}; choose from {', '.join(ALGOS)}")
         if self.solver not in SOLVERS:
             raise ValueError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
+        if self.phase2 not in alg.PHASE2:
+            raise ValueError(
+                f"unknown Phase-2 rule {self.phase2!r}; choose from {', '.join(alg.PHASE2)}"
+            )
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError("alpha must be in [0, 1)")
         if not 0.0 <= self.amin_width < 1.0:
@@ -79,7 +84,7 @@ def run_instance(inst: Instance, config: OfflineConfig, rng: np.random.Generator
         elif name == "mc-sf":
             seg = alg.mc_sf(inst)
         elif name == "sorted-f":
-            seg = alg.sorted_f(inst, config.solver)
+            seg = alg.sorted_f(inst, config.solver, config.phase2)
         elif name == "sorted-lp":
             seg = alg.sorted_lp(inst, out.lp)
         elif name == "sorted-f-amin":

@@ -6,12 +6,13 @@ from __future__ import annotations
 import heapq
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servecal.sched.sortedf import algorithms as alg
 from servecal.sched.sortedf.amin import run_with_estimates
-from servecal.sched.sortedf.executor import execute_order, future_peak
+from servecal.sched.sortedf.executor import execute_groups, execute_order, future_peak
 from servecal.sched.sortedf.model import Instance, Segments, memory_profile, simulate
 
 requests = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 25)), min_size=1, max_size=30)
@@ -39,6 +40,8 @@ def test_all_schedules_are_feasible(reqs, slack, seed) -> None:
         alg.fcfs(inst, alpha=0.0),
         alg.mc_sf(inst),
         alg.sorted_f(inst),
+        alg.sorted_f(inst, phase2="head"),
+        alg.sorted_f(inst, phase2="list"),
         alg.sorted_f(inst, "swap"),
         alg.sorted_f(inst, "quantile"),
         alg.sorted_lp(inst),
@@ -74,6 +77,76 @@ def test_event_driven_admission_equals_stepping(reqs, slack, rnd) -> None:
     inst = _instance(reqs, slack)
     order = np.array(rnd.sample(range(inst.n), inst.n))
     assert execute_order(inst, order).tolist() == _stepping_order(inst, order).tolist()
+
+
+def _stepping_groups(inst: Instance, order: np.ndarray, group: np.ndarray, ahead: int):
+    """Reference skipping Phase 2: at every boundary, one step at a time, try the
+    waiting entries of the first ``1 + ahead`` groups in list order until none fits."""
+    s, o, m = inst.s, inst.o, inst.memory
+    starts = np.full(inst.n, -1)
+    running: list[tuple[int, int]] = []
+    tau = 0
+    while (starts < 0).any():
+        running = [(i, st_) for i, st_ in running if st_ + o[i] > tau]
+        admitted = True
+        while admitted:
+            admitted = False
+            left = [k for k in range(inst.n) if starts[order[k]] < 0]
+            groups = sorted({int(group[k]) for k in left})[: ahead + 1]
+            for k in left:
+                if group[k] not in groups:
+                    continue
+                i = int(order[k])
+                held = np.array([s[j] + tau - st_ for j, st_ in running] + [s[i]])
+                rem = np.array([o[j] - (tau - st_) for j, st_ in running] + [o[i]])
+                if future_peak(held, rem) <= m:
+                    starts[i] = tau
+                    running.append((i, tau))
+                    admitted = True
+                    break
+        tau += 1
+    return starts
+
+
+@settings(max_examples=60, deadline=None)
+@given(requests, st.integers(0, 60), st.randoms(use_true_random=False), st.integers(0, 2))
+def test_skipping_admission_equals_stepping(reqs, slack, rnd, ahead) -> None:
+    inst = _instance(reqs, slack)
+    order = np.array(rnd.sample(range(inst.n), inst.n))
+    group = np.sort(np.array([rnd.randrange(4) for _ in range(inst.n)]))
+    got = execute_groups(inst, order, group, ahead)
+    assert got.tolist() == _stepping_groups(inst, order, group, ahead).tolist()
+    _check(inst, Segments.from_starts(got, inst.o))
+
+
+@settings(max_examples=40, deadline=None)
+@given(requests, st.integers(0, 60), st.randoms(use_true_random=False))
+def test_one_group_per_entry_is_head_of_line(reqs, slack, rnd) -> None:
+    inst = _instance(reqs, slack)
+    order = np.array(rnd.sample(range(inst.n), inst.n))
+    heads = execute_order(inst, order)
+    assert execute_groups(inst, order, np.arange(inst.n)).tolist() == heads.tolist()
+
+
+def test_skipping_starts_a_later_entry_the_head_rule_holds_back() -> None:
+    # M = 20, one group [0, 1, 2]. Request 0 (s=12, o=4) holds 13..16. Request 1
+    # (s=9) cannot join before 0 ends: at step 4 it would add 9 + (4 - p) >= 10 to
+    # 16. Request 2 (s=2, o=2) fits at once (13 + 3, 14 + 4 <= 20).
+    inst = Instance([12, 9, 2], [4, 4, 2], memory=20)
+    order = np.array([0, 1, 2])
+    head = execute_order(inst, order)
+    skip = execute_groups(inst, order, np.zeros(3, dtype=int))
+    assert head.tolist() == [0, 4, 4]  # request 2 waits behind request 1
+    assert skip.tolist() == [0, 4, 0]  # skipping starts it beside request 0
+    lat = [simulate(inst, Segments.from_starts(x, inst.o)).total_latency for x in (skip, head)]
+    assert lat == [4 + 8 + 2, 4 + 8 + 6]
+    # Separate groups [0, 1], [2]: request 2 must wait for its group's turn.
+    assert execute_groups(inst, order, np.array([0, 0, 1])).tolist() == [0, 4, 4]
+
+
+def test_sorted_f_rejects_an_unknown_phase2_rule() -> None:
+    with pytest.raises(ValueError, match="Phase-2"):
+        alg.sorted_f(Instance([1], [1], 4), phase2="greedy")
 
 
 @settings(max_examples=80, deadline=None)
@@ -153,7 +226,7 @@ def test_amin_with_exact_predictions_is_sorted_f() -> None:
     o = rng.integers(1, 30, 60)
     inst = Instance(s, o, 400)
     amin = simulate(inst, alg.sorted_f_amin(inst, np.random.default_rng(0), width=0.0))
-    plain = simulate(inst, alg.sorted_f(inst))
+    plain = simulate(inst, alg.sorted_f(inst, phase2="head"))  # Amin admits head-of-line
     assert amin.evictions == 0
     assert amin.completion.tolist() == plain.completion.tolist()
 
