@@ -1,28 +1,35 @@
 """An interval-indexed LP relaxation: a lower bound on total latency, and an order.
 
 Completion-time intervals ``(τ_{l-1}, τ_l]`` (unit width up to ``unit``, then
-growing by a factor ``1 + eps``) and a last one ``(τ_L, ∞)``. Variable ``y_il`` is the
-fraction of request ``i`` completing in interval ``l``; it is 0 where ``τ_l < o_i``.
+growing by a factor ``1 + eps``, never wider than ``max_width``) and a last one
+``(τ_L, ∞)``. Variable ``y_il`` is the fraction of request ``i`` completing in
+interval ``l``; it is 0 where ``τ_l < o_i``.
 
 * Objective: ``Σ_il y_il · max(o_i, τ_{l-1} + 1)``, the earliest completion the
   interval allows.
-* Work rows, one per ``l``: ``Σ_i Σ_l' y_il' · w_i(l, l') <= M·τ_l``. A request holds
-  ``s_i + j`` in its ``j``-th step, so its first ``k`` steps cost
-  ``A_i(k) = k·s_i + k(k+1)/2`` token-steps; ``w_i(l, l') = A_i(o_i) = a_i`` when
-  ``l' <= l`` (done by ``τ_l``) and ``A_i(max(0, τ_l - τ_l' + o_i))`` when ``l' > l`` (a
-  request completing at ``C <= τ_l'`` has run at least ``τ_l - τ_l' + o_i`` steps by
-  ``τ_l``); at most ``partial`` later intervals are counted, the rest as 0.
+* Capacity rows, one per interval ``l`` and per *row family* ``f``: a function
+  of the share ``x = v / M`` of the KV cache a request holds with ``Σ f(x) <= 1``
+  whenever ``Σ x <= 1`` (a dual-feasible function; ``f(x) = x`` is the memory-area
+  family). Every step's running requests hold ``Σ v <= M``, so summing over steps
+  ``1..τ_l``: ``Σ_i Σ_l' y_il' · W_i(l, l') <= τ_l``, with
+  ``W_i(k) = Σ_{j=1..k} f((s_i + j) / M)`` (the weight of a request's first ``k``
+  steps) and ``w_i(l, l') = W_i(o_i)`` for ``l' <= l`` (done by ``τ_l``),
+  ``W_i(max(0, τ_l - τ_l' + o_i))`` for ``l' > l`` (a request completing at
+  ``C <= τ_l'`` has run at least ``τ_l - τ_l' + o_i`` steps by ``τ_l``); at most
+  ``partial`` later intervals are counted, the rest as 0.
 
 Why it is a lower bound: take any feasible schedule (an optimal one included) and
-set ``y_il = 1`` for the interval holding ``C_i``. Steps ``1..τ_l`` hold at most
-``M`` each, so at most ``M·τ_l`` token-steps, and they contain at least
-``w_i(l, l')`` of request ``i`` (all of it if it is done, at least its first
-``τ_l - τ_l' + o_i`` steps otherwise; counting less only weakens the row), so every
-row holds; ``y`` sums to 1 per request; each objective term is at most ``C_i``
-(``C_i >= o_i``, ``C_i > τ_{l-1}`` in interval ``l``). So the LP optimum is at most
-the optimal total latency. Evictions do not help a schedule (dropping an aborted
-run only frees memory), so it bounds schedules with restarts too. Checked
-against the exact optimum in tests/sched/sortedf/test_sortedf_optimum.py.
+set ``y_il = 1`` for the interval holding ``C_i``. In each of the steps ``1..τ_l``
+the running requests' ``f`` sum to at most 1, so at most ``τ_l`` in all, and the
+steps contain at least ``w_i(l, l')`` of request ``i`` (all of it if it is done, at
+least its first ``τ_l - τ_l' + o_i`` steps otherwise; ``f >= 0`` makes ``W_i``
+non-decreasing, and counting less only weakens the row), so every row holds; ``y``
+sums to 1 per request; each objective term is at most ``C_i`` (``C_i >= o_i``,
+``C_i > τ_{l-1}`` in interval ``l``). So the LP optimum is at most the optimal total
+latency. Evictions do not help a schedule (dropping an aborted run only frees
+memory), so it bounds schedules with restarts too. docs/sortedf.md §3 has the
+proof that the families used are dual-feasible; tests/sched/sortedf/ check the
+rows against exact optima.
 
 Solved in cumulative form (``z_il = Σ_{l' <= l} y_il'``, ``z_il <= z_i,l+1``) by HiGHS.
 """
@@ -51,8 +58,30 @@ class LPResult:
 
 #: LP resolution for tractable sizes (tighter, slower) and for large instances.
 FINE_MAX_N = 200
-FINE = {"unit": 8, "eps": 0.03, "max_vars": 200_000, "partial": 1 << 30, "families": ("area",)}
-FAST = {"unit": 32, "eps": 0.05, "max_vars": 100_000, "partial": 8, "families": ("area",)}
+FINE = {
+    "unit": 8,
+    "eps": 0.03,
+    "max_vars": 200_000,
+    "partial": 1 << 30,
+    "families": ("area", "u1", "u2", "u3"),
+    "nnz": 1_000_000,
+}
+FAST = {
+    "unit": 32,
+    "eps": 0.05,
+    "max_vars": 100_000,
+    "partial": 8,
+    "families": ("area",),
+    "nnz": None,
+}
+
+
+def width_cap(horizon: int, total_o: int, nnz: float | None) -> int | None:
+    """Widest interval so that the partial terms stay near ``nnz`` nonzeros per row
+    family: about ``(horizon / W) · (Σ o / W)`` of them with width ``W``."""
+    if nnz is None:
+        return None
+    return max(1, int(np.ceil(np.sqrt(horizon * total_o / nnz))))
 
 
 def breakpoints(horizon: int, unit: int, eps: float, max_width: int | None = None) -> np.ndarray:
@@ -99,8 +128,11 @@ DFFS: dict[str, Callable[[np.ndarray, int], np.ndarray]] = {
 }
 
 
-def _cumulative(inst: Instance, f: Callable[[np.ndarray, int], np.ndarray]):
-    """``W_i(k) = Σ_{j=1..k} f(s_i + j)`` for ``k = 0..o_i``, flat, with offsets."""
+def _cumulative(
+    inst: Instance, f: Callable[[np.ndarray, int], np.ndarray]
+) -> tuple[np.ndarray, np.ndarray]:
+    """``W_i(k) = Σ_{j=1..k} f(s_i + j)`` for ``k = 0..o_i``, flat, and each request's
+    offset in it (``W_i(k)`` is ``flat[offset_i + k]``)."""
     o = inst.o
     off = np.concatenate([[0], np.cumsum(o + 1)[:-1]])
     rid = np.repeat(np.arange(inst.n), o + 1)
@@ -112,21 +144,33 @@ def _cumulative(inst: Instance, f: Callable[[np.ndarray, int], np.ndarray]):
     return cw, off
 
 
-def _capacity_rows(inst, tau, var, cum, partial):
-    cw, off = cum
+def _capacity_rows(
+    inst: Instance,
+    tau: np.ndarray,
+    var: np.ndarray,
+    f: Callable[[np.ndarray, int], np.ndarray],
+    partial: int,
+) -> sp.csr_matrix:
+    """One capacity row per interval for the family ``f`` (right-hand side ``τ_l``).
+
+    With ``w(l, l')`` as in the module doc (``W_i(o_i)`` for ``l' <= l``, the partial
+    weight for later intervals, 0 past ``partial`` of them) and ``y = z_l' - z_l'-1``,
+    ``z_il'`` gets ``w(l, l') - w(l, l' + 1)``, which is ``>= 0``."""
+    cw, off = _cumulative(inst, f)
     n, n_int = var.shape
     o = inst.o
     full = cw[off + o]
     rows, cols, vals = [], [], []
     o_max = int(o.max())
     for row in range(n_int):
+        # Later intervals with τ_l' < τ_l + max o can hold a partial run (capped).
         reach = int(np.searchsorted(tau, tau[row] + o_max, side="left")) - row - 1
         ahead = np.arange(1, max(0, min(partial, reach)) + 1)
         nxt_l = row + ahead[None, :]
         valid = nxt_l < n_int
         tau_next = np.where(valid, tau[np.minimum(nxt_l, n_int - 1)], np.iinfo(np.int64).max // 4)
-        k = np.clip(tau[row] - tau_next + o[:, None], 0, None)
-        k = np.minimum(k, o[:, None])
+        # Steps run by τ_l when completing at τ_l' at the latest (< o_i since l' > l).
+        k = np.clip(tau[row] - tau_next + o[:, None], 0, o[:, None])
         w = cw[off[:, None] + k]
         w_full = np.concatenate([full[:, None], w, np.zeros((n, 1))], axis=1)
         coef = w_full[:, :-1] - w_full[:, 1:]
@@ -136,14 +180,35 @@ def _capacity_rows(inst, tau, var, cum, partial):
         rows.append(np.full(ii.size, row))
         cols.append(var[ii, idx[kk]])
         vals.append(coef[ii, kk])
-    a = sp.csr_matrix(
+    return sp.csr_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
         shape=(n_int, n * n_int),
     )
-    return a, tau.astype(float)
 
 
-def lp_relaxation(
+@dataclass(frozen=True)
+class LPModel:
+    """The LP in cumulative form: minimise ``c·z + const`` subject to ``a_ub·z <= b_ub``
+    and ``0 <= z <= upper``, ``z`` flattened from ``(n, intervals)``; ``row_family``
+    names the family of each capacity row (the monotone rows follow them)."""
+
+    c: np.ndarray
+    const: float
+    a_ub: sp.csr_matrix
+    b_ub: np.ndarray
+    upper: np.ndarray
+    tau: np.ndarray
+    cost: np.ndarray
+    cost_last: np.ndarray
+    row_family: tuple[str, ...]
+
+    def indicator(self, completion: np.ndarray) -> np.ndarray:
+        """The integral point of a schedule with these completion times:
+        ``z_il = 1`` iff ``C_i <= τ_l``."""
+        return (np.asarray(completion)[:, None] <= self.tau[None, :]).astype(float).ravel()
+
+
+def build_lp(
     inst: Instance,
     horizon: int,
     unit: int | None = None,
@@ -152,22 +217,26 @@ def lp_relaxation(
     partial: int | None = None,
     max_width: int | None = None,
     families: tuple[str, ...] | None = None,
-) -> LPResult:
-    """Solve the LP with intervals up to ``horizon`` (any value keeps it a valid bound:
-    completions after it cost ``horizon + 1`` in the last interval). ``eps`` is raised
-    when ``n × intervals`` would exceed ``max_vars``, trading tightness for time. Unset
-    knobs follow :data:`FINE` for ``n <= 200`` (tractable sizes) and :data:`FAST` above."""
+) -> LPModel:
+    """The LP with intervals up to ``horizon`` (any value keeps it a valid bound:
+    completions after it cost ``horizon + 1`` in the last interval). ``eps`` (and the
+    width cap) grow when ``n × intervals`` would exceed ``max_vars``, trading tightness
+    for time. Unset knobs follow :data:`FINE` for ``n <= 200`` (tractable sizes) and
+    :data:`FAST` above; ``families`` are names in :data:`DFFS`."""
     knobs = FINE if inst.n <= FINE_MAX_N else FAST
     unit = knobs["unit"] if unit is None else unit
     eps = knobs["eps"] if eps is None else eps
     max_vars = knobs["max_vars"] if max_vars is None else max_vars
     partial = knobs["partial"] if partial is None else partial
-    families = knobs["families"] if families is None else families
+    families = tuple(knobs["families"] if families is None else families)
+    unknown = [f for f in families if f not in DFFS]
+    if unknown or not families:
+        raise ValueError(f"unknown row families {unknown}; choose from {', '.join(DFFS)}")
     n = inst.n
-    if n == 0:
-        return LPResult(0.0, 0.0, np.zeros(0), 0)
     o = inst.o.astype(float)
     horizon = max(int(horizon), int(inst.o.max()))
+    if max_width is None:
+        max_width = width_cap(horizon, int(inst.o.sum()), knobs["nnz"])
     tau = breakpoints(horizon, unit, eps, max_width)
     while n * len(tau) > max_vars and len(tau) > 8:
         eps *= 1.5
@@ -182,11 +251,9 @@ def lp_relaxation(
     nxt = np.concatenate([cost[:, 1:], cost_last[:, None]], axis=1)
     # Σ_l (z_l - z_{l-1}) c_l + (1 - z_L) c_last = Σ_l z_l (c_l - c_{l+1}) + c_last.
     c = (cost - nxt).ravel()
-    ub = np.where(tau[None, :] >= o[:, None], 1.0, 0.0).ravel()
+    upper = np.where(tau[None, :] >= o[:, None], 1.0, 0.0).ravel()
     var = np.arange(n * n_int).reshape(n, n_int)
-    blocks = [
-        _capacity_rows(inst, tau, var, _cumulative(inst, DFFS[name]), partial) for name in families
-    ]
+    blocks = [_capacity_rows(inst, tau, var, DFFS[name], partial) for name in families]
     # Monotone rows: z_il - z_i,l+1 <= 0.
     left = var[:, :-1].ravel()
     right = var[:, 1:].ravel()
@@ -198,18 +265,35 @@ def lp_relaxation(
         ),
         shape=(m, n * n_int),
     )
-    a_ub = sp.vstack([b[0] for b in blocks] + [a_mono], format="csr")
-    b_ub = np.concatenate([b[1] for b in blocks] + [np.zeros(m)])
-    res = linprog(
-        c, A_ub=a_ub, b_ub=b_ub, bounds=np.stack([np.zeros_like(ub), ub], axis=1), method="highs"
+    return LPModel(
+        c=c,
+        const=float(cost_last.sum()),
+        a_ub=sp.vstack([*blocks, a_mono], format="csr"),
+        b_ub=np.concatenate([tau.astype(float)] * len(families) + [np.zeros(m)]),
+        upper=upper,
+        tau=tau,
+        cost=cost,
+        cost_last=cost_last,
+        row_family=tuple(name for name in families for _ in range(n_int)),
     )
+
+
+def lp_relaxation(inst: Instance, horizon: int, **knobs) -> LPResult:
+    """Solve :func:`build_lp` (same arguments) with HiGHS: the bound and the LP's
+    expected completion time of every request."""
+    n = inst.n
+    if n == 0:
+        return LPResult(0.0, 0.0, np.zeros(0), 0)
+    lp = build_lp(inst, horizon, **knobs)
+    bounds = np.stack([np.zeros_like(lp.upper), lp.upper], axis=1)
+    res = linprog(lp.c, A_ub=lp.a_ub, b_ub=lp.b_ub, bounds=bounds, method="highs")
     if res.status != 0:
         raise RuntimeError(f"LP relaxation failed: {res.message}")
+    n_int = len(lp.tau)
     z = np.clip(res.x.reshape(n, n_int), 0.0, 1.0)
     y = np.diff(np.concatenate([np.zeros((n, 1)), z], axis=1), axis=1)
-    y_last = 1.0 - z[:, -1]
-    expected = (y * cost).sum(axis=1) + y_last * cost_last
-    total = float(res.fun + cost_last.sum())
+    expected = (y * lp.cost).sum(axis=1) + (1.0 - z[:, -1]) * lp.cost_last
+    total = float(res.fun + lp.const)
     return LPResult(total=total, mean=total / n, expected_completion=expected, intervals=n_int)
 
 

@@ -6,11 +6,13 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from servecal.sched.sortedf import algorithms as alg
 from servecal.sched.sortedf.exact import exact_optimum
 from servecal.sched.sortedf.generate import random_tiny
-from servecal.sched.sortedf.lp import breakpoints, lp_relaxation
+from servecal.sched.sortedf.lp import DFFS, breakpoints, build_lp, lp_relaxation
 from servecal.sched.sortedf.model import InfeasibleSchedule, Instance, Segments, simulate
 
 
@@ -117,3 +119,65 @@ def test_gap_to_lp_bound_on_tractable_instances(n: int, memory: int, limit: floa
         inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
         gap = run_instance(inst, cfg, np.random.default_rng(seed)).gap()
         assert gap is not None and 1.0 - 1e-9 <= gap <= limit
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(2, 500), st.lists(st.integers(1, 500), min_size=1, max_size=12))
+def test_row_families_are_dual_feasible(memory, sizes) -> None:
+    """Whatever fits in one step (Σ v <= M) has Σ f(v / M) <= 1, for every family."""
+    v = np.asarray(sizes, dtype=np.int64)
+    v = v[np.cumsum(v) <= memory]  # a set that fits
+    for name, f in DFFS.items():
+        w = f(v, memory)
+        assert (w >= 0).all() and (w <= 1).all(), name
+        assert w.sum() <= 1 + 1e-12, (name, v.tolist(), memory)
+    x = np.arange(1, memory + 1)
+    for name, f in DFFS.items():  # non-decreasing in v
+        assert (np.diff(f(x, memory)) >= -1e-12).all(), name
+
+
+@pytest.mark.parametrize("knobs", [{}, {"unit": 2, "eps": 0.5}, {"partial": 1}])
+def test_every_row_holds_at_optimal_and_heuristic_schedules(knobs) -> None:
+    """Put z at the exact optimum's completions (and at each algorithm's): every row of
+    every family holds and the objective is at most the schedule's total latency."""
+    rng = np.random.default_rng(61)
+    families = tuple(DFFS)
+    for _ in range(40):
+        inst = random_tiny(rng, n_max=6, o_max=6, s_max=9)
+        lp = build_lp(inst, alg.default_horizon(inst), families=families, **knobs)
+        opt, starts = exact_optimum(inst)
+        schedules = [Segments.from_starts(starts, inst.o), alg.mc_sf(inst), alg.sorted_f(inst)]
+        for seg in schedules:
+            res = simulate(inst, seg)
+            z = lp.indicator(res.completion)
+            assert (lp.a_ub @ z <= lp.b_ub + 1e-9).all()
+            assert (z <= lp.upper).all()
+            assert lp.c @ z + lp.const <= res.total_latency + 1e-9
+        assert simulate(inst, schedules[0]).total_latency == opt
+
+
+def test_dual_feasible_rows_tighten_the_bound_with_big_prompts() -> None:
+    # Four requests of 51 tokens + 2 steps, M = 100: no two ever run together
+    # (52 + 52 > 100), so the optimum is sequential, 2 + 4 + 6 + 8 = 20. Memory area
+    # alone sees 4 × 105 token-steps in 100 per step and allows about 12.6; the
+    # "more than half" family u1 counts each as a whole step and closes the gap.
+    inst = Instance([51] * 4, [2] * 4, memory=100)
+    horizon = alg.default_horizon(inst)
+    assert exact_optimum(inst)[0] == 20
+    area = lp_relaxation(inst, horizon, families=("area",)).total
+    with_u1 = lp_relaxation(inst, horizon, families=("area", "u1")).total
+    assert area < 13.0 and with_u1 == pytest.approx(20.0)
+    # Three of 40 tokens (+3 steps) exceed M = 100 only as a triple: u2 ("more than
+    # a third" counts 1/2) lifts the bound to the optimum, 18, where u1 cannot.
+    inst = Instance([40, 40, 40, 10], [3, 3, 3, 6], memory=100)
+    horizon = alg.default_horizon(inst)
+    assert exact_optimum(inst)[0] == 18
+    u1 = lp_relaxation(inst, horizon, families=("area", "u1")).total
+    u12 = lp_relaxation(inst, horizon, families=("area", "u1", "u2")).total
+    assert u1 < 17.7 and u12 == pytest.approx(18.0)
+    assert lp_relaxation(inst, horizon).total == pytest.approx(18.0)  # the default has u2
+
+
+def test_build_lp_rejects_unknown_families() -> None:
+    with pytest.raises(ValueError, match="row families"):
+        build_lp(Instance([1], [1], 4), 1, families=("area", "knapsack"))
