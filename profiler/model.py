@@ -109,7 +109,9 @@ class IterationContext:
     sin: torch.Tensor
     logit_rows: torch.Tensor  # token rows whose logits the head computes
     prefill_masks: list[object | None]
-    decode_mask: torch.Tensor | None  # [n, 1, 1, Lmax] when decode lengths differ
+    # [n, 1, 1, Lmax] when decode lengths differ; the torch executor keeps one per
+    # length bucket (sched/torch_executor/pool.py: length_buckets)
+    decode_mask: torch.Tensor | list[torch.Tensor | None] | None
 
 
 class DecoderLayer(nn.Module):

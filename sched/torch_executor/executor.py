@@ -133,6 +133,8 @@ class TorchExecutor:
             decoders = [view.get(rid) for rid in plan.decode]
         pool = self.pool
         rids, lengths, ids = [], [], []
+        # Longest first: requests of similar length share an attention call (buckets).
+        decoders.sort(key=lambda live: -pool.tokens(live.rid))
         for live in decoders:
             kv = pool.tokens(live.rid)
             pool.reserve(live.rid, kv + 1)

@@ -7,9 +7,11 @@ is re-assembled here around the paged pool: new K/V are written to their flat
 slots, a decode group's keys are read from a per-layer contiguous view of that
 group (:class:`~servecal.sched.torch_executor.pool.DecodeView`: gathered block by
 block through the block tables once, then appended one token per step while the
-same group decodes; padded to the widest and masked, as the profiler's ragged path
-does), a prefill chunk's keys are its prefix plus itself with the profiler's causal
-mask.
+same group decodes), in *length buckets* (:func:`length_buckets`: rows of similar
+length share one attention call, padded to their widest and masked, so the work
+grows with the group's total context as a paged-attention kernel's does, not with
+``n × longest``); a prefill chunk's keys are its prefix plus itself with the
+profiler's causal mask.
 
 A forward pass is a list of *operators*, two per layer (attention, MLP: the
 boundaries FlowPrefill preempts at). :class:`ForwardRun` executes them in order
@@ -63,6 +65,7 @@ class PagedBatch:
     decode_width: int = field(init=False, default=0)  # keys per decode row (blocks × size)
     decode_positions: torch.Tensor | None = field(init=False, default=None)  # new tokens' slots
     prefill_blocks: list[torch.Tensor] = field(init=False, default_factory=list)
+    decode_buckets: list[tuple[int, int, int]] = field(init=False, default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.decode_rids) != len(self.decode_lengths):
@@ -85,6 +88,7 @@ class PagedBatch:
             self.decode_blocks, width = pool.padded_blocks(self.decode_rids, lengths)
             self.decode_width = width * pool.block_size
             self.decode_positions = torch.tensor(self.decode_lengths, dtype=torch.long, device=dev)
+            self.decode_buckets = pool.cached_buckets(tuple(self.decode_rids), lengths)
 
     @property
     def n_decode(self) -> int:
@@ -115,17 +119,21 @@ def prepare(model: Transformer, batch: PagedBatch) -> IterationContext:
     for _, _, chunk in batch.prefills:
         end += chunk
         rows.append(end - 1)
-    decode_mask = None
-    if batch.decode_rids:  # keys are gathered in whole blocks: mask past each length
-        lengths = torch.tensor(batch.decode_lengths, device=dev)
-        keys = torch.arange(batch.decode_width, device=dev)
-        decode_mask = (keys[None, :] <= lengths[:, None])[:, None, None, :]
+    decode_masks: list[torch.Tensor | None] = []
+    for start, stop, width in batch.decode_buckets:  # mask past each row's own length
+        lengths = batch.decode_lengths[start:stop]
+        if min(lengths) + 1 == width:
+            decode_masks.append(None)
+            continue
+        keys = torch.arange(width, device=dev)
+        held = torch.tensor(lengths, device=dev)
+        decode_masks.append((keys[None, :] <= held[:, None])[:, None, None, :])
     return IterationContext(
         cos=cos,
         sin=sin,
         logit_rows=torch.tensor(rows, device=dev),
         prefill_masks=[prefill_mask(p, c, dev) for _, p, c in batch.prefills],
-        decode_mask=decode_mask,
+        decode_mask=decode_masks,  # one per length bucket (None: no padding)
     )
 
 
@@ -187,8 +195,10 @@ def paged_attention(
     n = batch.n_decode
     if batch.decode_blocks is not None:
         keys, vals = decode_keys(batch, layer.index, k[:n], v[:n])
-        out = sdpa(q[:n].unsqueeze(2), keys, vals, mask=ictx.decode_mask)
-        outs.append(out.reshape(n, -1))
+        for (start, stop, width), mask in zip(batch.decode_buckets, ictx.decode_mask, strict=True):
+            rows = slice(start, stop)
+            out = sdpa(q[rows].unsqueeze(2), keys[rows, :, :width], vals[rows, :, :width], mask)
+            outs.append(out.reshape(stop - start, -1))
     start = n
     for (_, prefix, chunk), blocks, mask in zip(
         batch.prefills, batch.prefill_blocks, ictx.prefill_masks, strict=True

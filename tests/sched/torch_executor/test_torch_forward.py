@@ -1,5 +1,6 @@
 """Paged forward passes: same numbers as the profiler's, and stop/resume at operator boundaries."""
 
+import numpy as np
 import pytest
 import torch
 
@@ -9,7 +10,7 @@ from servecal.profiler.shapes import ModelShape
 from servecal.profiler.timing import CpuClock, LayerScale
 from servecal.sched.torch_executor import forward
 from servecal.sched.torch_executor.forward import ForwardRun, PagedBatch, StopSignal
-from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig
+from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig, length_buckets
 
 TINY = ModelShape.from_name("tiny")
 SCALE = LayerScale(TINY.n_layers, TINY.n_layers)
@@ -68,8 +69,32 @@ def test_paged_prefill_then_decode_match_the_profilers_contiguous_kv(model):
     assert run.duration_ms > 0
 
 
-def test_ragged_decodes_and_a_chunk_in_one_pass_match_separate_passes(model):
+def _split_cost(lengths: list[int], price: int, cuts: tuple[int, ...]) -> int:
+    bounds = [0, *cuts, len(lengths)]
+    pairs = zip(bounds, bounds[1:], strict=False)
+    return sum((b - a) * max(lengths[a:b]) + price for a, b in pairs)
+
+
+def test_length_buckets_minimise_padded_keys_plus_calls() -> None:
+    from itertools import combinations
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        lengths = sorted(rng.integers(1, 400, rng.integers(1, 8)).tolist(), reverse=True)
+        price = int(rng.integers(0, 300))
+        n = len(lengths)
+        splits = (c for k in range(n) for c in combinations(range(1, n), k))
+        best = min(_split_cost(lengths, price, c) for c in splits)
+        runs = length_buckets(lengths, price)
+        assert runs[0][0] == 0 and runs[-1][1] == n
+        assert all(a[1] == b[0] for a, b in zip(runs, runs[1:], strict=False))
+        assert sum((b - a) * w + price for a, b, w in runs) == best
+
+
+@pytest.mark.parametrize("call_keys", [384, 10, 0])  # one bucket, two, one per row
+def test_ragged_decodes_and_a_chunk_in_one_pass_match_separate_passes(model, call_keys):
     pool = _pool(block=4)
+    pool.bucket_call_keys = call_keys
     lengths = {1: 9, 2: 17, 3: 5}
     for rid, n in lengths.items():
         _prefill(model, pool, rid, _ids(n, rid))
@@ -80,6 +105,7 @@ def test_ragged_decodes_and_a_chunk_in_one_pass_match_separate_passes(model):
     pool.reserve(4, 30)
     tokens = torch.cat([last, _ids(30, 4)[12:]])
     batch = PagedBatch(pool, [1, 2, 3], [9, 17, 5], [(4, 12, 18)], tokens)
+    assert len(batch.decode_buckets) == {384: 1, 10: 2, 0: 3}[call_keys]
     joint = ForwardRun(model, batch, CpuClock(), SCALE)
     joint.run()
     # the same work one request at a time, on a fresh pool holding the same prompts
