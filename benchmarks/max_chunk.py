@@ -3,7 +3,9 @@
 Both answer the same question (largest chunk whose predicted P99 fits a budget) for
 the same random queries, in one run:
 
-* ``table``: ``CostTable.max_chunk`` (one table row, ``bisect``);
+* ``table``: ``CostTable.max_chunk`` under the default ``linear`` rule (blend the
+  corner rows, bisect the columns, solve the segment), and the same table under
+  ``round_up`` (one stored row, ``bisect``);
 * ``lgbm probes``: ``largest_fitting`` over 1..limit, each probe one single-row
   ``Booster.predict`` of the fitted LightGBM P99 model, single-threaded (what a
   scheduler would do without a table; the raw Booster is the cheapest way to call it).
@@ -23,6 +25,7 @@ import warnings
 import numpy as np
 
 from servecal.costmodels.fit import fit_cost_table
+from servecal.costmodels.table import CostTable
 from servecal.costmodels.gbm import GBMQuantileRegressor
 from servecal.costmodels.predictor import largest_fitting
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
@@ -73,6 +76,10 @@ def main() -> None:
     table.max_chunk(*queries[0])
     probe_search(*queries[0])
     t_table = median_us(table.max_chunk, queries)
+    doc = table.to_json()
+    rounded = CostTable.from_json({**doc, "between": "round_up"})
+    rounded.max_chunk(*queries[0])
+    t_rounded = median_us(rounded.max_chunk, queries)
     t_probe = median_us(probe_search, queries)
     pq = [(n, int(rng.integers(0, LIMIT)), 0, 0) for n, *_ in queries]
     t_p50 = median_us(lambda n, c, x, p: table.predict(n, c, x, p, 0.5), pq)
@@ -81,6 +88,7 @@ def main() -> None:
 
     print(f"queries: {args.queries}, limit {LIMIT}, table grid {table}")
     print(f"CostTable.max_chunk:                   {t_table:9.2f} µs/call (median)")
+    print(f"  same table, round_up rule:           {t_rounded:9.2f} µs/call (median)")
     print(f"binary search, LightGBM per probe:     {t_probe:9.2f} µs/call (median)")
     print(f"ratio (probe search / table):          {t_probe / t_table:9.0f}x")
     print(f"CostTable.predict q=0.5 / q=0.99:      {t_p50:9.2f} / {t_p99:.2f} µs/call")

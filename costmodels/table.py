@@ -198,6 +198,7 @@ class CostTable:
         self._rho = rho
         tail = self._flat[self._margin.quantile] if self._margin else None
         self._mflat = [rho * v for v in tail] if tail is not None else None
+        self._mgrid = np.asarray(self._mflat).reshape(self._shape) if tail is not None else None
         self._eflat = self._energy.reshape(-1).tolist() if self._energy is not None else None
         self._row_cache: dict[tuple[float, bool, int], tuple[list[float], bool]] = {}
         self._lin = Multilinear(self._axes) if self._between == "linear" else None
@@ -359,7 +360,7 @@ class CostTable:
         if self._margin is None or self._mflat is None:
             raise self._no_margin()
         tail, _ = self.lookup(self._margin.quantile, n_decode, chunk, ctx, prefix)
-        margin, _ = self._grid_values(np.asarray(self._mflat), n_decode, chunk, ctx, prefix)
+        margin, _ = self._grid_values(self._mgrid, n_decode, chunk, ctx, prefix)
         return tail + margin
 
     @staticmethod
@@ -414,7 +415,7 @@ class CostTable:
         """Calibrated margin δ in ms, so that P(actual > P_tail + δ) <= 1 - target."""
         if self._mflat is None:
             raise self._no_margin()
-        return self._answer(self._mflat, np.asarray(self._mflat), n_decode, chunk, ctx, prefix)
+        return self._answer(self._mflat, self._mgrid, n_decode, chunk, ctx, prefix)
 
     def energy(
         self,
@@ -518,37 +519,46 @@ class CostTable:
             raise self._no_margin()
         lin, mflat = self._lin, self._mflat if margin else None
         corners, out = lin.row_corners(n, ctx, prefix)
+        value = Multilinear.value
 
-        def bound(c: float) -> float:
+        def bound(c: float) -> float:  # exactly predict(...) + margin(...)
             k, t, _ = lin.chunk_position(c)
-            v = Multilinear.value(lst, corners, k, t)
-            return v + Multilinear.value(mflat, corners, k, t) if mflat is not None else v
+            v = value(lst, corners, k, t)
+            return v + value(mflat, corners, k, t) if mflat is not None else v
+
+        def column(k: int) -> float:  # bound(cols[k]): the same sums at t = 0
+            v = value(lst, corners, k, 0.0)
+            return v + value(mflat, corners, k, 0.0) if mflat is not None else v
 
         cols = self._ax_lists[3]
+        last = len(cols) - 1
         answer = 0
         if bound(1) <= budget:  # False for a NaN budget too
-            hi = min(limit, cols[-1]) if cols[-1] >= 1 else limit
-            if bound(hi) <= budget:
-                answer = limit  # every chunk up to the limit fits (above the grid: clamped)
-            else:  # bound(lo) <= budget < bound(hi), and the bound is linear in between
-                lo = 1
-                inside = [c for c in cols if 1 < c < hi]
-                i, j = 0, len(inside)
-                while i < j:  # last column that fits
+            # (above the grid the bound is constant: clamped to the last column)
+            fits_all = column(last) if cols[last] <= limit else bound(limit)
+            if fits_all <= budget:
+                answer = limit
+            else:  # bound(lo) <= budget < bound(top), and the bound is linear in between
+                i = bisect_right(cols, 1)  # first column above chunk 1
+                j = bisect_left(cols, limit)  # columns i..j-1 lie strictly inside (1, limit)
+                lo, f_lo = 1, None
+                while i < j:  # the last inside column that fits
                     mid = (i + j) // 2
-                    if bound(inside[mid]) <= budget:
-                        lo, i = inside[mid], mid + 1
+                    f = column(mid)
+                    if f <= budget:
+                        lo, f_lo, i = cols[mid], f, mid + 1
                     else:
                         j = mid
-                top = inside[i] if i < len(inside) else hi
-                f_lo, f_top = bound(lo), bound(top)
+                top = cols[i] if i <= last and cols[i] < limit else limit
+                f_lo = bound(lo) if f_lo is None else f_lo
+                f_top = bound(top)
                 guess = lo + (budget - f_lo) / (f_top - f_lo) * (top - lo) if f_top > f_lo else lo
                 answer = min(max(int(guess), lo), top - 1)
                 while answer > lo and bound(answer) > budget:
                     answer -= 1
                 while answer + 1 < top and bound(answer + 1) <= budget:
                     answer += 1
-        if out or answer > cols[-1]:
+        if out or answer > cols[last]:
             self._out_of_domain += 1
         return answer
 
