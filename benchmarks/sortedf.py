@@ -4,7 +4,7 @@
     python benchmarks/sortedf.py --sweep         # where Sorted-F's gain grows and vanishes
     python benchmarks/sortedf.py --gap           # gap to the LP bound at n <= 200
     python benchmarks/sortedf.py --online        # Sorted-F-Online in the reference engine
-    python benchmarks/sortedf.py --backfill      # experiment: Phase 2 that skips ahead
+    python benchmarks/sortedf.py --phase2        # Sorted-F's Phase-2 admission rules compared
     python benchmarks/sortedf.py --tiny 1000     # ratios to the exact optimum, 1000 instances
 
 Times are wall-clock seconds measured in this run, pinned to 2 cores (as CI);
@@ -25,7 +25,7 @@ import numpy as np  # noqa: E402
 
 from servecal.sched.sortedf import algorithms as alg  # noqa: E402
 from servecal.sched.sortedf.batching import form_batches  # noqa: E402
-from servecal.sched.sortedf.executor import execute_order  # noqa: E402
+from servecal.sched.sortedf.executor import execute_groups, execute_order  # noqa: E402
 from servecal.sched.sortedf.generate import short_long  # noqa: E402
 from servecal.sched.sortedf.lp import lp_order, lp_relaxation  # noqa: E402
 from servecal.sched.sortedf.model import Segments, simulate  # noqa: E402
@@ -67,9 +67,12 @@ def timings(n: int, memory: int, seeds: int) -> None:
         add("sorted-f phase 1 (auto solver by n)", t)
         p1, p1_cpu = t, _timed.cpu
         order = np.concatenate(batches)
-        starts, t = _timed(execute_order, inst, order)
-        add("sorted-f phase 2 (continuous batching)", t)
+        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+        starts, t = _timed(execute_groups, inst, order, group)
+        add("sorted-f phase 2 (skipping within the batch)", t)
         add("sorted-f solver total (phase 1 + 2)", p1 + t, p1_cpu + _timed.cpu)
+        _, t = _timed(execute_order, inst, order)
+        add("sorted-f phase 2, head-of-line rule", t)
         _, t = _timed(simulate, inst, Segments.from_starts(starts, inst.o))
         add("simulator (every step checked)", t)
         _, t = _timed(alg.fcfs, inst)
@@ -135,16 +138,32 @@ def sweep(n: int, seeds: int) -> None:
 def gap(seeds: int) -> None:
     cfg = OfflineConfig(algos=("mc-sf", "sorted-f", "sorted-lp"), lp_bound=True)
     print(f"gap = mean latency / LP lower bound, short-long:0.8, {seeds} seeds (mean, max)")
+    print(
+        "sorted-f = Phase 2 'batch' (default); sorted-f+1 = 'batch' with lookahead 1; "
+        "sorted-f-head = head-of-line Phase 2"
+    )
     for memory in (8192, 16384, 65536):
         for n in (25, 50, 100, 200):
             gaps: dict[str, list[float]] = {}
+            lp_s, lp_int = [], []
             for seed in range(seeds):
                 inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
                 oc = run_instance(inst, cfg, np.random.default_rng(seed))
+                lp_s.append(oc.lp_s)
+                lp_int.append(oc.lp.intervals)
                 for name, a in oc.algos.items():
                     gaps.setdefault(name, []).append(a.sim.mean_latency / oc.lp.mean)
+                for name, seg in (
+                    ("sorted-f+1", alg.sorted_f(inst, lookahead=1)),
+                    ("sorted-f-head", alg.sorted_f(inst, phase2="head")),
+                ):
+                    gaps.setdefault(name, []).append(simulate(inst, seg).mean_latency / oc.lp.mean)
             cells = "   ".join(f"{k} {np.mean(v):.3f} {np.max(v):.3f}" for k, v in gaps.items())
-            print(f"  M = {memory:>6}, n = {n:>3}: {cells}", flush=True)
+            print(
+                f"  M = {memory:>6}, n = {n:>3}: {cells}   | LP {np.mean(lp_s):.1f} s, "
+                f"{np.mean(lp_int):.0f} intervals",
+                flush=True,
+            )
 
 
 def tiny(count: int) -> None:
@@ -153,16 +172,19 @@ def tiny(count: int) -> None:
 
     rng = np.random.default_rng(48)
     ratio: dict[str, list[float]] = {}
-    lb_ratio = []
+    lb_ratio: dict[str, list[float]] = {}
     for _ in range(count):
         inst = random_tiny(rng, n_max=6, o_max=6, s_max=8)
         opt, _ = exact_optimum(inst)
-        lb = lp_relaxation(inst, alg.default_horizon(inst)).total
-        lb_ratio.append(opt / lb)
+        horizon = alg.default_horizon(inst)
+        for label, fams in (("area rows only", ("area",)), ("default rows", None)):
+            lb = lp_relaxation(inst, horizon, families=fams).total
+            lb_ratio.setdefault(label, []).append(opt / lb)
         for name, seg in (
             ("fcfs", alg.fcfs(inst)),
             ("mc-sf", alg.mc_sf(inst)),
             ("sorted-f", alg.sorted_f(inst)),
+            ("sorted-f-head", alg.sorted_f(inst, phase2="head")),
             ("sorted-lp", alg.sorted_lp(inst)),
         ):
             ratio.setdefault(name, []).append(simulate(inst, seg).total_latency / opt)
@@ -170,9 +192,11 @@ def tiny(count: int) -> None:
     for name, vals in ratio.items():
         v = np.asarray(vals)
         print(
-            f"  {name:<10} mean {v.mean():.3f}  max {v.max():.3f}  optimal in {np.mean(v == 1):.0%}"
+            f"  {name:<14} mean {v.mean():.3f}  max {v.max():.3f}  optimal in {np.mean(v == 1):.0%}"
         )
-    print(f"  OPT / LP bound: mean {np.mean(lb_ratio):.3f}  max {np.max(lb_ratio):.3f}")
+    for label, vals in lb_ratio.items():
+        v = np.asarray(vals)
+        print(f"  OPT / LP bound, {label:<15} mean {v.mean():.4f}  max {v.max():.4f}")
 
 
 def online(n: int, rate: float, memory: int) -> None:
@@ -208,48 +232,29 @@ def online(n: int, rate: float, memory: int) -> None:
         print(f"  {name:<16} mean latency {lat:8.0f} ms   preemptions {run.preemptions}")
 
 
-def _backfill_starts(inst, order: np.ndarray, window: int) -> np.ndarray:
-    """Experimental Phase 2 (not a scheduler of the package): at every completion,
-    admit, in list order, each of the next ``window`` waiting requests that fits
-    at all future completions (``window = 1`` is head-of-line, decided at
-    completions only)."""
-    from servecal.sched.sortedf.executor import future_peak
-
-    s, o, memory = inst.s, inst.o, inst.memory
-    starts = np.full(inst.n, -1, dtype=np.int64)
-    waiting = [int(i) for i in order]
-    running: list[tuple[int, int]] = []
-    tau = 0
-    while waiting:
-        running = [(i, st) for i, st in running if st + o[i] > tau]
-        held = np.array([s[i] + tau - st for i, st in running], dtype=np.int64)
-        left = np.array([o[i] - (tau - st) for i, st in running], dtype=np.int64)
-        k = 0
-        while k < min(window, len(waiting)):
-            i = waiting[k]
-            h2, r2 = np.append(held, s[i]), np.append(left, o[i])
-            if future_peak(h2, r2) <= memory:
-                starts[i] = tau
-                running.append((i, tau))
-                held, left = h2, r2
-                waiting.pop(k)
-            else:
-                k += 1
-        tau = min(st + o[i] for i, st in running)
-    return starts
-
-
-def backfill(n: int, memory: int, seeds: int) -> None:
+def phase2(n: int, memory: int, seeds: int) -> None:
+    """Sorted-F's Phase-2 rules on one Phase-1 list: head-of-line, skipping within the
+    current batch (the default), the same with 1 or 2 batches of look-ahead, and
+    skipping anywhere in the list; Sorted-LP for reference."""
     print(f"n = {n}, M = {memory}, short-long:0.8: mean latency (steps) by Phase-2 rule")
     for seed in range(seeds):
         inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
-        cells = [f"strict {simulate(inst, alg.sorted_f(inst)).mean_latency:8.1f}"]
-        order = alg.sorted_f_order(inst)
-        for w in (1, 8, 64):
-            seg = Segments.from_starts(_backfill_starts(inst, order, w), inst.o)
-            cells.append(f"window {w} {simulate(inst, seg).mean_latency:8.1f}")
+        batches = form_batches(inst.s, inst.o, inst.memory, "auto")
+        order = np.concatenate(batches)
+        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+        runs = {
+            "head": execute_order(inst, order),
+            "batch": execute_groups(inst, order, group),
+            "batch+1": execute_groups(inst, order, group, 1),
+            "batch+2": execute_groups(inst, order, group, 2),
+            "list": execute_groups(inst, order, np.zeros(inst.n, dtype=np.int64)),
+        }
+        cells = [
+            f"{k} {simulate(inst, Segments.from_starts(v, inst.o)).mean_latency:8.1f}"
+            for k, v in runs.items()
+        ]
         lp = simulate(inst, alg.sorted_lp(inst)).mean_latency
-        print(f"  seed {seed}: sorted-f " + "   ".join(cells) + f"   | sorted-lp {lp:8.1f}")
+        print(f"  seed {seed}: " + "  ".join(cells) + f"  | sorted-lp {lp:8.1f}", flush=True)
 
 
 def main() -> None:
@@ -261,7 +266,7 @@ def main() -> None:
     ap.add_argument("--gap", action="store_true", help="gap to the LP bound at n <= 200")
     ap.add_argument("--tiny", type=int, default=0, help="instances checked against the optimum")
     ap.add_argument("--online", action="store_true", help="Sorted-F-Online in the engine")
-    ap.add_argument("--backfill", action="store_true", help="experimental skipping Phase 2")
+    ap.add_argument("--phase2", action="store_true", help="Sorted-F's Phase-2 rules compared")
     args = ap.parse_args()
     print(_pin_two_cores())
     if args.sweep:
@@ -272,8 +277,8 @@ def main() -> None:
         tiny(args.tiny)
     elif args.online:
         online(300, 20.0, args.memory)
-    elif args.backfill:
-        backfill(args.n, args.memory, args.seeds)
+    elif args.phase2:
+        phase2(args.n, args.memory, args.seeds)
     else:
         timings(args.n, args.memory, args.seeds)
 

@@ -34,12 +34,15 @@ def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
 
 
 #: Sorted-F's Phase-2 admission rules (docs/sortedf.md §2): ``batch`` (default) admits
-#: any waiting member of the earliest unfinished Phase-1 batch that fits, ``head`` only
-#: the list's first waiting request, ``list`` any waiting request at all.
+#: any waiting member of the earliest unfinished Phase-1 batch that fits (and of the
+#: next ``lookahead`` batches), ``head`` only the list's first waiting request, ``list``
+#: any waiting request at all.
 PHASE2 = ("batch", "head", "list")
 
 
-def sorted_f(inst: Instance, solver: str = "auto", phase2: str = "batch") -> Segments:
+def sorted_f(
+    inst: Instance, solver: str = "auto", phase2: str = "batch", lookahead: int = 0
+) -> Segments:
     """Sorted-F: Phase 1 batches, Phase 2 continuous batching by the ``phase2`` rule."""
     if phase2 not in PHASE2:
         raise ValueError(f"unknown Phase-2 rule {phase2!r}; choose from {', '.join(PHASE2)}")
@@ -53,7 +56,7 @@ def sorted_f(inst: Instance, solver: str = "auto", phase2: str = "batch") -> Seg
         group = np.zeros(order.size, dtype=np.int64)
     else:
         group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
-    return Segments.from_starts(execute_groups(inst, order, group), inst.o)
+    return Segments.from_starts(execute_groups(inst, order, group, lookahead), inst.o)
 
 
 def sorted_lp(inst: Instance, lp: LPResult | None = None) -> Segments:

@@ -27,6 +27,7 @@ class OfflineConfig:
     amin_width: float = 0.5
     lp_bound: bool = True
     phase2: str = "batch"
+    lookahead: int = 0
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if a not in ALGOS]
@@ -38,6 +39,8 @@ class OfflineConfig:
             raise ValueError(
                 f"unknown Phase-2 rule {self.phase2!r}; choose from {', '.join(alg.PHASE2)}"
             )
+        if self.lookahead < 0:
+            raise ValueError("lookahead must be >= 0")
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError("alpha must be in [0, 1)")
         if not 0.0 <= self.amin_width < 1.0:
@@ -84,7 +87,7 @@ def run_instance(inst: Instance, config: OfflineConfig, rng: np.random.Generator
         elif name == "mc-sf":
             seg = alg.mc_sf(inst)
         elif name == "sorted-f":
-            seg = alg.sorted_f(inst, config.solver, config.phase2)
+            seg = alg.sorted_f(inst, config.solver, config.phase2, config.lookahead)
         elif name == "sorted-lp":
             seg = alg.sorted_lp(inst, out.lp)
         elif name == "sorted-f-amin":
