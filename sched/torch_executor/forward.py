@@ -64,6 +64,7 @@ class PagedBatch:
     decode_blocks: torch.Tensor | None = field(init=False, default=None)
     decode_width: int = field(init=False, default=0)  # keys per decode row (blocks × size)
     decode_positions: torch.Tensor | None = field(init=False, default=None)  # new tokens' slots
+    decode_rows: torch.Tensor | None = field(init=False, default=None)  # 0..n_decode-1
     prefill_blocks: list[torch.Tensor] = field(init=False, default_factory=list)
     decode_buckets: list[tuple[int, int, int]] = field(init=False, default_factory=list)
 
@@ -88,6 +89,7 @@ class PagedBatch:
             self.decode_blocks, width = pool.padded_blocks(self.decode_rids, lengths)
             self.decode_width = width * pool.block_size
             self.decode_positions = torch.tensor(self.decode_lengths, dtype=torch.long, device=dev)
+            self.decode_rows = torch.arange(len(self.decode_rids), device=dev)
             self.decode_buckets = pool.cached_buckets(tuple(self.decode_rids), lengths)
 
     @property
@@ -127,7 +129,11 @@ def prepare(model: Transformer, batch: PagedBatch) -> IterationContext:
             continue
         keys = torch.arange(width, device=dev)
         held = torch.tensor(lengths, device=dev)
-        decode_masks.append((keys[None, :] <= held[:, None])[:, None, None, :])
+        # additive (0 / −inf) once per iteration: a boolean mask is converted in
+        # every layer's attention call
+        allowed = (keys[None, :] <= held[:, None])[:, None, None, :]
+        additive = torch.zeros(allowed.shape, dtype=model.dtype, device=dev)
+        decode_masks.append(additive.masked_fill_(~allowed, float("-inf")))
     return IterationContext(
         cos=cos,
         sin=sin,
@@ -158,9 +164,8 @@ def decode_keys(
     rids = tuple(batch.decode_rids)
     view = pool.decode_views.get(layer)
     if view is not None and view.matches(rids, batch.decode_lengths, width):
-        rows = torch.arange(n, device=k.device)
-        view.k[rows, :, batch.decode_positions] = k
-        view.v[rows, :, batch.decode_positions] = v
+        view.k[batch.decode_rows, :, batch.decode_positions] = k
+        view.v[batch.decode_rows, :, batch.decode_positions] = v
     else:
         pk, pv = pool.k[layer], pool.v[layer]  # [kv_heads, blocks, size, head_dim]
         heads, blocks, size, hd = pk.shape
