@@ -105,9 +105,9 @@ def test_breakpoints_cover_the_horizon() -> None:
     [
         # Memory binds lightly: the seed's 1.03-1.09 range holds (measured 1.00-1.02).
         (40, 65536, 1.10),
-        # Memory binds hard: the ≤ 1.10 target is NOT met with this LP (measured
-        # 1.11-1.16, docs/sortedf.md §5); this guards against regressions only.
-        (30, 16384, 1.20),
+        # Memory binds (about 6 long prompts fit): measured 1.06-1.09. With 2-3 long
+        # prompts (M = 8192) the target is NOT met (1.14-1.17, docs/sortedf.md §5).
+        (30, 16384, 1.10),
     ],
 )
 def test_gap_to_lp_bound_on_tractable_instances(n: int, memory: int, limit: float) -> None:
