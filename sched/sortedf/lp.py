@@ -64,7 +64,8 @@ FINE = {
     "max_vars": 200_000,
     "partial": 1 << 30,
     "families": ("area", "u1", "u2", "u3"),
-    "nnz": 1_000_000,
+    "nnz": 100_000,
+    "early": True,
 }
 FAST = {
     "unit": 32,
@@ -73,6 +74,7 @@ FAST = {
     "partial": 8,
     "families": ("area",),
     "nnz": None,
+    "early": False,
 }
 
 
@@ -150,12 +152,14 @@ def _capacity_rows(
     var: np.ndarray,
     f: Callable[[np.ndarray, int], np.ndarray],
     partial: int,
+    early: bool,
 ) -> sp.csr_matrix:
     """One capacity row per interval for the family ``f`` (right-hand side ``τ_l``).
 
     With ``w(l, l')`` as in the module doc (``W_i(o_i)`` for ``l' <= l``, the partial
-    weight for later intervals, 0 past ``partial`` of them) and ``y = z_l' - z_l'-1``,
-    ``z_il'`` gets ``w(l, l') - w(l, l' + 1)``, which is ``>= 0``."""
+    weight for later intervals at their latest completion, 0 past ``partial`` of
+    them) and ``y = z_l' - z_l'-1``, ``z_il'`` gets ``w(l, l') - w(l, l' + 1)``, which is
+    ``>= 0``, and ``u_il'`` the early-completion extra ``e(l, l')``."""
     cw, off = _cumulative(inst, f)
     n, n_int = var.shape
     o = inst.o
@@ -180,17 +184,30 @@ def _capacity_rows(
         rows.append(np.full(ii.size, row))
         cols.append(var[ii, idx[kk]])
         vals.append(coef[ii, kk])
+        if early and ahead.size:
+            # Early-completion share u_il': the weight, as a function g(C) of the
+            # completion C, is convex, so the line through g(b - 1) and g(b) stays
+            # below it; at the interval's earliest completion a it adds
+            # (g(b - 1) - g(b))·(b - a) to g(b).
+            k1 = np.clip(tau[row] - tau_next + 1 + o[:, None], 0, o[:, None])
+            first = np.maximum(tau[np.minimum(nxt_l - 1, n_int - 1)] + 1, o[:, None])
+            extra = (cw[off[:, None] + k1] - w) * np.clip(tau_next - first, 0, None)
+            ii, kk = np.nonzero(valid & (extra > 1e-12))
+            rows.append(np.full(ii.size, row))
+            cols.append(n * n_int + var[ii, row + ahead[kk]])
+            vals.append(extra[ii, kk])
     return sp.csr_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(n_int, n * n_int),
+        shape=(n_int, 2 * n * n_int),
     )
 
 
 @dataclass(frozen=True)
 class LPModel:
-    """The LP in cumulative form: minimise ``c·z + const`` subject to ``a_ub·z <= b_ub``
-    and ``0 <= z <= upper``, ``z`` flattened from ``(n, intervals)``; ``row_family``
-    names the family of each capacity row (the monotone rows follow them)."""
+    """The LP: minimise ``c·x + const`` subject to ``a_ub·x <= b_ub`` and
+    ``0 <= x <= upper``, ``x = (z, u)``, each flattened from ``(n, intervals)``
+    (cumulative completion ``z``, early share ``u``); ``row_family`` names the family
+    of each capacity row (the monotone and linking rows follow them)."""
 
     c: np.ndarray
     const: float
@@ -199,13 +216,27 @@ class LPModel:
     upper: np.ndarray
     tau: np.ndarray
     cost: np.ndarray
+    cost_early: np.ndarray
     cost_last: np.ndarray
     row_family: tuple[str, ...]
+    early: bool
 
     def indicator(self, completion: np.ndarray) -> np.ndarray:
-        """The integral point of a schedule with these completion times:
-        ``z_il = 1`` iff ``C_i <= τ_l``."""
-        return (np.asarray(completion)[:, None] <= self.tau[None, :]).astype(float).ravel()
+        """The point of a schedule with these completion times: ``z_il = 1`` iff
+        ``C_i <= τ_l``, and in ``C_i``'s interval ``(a, b]`` the early share
+        ``u = (b - C_i) / (b - a')``, ``a' = max(a + 1, o_i)``, so that ``C_i`` is the
+        mix ``u·a' + (1 - u)·b`` (``u = 0`` when the model has no early shares)."""
+        c = np.asarray(completion)
+        n, n_int = len(c), len(self.tau)
+        z = (c[:, None] <= self.tau[None, :]).astype(float)
+        u = np.zeros((n, n_int))
+        l_c = np.searchsorted(self.tau, c, side="left")  # C's interval (n_int: the last)
+        inside = (l_c < n_int) & self.early
+        rid = np.flatnonzero(inside)
+        b = self.tau[l_c[rid]].astype(float)
+        a = self.cost_early[rid, l_c[rid]]
+        u[rid, l_c[rid]] = np.where(b > a, (b - c[rid]) / np.maximum(b - a, 1), 0.0)
+        return np.concatenate([z.ravel(), u.ravel()])
 
 
 def build_lp(
@@ -217,6 +248,7 @@ def build_lp(
     partial: int | None = None,
     max_width: int | None = None,
     families: tuple[str, ...] | None = None,
+    early: bool | None = None,
 ) -> LPModel:
     """The LP with intervals up to ``horizon`` (any value keeps it a valid bound:
     completions after it cost ``horizon + 1`` in the last interval). ``eps`` (and the
@@ -229,6 +261,7 @@ def build_lp(
     max_vars = knobs["max_vars"] if max_vars is None else max_vars
     partial = knobs["partial"] if partial is None else partial
     families = tuple(knobs["families"] if families is None else families)
+    early = knobs["early"] if early is None else early
     unknown = [f for f in families if f not in DFFS]
     if unknown or not families:
         raise ValueError(f"unknown row families {unknown}; choose from {', '.join(DFFS)}")
@@ -245,15 +278,19 @@ def build_lp(
         tau = breakpoints(horizon, unit, eps, max_width)
     n_int = len(tau)
     lower = np.concatenate([[1.0], tau[:-1] + 1.0])  # earliest completion in interval l
-    # c_il for l = 1..L, and the last interval (tau_L, inf).
-    cost = np.maximum(o[:, None], lower[None, :])
+    # Completing in interval l costs its latest completion b = τ_l, less (b - a') for
+    # the early share u (a' = max(τ_{l-1} + 1, o_i), the earliest); the last interval
+    # (τ_L, ∞) costs its earliest, τ_L + 1.
+    cost_early = np.maximum(o[:, None], lower[None, :])
+    # Without the early share, each interval costs its earliest completion.
+    cost = np.maximum(o[:, None], tau[None, :].astype(float)) if early else cost_early
     cost_last = np.maximum(o, tau[-1] + 1.0)
     nxt = np.concatenate([cost[:, 1:], cost_last[:, None]], axis=1)
     # Σ_l (z_l - z_{l-1}) c_l + (1 - z_L) c_last = Σ_l z_l (c_l - c_{l+1}) + c_last.
     c = (cost - nxt).ravel()
     upper = np.where(tau[None, :] >= o[:, None], 1.0, 0.0).ravel()
     var = np.arange(n * n_int).reshape(n, n_int)
-    blocks = [_capacity_rows(inst, tau, var, DFFS[name], partial) for name in families]
+    blocks = [_capacity_rows(inst, tau, var, DFFS[name], partial, early) for name in families]
     # Monotone rows: z_il - z_i,l+1 <= 0.
     left = var[:, :-1].ravel()
     right = var[:, 1:].ravel()
@@ -265,16 +302,33 @@ def build_lp(
         ),
         shape=(m, n * n_int),
     )
+    nv = n * n_int
+    a_mono = sp.hstack([a_mono, sp.csr_matrix((m, nv))], format="csr")
+    # Linking rows: u_il <= y_il = z_il - z_i,l-1 (u fixed at 0 without ``early``).
+    cur = var.ravel()
+    has_prev = (cur % n_int) > 0
+    link = sp.csr_matrix(
+        (
+            np.concatenate([np.ones(nv), -np.ones(nv), np.ones(int(has_prev.sum()))]),
+            (
+                np.concatenate([cur, cur, cur[has_prev]]),
+                np.concatenate([nv + cur, cur, cur[has_prev] - 1]),
+            ),
+        ),
+        shape=(nv, 2 * nv),
+    )
     return LPModel(
-        c=c,
+        c=np.concatenate([c, -(cost - cost_early).ravel()]),
         const=float(cost_last.sum()),
-        a_ub=sp.vstack([*blocks, a_mono], format="csr"),
-        b_ub=np.concatenate([tau.astype(float)] * len(families) + [np.zeros(m)]),
-        upper=upper,
+        a_ub=sp.vstack([*blocks, a_mono, link], format="csr"),
+        b_ub=np.concatenate([tau.astype(float)] * len(families) + [np.zeros(m + nv)]),
+        upper=np.concatenate([upper, upper if early else np.zeros(nv)]),
         tau=tau,
         cost=cost,
+        cost_early=cost_early,
         cost_last=cost_last,
         row_family=tuple(name for name in families for _ in range(n_int)),
+        early=early,
     )
 
 
@@ -287,21 +341,27 @@ def lp_relaxation(
     partial: int | None = None,
     max_width: int | None = None,
     families: tuple[str, ...] | None = None,
+    early: bool | None = None,
 ) -> LPResult:
     """Solve :func:`build_lp` (same arguments) with HiGHS: the bound and the LP's
     expected completion time of every request."""
     n = inst.n
     if n == 0:
         return LPResult(0.0, 0.0, np.zeros(0), 0)
-    lp = build_lp(inst, horizon, unit, eps, max_vars, partial, max_width, families)
+    lp = build_lp(inst, horizon, unit, eps, max_vars, partial, max_width, families, early)
     bounds = np.stack([np.zeros_like(lp.upper), lp.upper], axis=1)
     res = linprog(lp.c, A_ub=lp.a_ub, b_ub=lp.b_ub, bounds=bounds, method="highs")
     if res.status != 0:
         raise RuntimeError(f"LP relaxation failed: {res.message}")
     n_int = len(lp.tau)
-    z = np.clip(res.x.reshape(n, n_int), 0.0, 1.0)
+    z = np.clip(res.x[: n * n_int].reshape(n, n_int), 0.0, 1.0)
+    u = np.clip(res.x[n * n_int :].reshape(n, n_int), 0.0, 1.0)
     y = np.diff(np.concatenate([np.zeros((n, 1)), z], axis=1), axis=1)
-    expected = (y * lp.cost).sum(axis=1) + (1.0 - z[:, -1]) * lp.cost_last
+    expected = (
+        (y * lp.cost).sum(axis=1)
+        - (u * (lp.cost - lp.cost_early)).sum(axis=1)
+        + (1.0 - z[:, -1]) * lp.cost_last
+    )
     total = float(res.fun + lp.const)
     return LPResult(total=total, mean=total / n, expected_completion=expected, intervals=n_int)
 

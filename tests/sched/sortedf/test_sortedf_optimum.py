@@ -60,6 +60,11 @@ def test_exact_optimum_and_lp_bound_bracket_every_algorithm() -> None:
         opt, _ = exact_optimum(inst)
         lb = lp_relaxation(inst, horizon=alg.default_horizon(inst)).total
         assert lb <= opt + 1e-6
+        # The large-n setting (geometric intervals, area rows, no early shares).
+        coarse = lp_relaxation(
+            inst, alg.default_horizon(inst), unit=2, eps=0.5, families=("area",), early=False
+        )
+        assert coarse.total <= opt + 1e-6
         worst_lb = max(worst_lb, opt / lb)
         for seg in (alg.fcfs(inst), alg.mc_sf(inst), alg.sorted_f(inst), alg.sorted_lp(inst)):
             assert simulate(inst, seg).total_latency >= opt
@@ -136,7 +141,9 @@ def test_row_families_are_dual_feasible(memory, sizes) -> None:
         assert (np.diff(f(x, memory)) >= -1e-12).all(), name
 
 
-@pytest.mark.parametrize("knobs", [{}, {"unit": 2, "eps": 0.5}, {"partial": 1}])
+@pytest.mark.parametrize(
+    "knobs", [{}, {"unit": 2, "eps": 0.5}, {"partial": 1}, {"early": False, "unit": 3}]
+)
 def test_every_row_holds_at_optimal_and_heuristic_schedules(knobs) -> None:
     """Put z at the exact optimum's completions (and at each algorithm's): every row of
     every family holds and the objective is at most the schedule's total latency."""
