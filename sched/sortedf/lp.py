@@ -3,35 +3,38 @@
 Completion-time intervals ``(τ_{l-1}, τ_l]`` (unit width up to ``unit``, then
 growing by a factor ``1 + eps``, never wider than ``max_width``) and a last one
 ``(τ_L, ∞)``. Variable ``y_il`` is the fraction of request ``i`` completing in
-interval ``l``; it is 0 where ``τ_l < o_i``.
+interval ``l``; it is 0 where ``τ_l < o_i``. With ``early`` (n <= 200), ``u_il`` in
+``[0, y_il]`` is its *early share*: a completion at ``C`` in ``[a, b]``, with
+``a = max(o_i, τ_{l-1} + 1)`` and ``b = τ_l``, is the mix ``u·a + (1 - u)·b``.
 
-* Objective: ``Σ_il y_il · max(o_i, τ_{l-1} + 1)``, the earliest completion the
-  interval allows.
+* Objective: ``Σ_il y_il · b - u_il · (b - a)`` (without ``early``: ``y_il · a``).
 * Capacity rows, one per interval ``l`` and per *row family* ``f``: a function
   of the share ``x = v / M`` of the KV cache a request holds with ``Σ f(x) <= 1``
   whenever ``Σ x <= 1`` (a dual-feasible function; ``f(x) = x`` is the memory-area
   family). Every step's running requests hold ``Σ v <= M``, so summing over steps
-  ``1..τ_l``: ``Σ_i Σ_l' y_il' · W_i(l, l') <= τ_l``, with
+  ``1..τ_l``: ``Σ_i Σ_l' y_il' · w_i(l, l') + u_il' · e_i(l, l') <= τ_l``. With
   ``W_i(k) = Σ_{j=1..k} f((s_i + j) / M)`` (the weight of a request's first ``k``
-  steps) and ``w_i(l, l') = W_i(o_i)`` for ``l' <= l`` (done by ``τ_l``),
-  ``W_i(max(0, τ_l - τ_l' + o_i))`` for ``l' > l`` (a request completing at
-  ``C <= τ_l'`` has run at least ``τ_l - τ_l' + o_i`` steps by ``τ_l``); at most
-  ``partial`` later intervals are counted, the rest as 0.
+  steps) and ``g(C) = W_i(max(0, τ_l - C + o_i))`` (the weight by ``τ_l`` of a run
+  completing at ``C > τ_l``): ``w_i(l, l') = W_i(o_i)`` for ``l' <= l`` (done by
+  ``τ_l``), ``g(b)`` for ``l' > l``, and ``e_i(l, l') = (g(b - 1) - g(b))·(b - a)``;
+  at most ``partial`` later intervals are counted, the rest as 0.
 
-Why it is a lower bound: take any feasible schedule (an optimal one included) and
-set ``y_il = 1`` for the interval holding ``C_i``. In each of the steps ``1..τ_l``
-the running requests' ``f`` sum to at most 1, so at most ``τ_l`` in all, and the
-steps contain at least ``w_i(l, l')`` of request ``i`` (all of it if it is done, at
-least its first ``τ_l - τ_l' + o_i`` steps otherwise; ``f >= 0`` makes ``W_i``
-non-decreasing, and counting less only weakens the row), so every row holds; ``y``
-sums to 1 per request; each objective term is at most ``C_i`` (``C_i >= o_i``,
-``C_i > τ_{l-1}`` in interval ``l``). So the LP optimum is at most the optimal total
-latency. Evictions do not help a schedule (dropping an aborted run only frees
-memory), so it bounds schedules with restarts too. docs/sortedf.md §3 has the
-proof that the families used are dual-feasible; tests/sched/sortedf/ check the
-rows against exact optima.
+Why it is a lower bound: take any feasible schedule (an optimal one included),
+set ``y_il = 1`` for the interval holding ``C_i`` and ``u_il = (b - C_i)/(b - a)``
+there. In each of the steps ``1..τ_l`` the running requests' ``f`` sum to at most 1,
+so at most ``τ_l`` in all. A request done by ``τ_l`` put all of ``W_i(o_i)`` there;
+one completing at ``C`` in a later interval put ``g(C)``, and its row terms sum to
+``g(b) + (g(b - 1) - g(b))·(b - C)``, the line through ``g`` at ``b - 1`` and ``b``,
+which is below ``g`` because ``g`` is convex in ``C`` (``f`` is non-decreasing);
+counting less only weakens a row. So every row holds, ``y`` sums to 1 per request,
+and the objective term is ``C_i`` (at most ``C_i`` without ``early``). So the LP
+optimum is at most the optimal total latency. Evictions do not help a schedule
+(dropping an aborted run only frees memory), so it bounds schedules with
+restarts too. docs/sortedf.md §3 has the full proof and why the families are
+dual-feasible; tests/sched/sortedf/ check every row at exact optima.
 
-Solved in cumulative form (``z_il = Σ_{l' <= l} y_il'``, ``z_il <= z_i,l+1``) by HiGHS.
+Solved in cumulative form (``z_il = Σ_{l' <= l} y_il'``, ``z_il <= z_i,l+1``,
+``u_il <= z_il - z_i,l-1``) by HiGHS.
 """
 
 from __future__ import annotations
