@@ -201,16 +201,17 @@ def _capacity_rows(
             vals.append(extra[ii, kk])
     return sp.csr_matrix(
         (np.concatenate(vals), (np.concatenate(rows), np.concatenate(cols))),
-        shape=(n_int, 2 * n * n_int),
+        shape=(n_int, (2 if early else 1) * n * n_int),
     )
 
 
 @dataclass(frozen=True)
 class LPModel:
     """The LP: minimise ``c·x + const`` subject to ``a_ub·x <= b_ub`` and
-    ``0 <= x <= upper``, ``x = (z, u)``, each flattened from ``(n, intervals)``
-    (cumulative completion ``z``, early share ``u``); ``row_family`` names the family
-    of each capacity row (the monotone and linking rows follow them)."""
+    ``0 <= x <= upper``, ``x = (z, u)`` (``u`` only with ``early``), each flattened
+    from ``(n, intervals)`` (cumulative completion ``z``, early share ``u``);
+    ``row_family`` names the family of each capacity row (the monotone and linking
+    rows follow them)."""
 
     c: np.ndarray
     const: float
@@ -228,13 +229,15 @@ class LPModel:
         """The point of a schedule with these completion times: ``z_il = 1`` iff
         ``C_i <= τ_l``, and in ``C_i``'s interval ``(a, b]`` the early share
         ``u = (b - C_i) / (b - a')``, ``a' = max(a + 1, o_i)``, so that ``C_i`` is the
-        mix ``u·a' + (1 - u)·b`` (``u = 0`` when the model has no early shares)."""
+        mix ``u·a' + (1 - u)·b`` (only ``z`` when the model has no early shares)."""
         c = np.asarray(completion)
         n, n_int = len(c), len(self.tau)
         z = (c[:, None] <= self.tau[None, :]).astype(float)
+        if not self.early:
+            return z.ravel()
         u = np.zeros((n, n_int))
         l_c = np.searchsorted(self.tau, c, side="left")  # C's interval (n_int: the last)
-        inside = (l_c < n_int) & self.early
+        inside = l_c < n_int
         rid = np.flatnonzero(inside)
         b = self.tau[l_c[rid]].astype(float)
         a = self.cost_early[rid, l_c[rid]]
@@ -306,26 +309,34 @@ def build_lp(
         shape=(m, n * n_int),
     )
     nv = n * n_int
-    a_mono = sp.hstack([a_mono, sp.csr_matrix((m, nv))], format="csr")
-    # Linking rows: u_il <= y_il = z_il - z_i,l-1 (u fixed at 0 without ``early``).
-    cur = var.ravel()
-    has_prev = (cur % n_int) > 0
-    link = sp.csr_matrix(
-        (
-            np.concatenate([np.ones(nv), -np.ones(nv), np.ones(int(has_prev.sum()))]),
+    b_ub = np.concatenate([tau.astype(float)] * len(families) + [np.zeros(m)])
+    if not early:
+        a_ub = sp.vstack([*blocks, a_mono], format="csr")
+    else:
+        # Early shares u after z; linking rows u_il <= y_il = z_il - z_i,l-1.
+        cur = var.ravel()
+        has_prev = (cur % n_int) > 0
+        link = sp.csr_matrix(
             (
-                np.concatenate([cur, cur, cur[has_prev]]),
-                np.concatenate([nv + cur, cur, cur[has_prev] - 1]),
+                np.concatenate([np.ones(nv), -np.ones(nv), np.ones(int(has_prev.sum()))]),
+                (
+                    np.concatenate([cur, cur, cur[has_prev]]),
+                    np.concatenate([nv + cur, cur, cur[has_prev] - 1]),
+                ),
             ),
-        ),
-        shape=(nv, 2 * nv),
-    )
+            shape=(nv, 2 * nv),
+        )
+        a_mono = sp.hstack([a_mono, sp.csr_matrix((m, nv))], format="csr")
+        a_ub = sp.vstack([*blocks, a_mono, link], format="csr")
+        b_ub = np.concatenate([b_ub, np.zeros(nv)])
+        c = np.concatenate([c, -(cost - cost_early).ravel()])
+        upper = np.concatenate([upper, upper])
     return LPModel(
-        c=np.concatenate([c, -(cost - cost_early).ravel()]),
+        c=c,
         const=float(cost_last.sum()),
-        a_ub=sp.vstack([*blocks, a_mono, link], format="csr"),
-        b_ub=np.concatenate([tau.astype(float)] * len(families) + [np.zeros(m + nv)]),
-        upper=np.concatenate([upper, upper if early else np.zeros(nv)]),
+        a_ub=a_ub,
+        b_ub=b_ub,
+        upper=upper,
         tau=tau,
         cost=cost,
         cost_early=cost_early,
@@ -358,7 +369,7 @@ def lp_relaxation(
         raise RuntimeError(f"LP relaxation failed: {res.message}")
     n_int = len(lp.tau)
     z = np.clip(res.x[: n * n_int].reshape(n, n_int), 0.0, 1.0)
-    u = np.clip(res.x[n * n_int :].reshape(n, n_int), 0.0, 1.0)
+    u = np.clip(res.x[n * n_int :].reshape(n, n_int), 0.0, 1.0) if lp.early else 0.0
     y = np.diff(np.concatenate([np.zeros((n, 1)), z], axis=1), axis=1)
     expected = (
         (y * lp.cost).sum(axis=1)
