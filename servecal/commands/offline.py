@@ -36,6 +36,12 @@ def offline(
     seeds: int = typer.Option(1, "--seeds", help="Instances (and prediction draws) to average."),
     seed: int = typer.Option(0, "--seed", help="First seed."),
     solver: str = typer.Option("auto", "--solver", help="Sorted-F Phase 1: auto|dp|swap|quantile."),
+    phase2: str = typer.Option(
+        "batch", "--phase2", help="Sorted-F Phase 2: batch (skip within a batch)|head|list."
+    ),
+    lookahead: int = typer.Option(
+        0, "--lookahead", help="Sorted-F Phase 2 may also admit from this many later batches."
+    ),
     alpha: float = typer.Option(0.1, "--alpha", help="FCFS watermark: admit while <= (1-alpha)M."),
     amin_width: float = typer.Option(
         0.5, "--amin-width", help="Amin predictions: lower bound o*U(1-w, 1)."
@@ -59,6 +65,8 @@ def offline(
         config = OfflineConfig(
             algos=tuple(a.strip() for a in algos.split(",") if a.strip()),
             solver=solver,
+            phase2=phase2,
+            lookahead=lookahead,
             alpha=alpha,
             amin_width=amin_width,
             lp_bound=lp,

@@ -95,3 +95,21 @@ def test_amin_and_forced_solver(data_dir) -> None:
     assert set(out["algos"]) == {"sorted-f", "sorted-f-amin"}
     bad = _run(*args, "--solver", "magic")
     assert bad.exit_code == 2 and "unknown solver" in bad.output
+
+
+def test_phase2_rule_and_lookahead_are_options(data_dir) -> None:
+    args = ["--requests", str(data_dir / "azure_conv_head.csv"), "--n", "40", "--memory", "5000"]
+    means = {}
+    for rule in ("head", "batch"):
+        res = _run(*args, "--algos", "sorted-f", "--phase2", rule, "--no-lp", "--json")
+        assert res.exit_code == 0, res.output
+        means[rule] = json.loads(res.stdout)["algos"]["sorted-f"]["mean_latency"]
+    assert means["batch"] <= means["head"]  # skipping inside a batch never starts later here
+    ahead = _run(*args, "--algos", "sorted-f", "--lookahead", "1", "--no-lp", "--json")
+    assert ahead.exit_code == 0, ahead.output
+    for flag, value, message in (
+        ("--phase2", "magic", "Phase-2"),
+        ("--lookahead", "-1", "lookahead"),
+    ):
+        bad = _run(*args, flag, value)
+        assert bad.exit_code == 2 and message in bad.output, bad.output
