@@ -61,7 +61,6 @@ class PagedBatch:
     tokens: torch.Tensor  # input ids, decode tokens first
 
     write_slots: torch.Tensor = field(init=False)
-    decode_blocks: torch.Tensor | None = field(init=False, default=None)
     decode_width: int = field(init=False, default=0)  # keys per decode row (blocks × size)
     decode_positions: torch.Tensor | None = field(init=False, default=None)  # new tokens' slots
     decode_rows: torch.Tensor | None = field(init=False, default=None)  # 0..n_decode-1
@@ -86,8 +85,8 @@ class PagedBatch:
         self.write_slots = torch.tensor(slots, dtype=torch.long, device=dev)
         if self.decode_rids:
             lengths = [n + 1 for n in self.decode_lengths]
-            self.decode_blocks, width = pool.padded_blocks(self.decode_rids, lengths)
-            self.decode_width = width * pool.block_size
+            bs = pool.block_size  # keys per row: the widest request's blocks
+            self.decode_width = max(-(-n // bs) for n in lengths) * bs
             self.decode_positions = torch.tensor(self.decode_lengths, dtype=torch.long, device=dev)
             self.decode_rows = torch.arange(len(self.decode_rids), device=dev)
             self.decode_buckets = pool.cached_buckets(tuple(self.decode_rids), lengths)
@@ -155,32 +154,67 @@ def decode_keys(
 
     ``k, v [n, kv_heads, head_dim]`` are this step's, already written to the pool.
     When the layer's :class:`DecodeView` holds this same group at these lengths they
-    are appended to it; otherwise every block is gathered from the pool (whole
-    ``block_size × head_dim`` rows of a ``[heads, blocks, size × hd]`` view: a 4-D
-    ``index_select`` takes a much slower path) into a new view.
+    are appended to it; when the group changed (a request joined, finished or was
+    preempted) the view is rebuilt by :func:`rebuild_view`, which copies the rows of
+    requests it already held and gathers only the newcomers' blocks.
     """
-    pool, n, width = batch.pool, batch.n_decode, batch.decode_width
-    assert batch.decode_blocks is not None and batch.decode_positions is not None
-    rids = tuple(batch.decode_rids)
+    pool, width = batch.pool, batch.decode_width
+    assert batch.decode_positions is not None
     view = pool.decode_views.get(layer)
-    if view is not None and view.matches(rids, batch.decode_lengths, width):
-        view.k[batch.decode_rows, :, batch.decode_positions] = k
-        view.v[batch.decode_rows, :, batch.decode_positions] = v
-    else:
-        pk, pv = pool.k[layer], pool.v[layer]  # [kv_heads, blocks, size, head_dim]
-        heads, blocks, size, hd = pk.shape
-        shape = (heads, batch.decode_blocks.numel(), size * hd)
-        rows_k, rows_v = pk.view(heads, blocks, size * hd), pv.view(heads, blocks, size * hd)
-        keys = torch.index_select(rows_k, 1, batch.decode_blocks, out=pool.scratch("k", shape))
-        vals = torch.index_select(rows_v, 1, batch.decode_blocks, out=pool.scratch("v", shape))
-        capacity = width + DECODE_VIEW_SLACK
-        view_k = pool.view_storage(f"k{layer}", (n, heads, capacity, hd))
-        view_v = pool.view_storage(f"v{layer}", (n, heads, capacity, hd))
-        view_k[:, :, :width] = keys.view(heads, n, width, hd).transpose(0, 1)
-        view_v[:, :, :width] = vals.view(heads, n, width, hd).transpose(0, 1)
-        view = pool.decode_views[layer] = DecodeView(rids, [], view_k, view_v)
+    if view is None or not view.matches(tuple(batch.decode_rids), batch.decode_lengths, width):
+        view = pool.decode_views[layer] = rebuild_view(batch, layer, view)
+    view.k[batch.decode_rows, :, batch.decode_positions] = k
+    view.v[batch.decode_rows, :, batch.decode_positions] = v
     view.lengths = [length + 1 for length in batch.decode_lengths]
     return view.k[:, :, :width], view.v[:, :, :width]
+
+
+def rebuild_view(batch: PagedBatch, layer: int, old: DecodeView | None) -> DecodeView:
+    """A :class:`DecodeView` of ``batch``'s decode group for ``layer`` (this step's token
+    not yet appended). A request ``old`` holds at the same length is *carried*: its
+    row is copied whole from ``old`` (contiguous memory); the others are *fresh*: their
+    blocks are gathered from the pool (whole ``block_size × head_dim`` rows of a
+    ``[heads, blocks, size × hd]`` view: a 4-D ``index_select`` takes a much slower
+    path). The new view lives in the other of two buffers, so ``old`` stays readable
+    while it is copied."""
+    pool, n, width = batch.pool, batch.n_decode, batch.decode_width
+    pk, pv = pool.k[layer], pool.v[layer]  # [kv_heads, blocks, size, head_dim]
+    heads, blocks, size, hd = pk.shape
+    held: dict[int, tuple[int, int]] = {}
+    if old is not None and len(old.lengths) == len(old.rids):
+        held = {r: (i, m) for i, (r, m) in enumerate(zip(old.rids, old.lengths, strict=True))}
+    carry_src, carry_dst, fresh = [], [], []
+    for i, (rid, length) in enumerate(zip(batch.decode_rids, batch.decode_lengths, strict=True)):
+        row = held.get(rid)
+        if row is not None and row[1] == length:
+            carry_src.append(row[0])
+            carry_dst.append(i)
+        else:
+            fresh.append(i)
+    parity = 1 - old.parity if old is not None else 0
+    capacity = width + DECODE_VIEW_SLACK
+    view_k = pool.view_storage(f"k{layer}.{parity}", (n, heads, capacity, hd))
+    view_v = pool.view_storage(f"v{layer}.{parity}", (n, heads, capacity, hd))
+    dev = view_k.device
+    if carry_src:
+        assert old is not None
+        span = min(old.k.shape[2], width)  # a carried row holds < width positions
+        src = torch.tensor(carry_src, device=dev)
+        dst = torch.tensor(carry_dst, device=dev)
+        view_k[dst, :, :span] = old.k[src, :, :span]
+        view_v[dst, :, :span] = old.v[src, :, :span]
+    if fresh:
+        rids = [batch.decode_rids[i] for i in fresh]
+        lengths = [batch.decode_lengths[i] + 1 for i in fresh]
+        table, wide = pool.padded_blocks(rids, lengths)
+        shape = (heads, table.numel(), size * hd)
+        rows_k, rows_v = pk.view(heads, blocks, size * hd), pv.view(heads, blocks, size * hd)
+        keys = torch.index_select(rows_k, 1, table, out=pool.scratch("k", shape))
+        vals = torch.index_select(rows_v, 1, table, out=pool.scratch("v", shape))
+        span, at = wide * size, torch.tensor(fresh, device=dev)
+        view_k[at, :, :span] = keys.view(heads, len(fresh), span, hd).transpose(0, 1)
+        view_v[at, :, :span] = vals.view(heads, len(fresh), span, hd).transpose(0, 1)
+    return DecodeView(tuple(batch.decode_rids), [], view_k, view_v, parity)
 
 
 def paged_attention(
@@ -198,7 +232,7 @@ def paged_attention(
     rows_k, rows_v = pk.view(heads, blocks, size * hd), pv.view(heads, blocks, size * hd)
     outs = []
     n = batch.n_decode
-    if batch.decode_blocks is not None:
+    if batch.decode_rids:
         keys, vals = decode_keys(batch, layer.index, k[:n], v[:n])
         for (start, stop, width), mask in zip(batch.decode_buckets, ictx.decode_mask, strict=True):
             rows = slice(start, stop)

@@ -97,12 +97,16 @@ class DecodeView:
     blocks, copied once); while the next iteration decodes the same requests at
     those lengths, only its new token is appended (as a paged-attention kernel
     reads the blocks in place) instead of re-gathering every block of every layer.
+    When the group changes, rows of requests that stay are copied into the next
+    view and only newcomers are gathered (``forward.rebuild_view``); a freed
+    request's row is voided (its rid becomes −1), never carried.
     """
 
     rids: tuple[int, ...]
     lengths: list[int]
     k: torch.Tensor
     v: torch.Tensor
+    parity: int = 0  # which of the layer's two buffers holds it (the next rebuild uses the other)
 
     def matches(self, rids: tuple[int, ...], lengths: list[int], width: int) -> bool:
         return self.rids == rids and self.lengths == lengths and self.k.shape[2] >= width
@@ -171,9 +175,9 @@ class PagedKVPool:
     def free(self, rid: int) -> int:
         """Return every block of ``rid`` to the pool; the tokens it held (0 if none)."""
         self._free.extend(self._tables.pop(rid, ()))
-        stale = [layer for layer, view in self.decode_views.items() if rid in view.rids]
-        for layer in stale:  # its blocks may be recomputed or reused: the copy is no longer true
-            del self.decode_views[layer]
+        for view in self.decode_views.values():  # its blocks may be reused: its row is void
+            if rid in view.rids:
+                view.rids = tuple(-1 if r == rid else r for r in view.rids)
         held = self._tokens.pop(rid, 0)
         self._used_tokens -= held
         return held

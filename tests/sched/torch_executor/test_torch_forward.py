@@ -213,11 +213,27 @@ def test_consecutive_decodes_append_to_the_view_and_match_a_full_gather(model, m
     assert pools[0].decode_views[0].lengths == [18, 26, 14]
 
 
-def test_freeing_a_request_drops_the_views_holding_it(model):
-    pool = _pool(block=4)
-    for rid, n in {1: 9, 2: 17}.items():
-        _prefill(model, pool, rid, _ids(n, rid))
-    _decode_steps(model, pool, {1: 9, 2: 17}, 1, regather=False)
-    assert set(pool.decode_views) == set(range(TINY.n_layers))
-    pool.free(2)
-    assert pool.decode_views == {}
+def test_a_changed_group_carries_the_rows_it_held_and_matches_a_full_gather(model):
+    """A request finishes (freed: its row is voided) and another joins: the next view
+    copies the staying rows, gathers only the newcomer, and gives a full gather's logits."""
+    pools = []
+    for _ in range(2):
+        pool = _pool(block=4)
+        for rid, n in {1: 9, 2: 17, 3: 5}.items():
+            _prefill(model, pool, rid, _ids(n, rid))
+        pools.append(pool)
+    results = []
+    for pool, regather in zip(pools, (False, True), strict=True):
+        lengths = {1: 9, 2: 17, 3: 5}
+        _decode_steps(model, pool, lengths, 2, regather=regather)
+        pool.free(2)
+        if not regather:
+            assert pool.decode_views[0].rids == (1, -1, 3)  # voided, not dropped
+        del lengths[2]
+        _prefill(model, pool, 4, _ids(12, 4))
+        lengths[4] = 12
+        results.append(_decode_steps(model, pool, lengths, 3, regather=regather))
+    for (got, _), (want, _) in zip(*results, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    assert pools[0].decode_views[0].rids == (1, 3, 4)
+    assert pools[0].decode_views[0].lengths == [14, 10, 15]
