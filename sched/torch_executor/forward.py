@@ -195,25 +195,21 @@ def rebuild_view(batch: PagedBatch, layer: int, old: DecodeView | None) -> Decod
     capacity = width + DECODE_VIEW_SLACK
     view_k = pool.view_storage(f"k{layer}.{parity}", (n, heads, capacity, hd))
     view_v = pool.view_storage(f"v{layer}.{parity}", (n, heads, capacity, hd))
-    dev = view_k.device
-    if carry_src:
+    # Row by row, each request's own length only: a group padded to its widest
+    # request would copy n × longest positions where the rows hold Σ lengths.
+    for src, dst in zip(carry_src, carry_dst, strict=True):
         assert old is not None
-        span = min(old.k.shape[2], width)  # a carried row holds < width positions
-        src = torch.tensor(carry_src, device=dev)
-        dst = torch.tensor(carry_dst, device=dev)
-        view_k[dst, :, :span] = old.k[src, :, :span]
-        view_v[dst, :, :span] = old.v[src, :, :span]
-    if fresh:
-        rids = [batch.decode_rids[i] for i in fresh]
-        lengths = [batch.decode_lengths[i] + 1 for i in fresh]
-        table, wide = pool.padded_blocks(rids, lengths)
-        shape = (heads, table.numel(), size * hd)
-        rows_k, rows_v = pk.view(heads, blocks, size * hd), pv.view(heads, blocks, size * hd)
+        held_len = batch.decode_lengths[dst]
+        view_k[dst, :, :held_len] = old.k[src, :, :held_len]
+        view_v[dst, :, :held_len] = old.v[src, :, :held_len]
+    rows_k, rows_v = pk.view(heads, blocks, size * hd), pv.view(heads, blocks, size * hd)
+    for i in fresh:
+        table, wide = pool.padded_blocks([batch.decode_rids[i]], [batch.decode_lengths[i] + 1])
+        shape = (heads, wide, size * hd)
         keys = torch.index_select(rows_k, 1, table, out=pool.scratch("k", shape))
         vals = torch.index_select(rows_v, 1, table, out=pool.scratch("v", shape))
-        span, at = wide * size, torch.tensor(fresh, device=dev)
-        view_k[at, :, :span] = keys.view(heads, len(fresh), span, hd).transpose(0, 1)
-        view_v[at, :, :span] = vals.view(heads, len(fresh), span, hd).transpose(0, 1)
+        view_k[i, :, : wide * size] = keys.view(heads, wide * size, hd)
+        view_v[i, :, : wide * size] = vals.view(heads, wide * size, hd)
     return DecodeView(tuple(batch.decode_rids), [], view_k, view_v, parity)
 
 
