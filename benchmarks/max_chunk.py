@@ -25,10 +25,10 @@ import warnings
 import numpy as np
 
 from servecal.costmodels.fit import fit_cost_table
-from servecal.costmodels.table import CostTable
 from servecal.costmodels.gbm import GBMQuantileRegressor
 from servecal.costmodels.predictor import largest_fitting
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
+from servecal.costmodels.table import CostTable
 
 N_DECODE = [0, 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
 CHUNK = [0, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]

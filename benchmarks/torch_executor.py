@@ -7,7 +7,10 @@
    calibration pass (one contiguous KV slot per sequence, uniform ``ctx``) on the
    same shape, interleaved, medians of ``--repeats``: how much a calibration of the
    contiguous layout under-predicts a paged engine.
-2. *Operator-level preemption*: a prefill chunk is asked to stop at a random moment
+2. *Decode-group change*: rebuilding a layer's decode view for 16 requests of
+   lognormal lengths when every row is carried from the previous view (copied at
+   its own length) against gathering every row's blocks from the pool.
+3. *Operator-level preemption*: a prefill chunk is asked to stop at a random moment
    (a timer thread); the blocking time (request → next operator boundary) against
    the whole pass, which an iteration-level engine would wait for.
 
@@ -28,7 +31,12 @@ from servecal.profiler.model import build_model
 from servecal.profiler.runner import point_batch
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.timing import LayerScale, make_clock, timed_iteration
-from servecal.sched.torch_executor.forward import ForwardRun, PagedBatch, StopSignal
+from servecal.sched.torch_executor.forward import (
+    ForwardRun,
+    PagedBatch,
+    StopSignal,
+    rebuild_view,
+)
 from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig
 
 SHAPES = [(4, 0, 512, 0), (16, 0, 512, 0), (24, 0, 1024, 0), (0, 256, 0, 0), (8, 256, 512, 1024)]
@@ -49,6 +57,33 @@ def paged_batch(model, pool, point: Point, ragged: int, step: int = 0) -> PagedB
         prefills = [(10_000, prefix, chunk)]
     tokens = torch.randint(0, model.shape.vocab, (n + chunk,), device=model.device)
     return PagedBatch(pool, list(range(n)), lengths, prefills, tokens)
+
+
+def rebuild_times(shape, layers, device, dtype, repeats: int) -> tuple[float, float, int]:
+    """Median ms of one layer's view rebuild: every row carried, and every row gathered."""
+    import time
+
+    pool = PagedKVPool(shape, layers, PoolConfig(65_536, 16, 64), device, dtype)
+    rng = np.random.default_rng(0)
+    lengths = sorted(np.clip(rng.lognormal(np.log(450), 0.7, 16), 50, 2500).astype(int).tolist())
+    lengths.reverse()
+    for rid, length in enumerate(lengths):
+        pool.reserve(rid, length + 1)
+        pool.commit(rid, length)
+    tokens = torch.zeros(len(lengths), dtype=torch.long, device=device)
+    batch = PagedBatch(pool, list(range(len(lengths))), lengths, [], tokens)
+    held = rebuild_view(batch, 0, None)
+    held.lengths = list(lengths)
+
+    def median_ms(old) -> float:
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter_ns()
+            rebuild_view(batch, 0, old)
+            times.append((time.perf_counter_ns() - t0) / 1e6)
+        return float(np.median(times))
+
+    return median_ms(held), median_ms(None), batch.decode_width
 
 
 def main() -> None:
@@ -80,6 +115,11 @@ def main() -> None:
                 paged.append(run.duration_ms)
         r, p = float(np.median(ref)), float(np.median(paged))
         print(f"{str(values):30s} {r:12.2f} {p:9.2f} {p / r:6.2f}")
+    carried, gathered, width = rebuild_times(shape, layers, device, model.dtype, args.repeats)
+    print(
+        f"decode view rebuild, 16 requests (width {width}): every row carried {carried:.2f} ms, "
+        f"every row gathered {gathered:.2f} ms per layer ({gathered / carried:.1f}x)"
+    )
     pool = PagedKVPool(shape, layers, PoolConfig(65_536, 16, 64), device, model.dtype)
     batch = paged_batch(model, pool, Point(0, 1024, 0, 0), 0)
     whole = []
