@@ -222,7 +222,8 @@ def grid_for(on_gpu: bool, scale: float) -> dict[str, Any] | None:
 def refine_axis(values: Sequence[int], max_ratio: float = 1.5) -> list[int]:
     """``values`` plus geometric steps between neighbours, no step above ``max_ratio``.
 
-    The table answers between grid points by rounding up, so a coarse measured grid
+    The demo's table answers between grid points by rounding up (its truth replays the
+    nearest measured point, a step function), so a coarse measured grid
     makes a planner pay for the next point (a 33-token chunk priced as 128). The fitted
     model is smooth between measured points, so the table is compiled on this finer
     grid; the conformal margin is still calibrated on held-out measured points.
