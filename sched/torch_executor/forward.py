@@ -172,8 +172,8 @@ def decode_keys(
 def rebuild_view(batch: PagedBatch, layer: int, old: DecodeView | None) -> DecodeView:
     """A :class:`DecodeView` of ``batch``'s decode group for ``layer`` (this step's token
     not yet appended). A request ``old`` holds at the same length is *carried*: its
-    row is copied whole from ``old`` (contiguous memory); the others are *fresh*: their
-    blocks are gathered from the pool (whole ``block_size × head_dim`` rows of a
+    row's positions are copied from ``old`` (contiguous memory); the others are
+    *fresh*: their blocks are gathered from the pool (whole ``block_size × head_dim`` rows of a
     ``[heads, blocks, size × hd]`` view: a 4-D ``index_select`` takes a much slower
     path). The new view lives in the other of two buffers, so ``old`` stays readable
     while it is copied."""
