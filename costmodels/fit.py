@@ -193,7 +193,7 @@ def fit_cost_table(
     folds = point_folds(ids, k, rng)
     X = frame[list(FEATURES)].to_numpy(dtype=float)
     y = frame["ms"].to_numpy(dtype=float)
-    query = [frame[c].to_numpy(dtype=float) for c in ("n_decode", "chunk", "ctx", "prefix")]
+    query = [X[:, k] for k in range(len(FEATURES))]  # predict()'s argument order
 
     def fit_grid(rows: np.ndarray) -> dict[float, np.ndarray]:
         fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(X[rows], y[rows])

@@ -320,11 +320,6 @@ class CostTable:
             flat = flat * ax.size + np.minimum(i, ax.size - 1)
         return flat, out
 
-    def _vindex(self, n: ArrayLike, ctx: ArrayLike, prefix: ArrayLike, chunk: ArrayLike):
-        flat, out = self.cells(n, chunk, ctx, prefix)
-        self._out_of_domain += int(out.sum())
-        return flat
-
     def _linear(self, values: list[float], n: float, ctx: float, prefix: float, c: float) -> float:
         """Scalar multilinear value of a flat grid list; counts the query if clamped."""
         corners, out = self._lin.row_corners(n, ctx, prefix)

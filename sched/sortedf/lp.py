@@ -41,6 +41,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
@@ -346,23 +347,13 @@ def build_lp(
     )
 
 
-def lp_relaxation(
-    inst: Instance,
-    horizon: int,
-    unit: int | None = None,
-    eps: float | None = None,
-    max_vars: int | None = None,
-    partial: int | None = None,
-    max_width: int | None = None,
-    families: tuple[str, ...] | None = None,
-    early: bool | None = None,
-) -> LPResult:
-    """Solve :func:`build_lp` (same arguments) with HiGHS: the bound and the LP's
-    expected completion time of every request."""
+def lp_relaxation(inst: Instance, horizon: int, **knobs: Any) -> LPResult:
+    """Solve :func:`build_lp` (``knobs``: its keyword arguments) with HiGHS: the bound
+    and the LP's expected completion time of every request."""
     n = inst.n
     if n == 0:
         return LPResult(0.0, 0.0, np.zeros(0), 0)
-    lp = build_lp(inst, horizon, unit, eps, max_vars, partial, max_width, families, early)
+    lp = build_lp(inst, horizon, **knobs)
     bounds = np.stack([np.zeros_like(lp.upper), lp.upper], axis=1)
     res = linprog(lp.c, A_ub=lp.a_ub, b_ub=lp.b_ub, bounds=bounds, method="highs")
     if res.status != 0:
