@@ -1,0 +1,52 @@
+"""Summarise torch-executor run folders: the README's results table, one row per run.
+
+For each ``RUN`` (a ``servecal simulate --executor torch --out RUN`` folder, seed 0):
+wall time, iterations, online P99+δ coverage and P50 MAPE (``run.json``), the median
+actual/P50 over all iterations and over decode-only iterations of 8+ requests, SLO
+attainment, recompute preemptions, and how much slower decode-only iterations run
+right after the decode group changed (``n_decode`` differs from the previous
+iteration's, or a prefill ran just before) than the other decode-only ones.
+
+    python benchmarks/torch_runs.py RUN [RUN ...]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+
+def row(run: Path) -> str:
+    seed = run / "seed-0"
+    summary = json.loads((seed / "run.json").read_text())["summary"]
+    it = pd.read_parquet(seed / "iterations.parquet")
+    ratio = it["duration_ms"] / it["pred_p50_ms"]
+    decode = it["chunk"] == 0
+    changed = (it["n_decode"] != it["n_decode"].shift(1)) | (it["chunk"].shift(1) > 0)
+    big = decode & (it["n_decode"] >= 8)
+    change_cost = ratio[decode & changed].median() / ratio[decode & ~changed].median()
+    online = summary["online"]
+    return (
+        f"| {run.name} | {summary['wall_s']:.1f} | {len(it)} | {online['p99_coverage']:.1%} "
+        f"| {online['p50_mape']:.1%} | {ratio.median():.2f} | {ratio[big].median():.2f} "
+        f"| {summary['attainment']:.1%} | {summary['preemptions']} "
+        f"| {(decode & changed).mean():.1%} | {change_cost:.2f} |"
+    )
+
+
+def main() -> None:
+    print(
+        "| run | wall s | iterations | online P99+δ coverage | online P50 MAPE "
+        "| median actual/P50 | … decodes ≥ 8 | attainment | recompute preemptions "
+        "| group-change iterations | their cost ÷ steady |"
+    )
+    print("| --- " * 11 + "|")
+    for arg in sys.argv[1:]:
+        print(row(Path(arg)))
+
+
+if __name__ == "__main__":
+    main()
