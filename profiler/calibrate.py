@@ -11,6 +11,7 @@ Output folder::
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from servecal.profiler.design import Grid, Point, default_grid, design_points
 from servecal.profiler.energy import open_meter
 from servecal.profiler.fingerprint import attention_backend, fingerprint
 from servecal.profiler.model import build_model, default_dtype
-from servecal.profiler.runner import MeasureConfig
+from servecal.profiler.runner import ContiguousLayout, MeasureConfig, PointLayout
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.shards import ShardStore
 from servecal.profiler.sweep import StopFlag, SweepOutcome, run_sweep
@@ -56,6 +57,7 @@ class CalibrateConfig:
     block: int | None = None
     resume: bool = False
     fit: bool = True
+    kv_layout: str | None = None  # default "contiguous"; on resume, the plan's
 
     def __post_init__(self) -> None:
         if self.budget_s is not None and self.budget_s <= 0:
@@ -110,6 +112,10 @@ def default_threads() -> int:
     return max(1, min(4, (cores or 2) // 2))
 
 
+#: Layouts the profiler itself provides; callers add theirs (see :func:`calibrate`).
+BUILTIN_LAYOUTS: dict[str, Callable[[], PointLayout]] = {"contiguous": ContiguousLayout}
+
+
 def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
     default_model = "tiny" if device.type == "cpu" else "llama-3-8b"
     shape = ModelShape.resolve(cfg.model or default_model)
@@ -127,6 +133,7 @@ def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
         "repeats": cfg.repeats or 20,
         "warmup": cfg.warmup,
         "seed": cfg.seed,
+        "kv_layout": cfg.kv_layout or "contiguous",
         "grid": grid.to_dict(),
         "points": [[p.n_decode, p.chunk, p.ctx, p.prefix] for p in points],
     }
@@ -143,8 +150,9 @@ def _check_resume(
         "layers_timed": cfg.layers,
         "dtype": cfg.dtype,
         "grid": None if cfg.grid is None else Grid.from_file(cfg.grid).to_dict(),
+        "kv_layout": cfg.kv_layout,
     }
-    stored = {**plan, "model": plan["shape"]}
+    stored = {"kv_layout": "contiguous", **plan, "model": plan["shape"]}
     for key, value in asked.items():
         if value is not None and value != stored[key]:
             raise InputError(
@@ -154,8 +162,21 @@ def _check_resume(
             )
 
 
-def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
-    """Run (or resume) a calibration into ``cfg.out``; see the module docstring for files."""
+def calibrate(
+    cfg: CalibrateConfig,
+    console: Console,
+    layouts: Mapping[str, Callable[[], PointLayout]] | None = None,
+) -> CalibrationResult:
+    """Run (or resume) a calibration into ``cfg.out``; see the module docstring for files.
+
+    ``layouts`` adds KV layouts ``cfg.kv_layout`` may name to :data:`BUILTIN_LAYOUTS`
+    (the CLI adds the torch executor's ``paged`` one).
+    """
+    available = {**BUILTIN_LAYOUTS, **(layouts or {})}
+    if cfg.kv_layout is not None and cfg.kv_layout not in available:
+        raise InputError(
+            f"--kv-layout must be one of {', '.join(available)}, got {cfg.kv_layout!r}"
+        )
     store = ShardStore(cfg.out)
     requested = resolve_device(cfg.device)
     if cfg.resume:
@@ -176,6 +197,9 @@ def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
 
     shape = ModelShape(**plan["shape"])
     points = [Point(*p) for p in plan["points"]]
+    layout_name = plan.get("kv_layout", "contiguous")
+    if layout_name not in available:
+        raise InputError(f"{store.plan_path}: KV layout {layout_name!r} is not available here")
     threads = None
     if device.type == "cuda":
         torch.cuda.set_device(device)  # events and default streams follow the current device
@@ -196,6 +220,7 @@ def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
         seed=plan["seed"],
         grid=plan["grid"],
         budget_s=cfg.budget_s,
+        kv_layout=layout_name,
     )
     # Interleave repeats over a few points on CPU (shared hosts are bursty); on a GPU
     # one point at a time, since every live point holds its KV in device memory.
@@ -218,6 +243,7 @@ def calibrate(cfg: CalibrateConfig, console: Console) -> CalibrationResult:
             stop,
             console,
             np.random.default_rng([plan["seed"], len(store.done())]),
+            available[layout_name](),
         )
     provenance["infeasible_points"] = store.infeasible()
     provenance["points_planned"] = len(points)

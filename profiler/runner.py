@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -64,6 +64,57 @@ def point_batch(model: Transformer, point: Point) -> tuple[IterationBatch, torch
     return batch, tokens
 
 
+class PreparedPoint(Protocol):
+    """A point ready to be timed: its KV allocated, its tokens drawn."""
+
+    def time(self, clock: CpuClock | CudaClock) -> list[float]:
+        """Run one iteration; its (embed, layers, head) segment times in ms."""
+        ...
+
+
+class PointLayout(Protocol):
+    """How a point's iteration is laid out in memory and run (``name`` goes in the
+    fingerprint as ``kv_layout``). The profiler's own is :class:`ContiguousLayout`;
+    the torch executor adds its paged one from ``servecal.sched`` (the profiler does
+    not import the scheduler: the CLI hands it in)."""
+
+    name: ClassVar[str]
+    #: Untimed iterations of a point run just before each timed one when a block
+    #: interleaves several points, so that the timed one starts with the caches
+    #: its own previous iteration left (as online, where an iteration follows one
+    #: much like it) rather than another point's.
+    preroll: ClassVar[int]
+
+    def prepare(self, model: Transformer, point: Point) -> PreparedPoint:
+        """Allocate ``point``'s KV and inputs (out-of-memory errors propagate)."""
+        ...
+
+
+@dataclass
+class ContiguousPoint:
+    """:func:`point_batch`'s batch, re-timed as it is (every repeat the same iteration)."""
+
+    model: Transformer
+    batch: IterationBatch
+    tokens: torch.Tensor
+
+    def time(self, clock: CpuClock | CudaClock) -> list[float]:
+        return timed_iteration(self.model, self.batch, self.tokens, clock)
+
+
+class ContiguousLayout:
+    """One contiguous KV pool per group, every decode at ``ctx`` (the profiler's layout)."""
+
+    name: ClassVar[str] = "contiguous"
+    # 0: the profiler's tables stay as they were calibrated so far. Interleaved
+    # points then start cold: a 1-decode point reads up to ~9% slower on a CPU than
+    # the same iteration run back to back (``benchmarks/interleave_cost.py``).
+    preroll: ClassVar[int] = 0
+
+    def prepare(self, model: Transformer, point: Point) -> ContiguousPoint:
+        return ContiguousPoint(model, *point_batch(model, point))
+
+
 def _is_oom(exc: BaseException) -> bool:
     if isinstance(exc, MemoryError):
         return True
@@ -78,11 +129,10 @@ def _is_oom(exc: BaseException) -> bool:
 
 @dataclass
 class _Live:
-    """A point being measured: its batch, tokens and rows so far."""
+    """A point being measured: its prepared iteration and rows so far."""
 
     point: Point
-    batch: IterationBatch
-    tokens: torch.Tensor
+    prepared: PreparedPoint
     rows: list[dict[str, Any]]
 
 
@@ -107,6 +157,7 @@ def measure_block(
     meter: EnergyMeter | None,
     rng: np.random.Generator,
     should_stop: Callable[[], bool] = lambda: False,
+    layout: PointLayout | None = None,
 ) -> list[list[dict[str, Any]] | PointInfeasible | None]:
     """Rows (samples-contract columns, one per repeat) or the reason, for each point.
 
@@ -116,26 +167,31 @@ def measure_block(
     point's median, and slow drifts do not line up with the repeat index.
     ``should_stop`` is polled between rounds; when it says so, the block is
     abandoned and its unfinished points come back as ``None`` (measure them again).
+    ``layout`` prepares and runs each point (default :class:`ContiguousLayout`).
     """
+    layout = layout or ContiguousLayout()
     results: list[list[dict[str, Any]] | PointInfeasible | None] = []
     live: dict[int, _Live] = {}
     for i, point in enumerate(points):
         try:
-            batch, tokens = _guard(model, point_batch, model, point)
+            prepared = _guard(model, layout.prepare, model, point)
             for _ in range(cfg.warmup):
-                _guard(model, timed_iteration, model, batch, tokens, clock)
+                _guard(model, prepared.time, clock)
         except PointInfeasible as exc:
             results.append(exc)
             continue
-        live[i] = _Live(point, batch, tokens, [])
+        live[i] = _Live(point, prepared, [])
         results.append([])
     for rep in range(cfg.repeats):
         if should_stop():  # abandon the block: unfinished points are not results
             return [r if isinstance(r, PointInfeasible) else None for r in results]
+        preroll = layout.preroll if len(live) > 1 else 0
         for i in [list(live)[j] for j in rng.permutation(len(live))]:
             lp = live[i]
             try:
-                segments = _guard(model, timed_iteration, model, lp.batch, lp.tokens, clock)
+                for _ in range(preroll):
+                    _guard(model, lp.prepared.time, clock)
+                segments = _guard(model, lp.prepared.time, clock)
             except PointInfeasible as exc:
                 results[i] = exc
                 del live[i]
@@ -146,7 +202,7 @@ def measure_block(
     for i, lp in live.items():
         energy_j, state = None, {}
         if meter is not None:
-            energy_j, state = _energy(model, lp, scale, cfg, clock, meter)
+            energy_j, state = _energy(lp, cfg, clock, meter)
         for row in lp.rows:
             row["energy_j"] = energy_j
             row.update(state)
@@ -155,9 +211,7 @@ def measure_block(
 
 
 def _energy(
-    model: Transformer,
     lp: _Live,
-    scale: LayerScale,
     cfg: MeasureConfig,
     clock: CpuClock | CudaClock,
     meter: EnergyMeter,
@@ -167,7 +221,7 @@ def _energy(
     t0 = time.perf_counter()
     count, measured_ms = 0, 0.0
     while count == 0 or time.perf_counter() - t0 < cfg.energy_window_s:
-        measured_ms += sum(timed_iteration(model, lp.batch, lp.tokens, clock))
+        measured_ms += sum(lp.prepared.time(clock))
         count += 1
     used_j = meter.read_j() - e0
     state = meter.device_state()

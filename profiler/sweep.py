@@ -32,7 +32,7 @@ from rich.progress import (
 from servecal.profiler.design import Point
 from servecal.profiler.energy import EnergyMeter
 from servecal.profiler.model import Transformer
-from servecal.profiler.runner import MeasureConfig, PointInfeasible, measure_block
+from servecal.profiler.runner import MeasureConfig, PointInfeasible, PointLayout, measure_block
 from servecal.profiler.shards import ShardStore
 from servecal.profiler.timing import CpuClock, CudaClock, LayerScale
 
@@ -84,8 +84,10 @@ def run_sweep(
     stop: StopFlag,
     console: Console,
     rng: np.random.Generator,
+    layout: PointLayout | None = None,
 ) -> SweepOutcome:
-    """Measure every planned point without a shard, in plan order."""
+    """Measure every planned point without a shard, in plan order (``layout``: see
+    :func:`~servecal.profiler.runner.measure_block`)."""
     done = store.done()
     todo = [i for i in range(len(plan)) if i not in done]
     start = time.monotonic()
@@ -126,7 +128,15 @@ def run_sweep(
             label = points[0].label() + (f" +{len(points) - 1}" if len(points) > 1 else "")
             bar.update(task, description=label, left=left())
             results = measure_block(
-                model, points, scale, cfg, clock, meter, rng, lambda: stop.signal is not None
+                model,
+                points,
+                scale,
+                cfg,
+                clock,
+                meter,
+                rng,
+                lambda: stop.signal is not None,
+                layout,
             )
             if model.device.type == "cuda":  # hand back the block's KV before the next sizes
                 torch.cuda.empty_cache()

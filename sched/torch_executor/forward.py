@@ -193,8 +193,8 @@ def rebuild_view(batch: PagedBatch, layer: int, old: DecodeView | None) -> Decod
             fresh.append(i)
     parity = 1 - old.parity if old is not None else 0
     capacity = width + DECODE_VIEW_SLACK
-    view_k = pool.view_storage(f"k{layer}.{parity}", (n, heads, capacity, hd))
-    view_v = pool.view_storage(f"v{layer}.{parity}", (n, heads, capacity, hd))
+    view_k = pool.view_buffer("k", layer, parity, (n, heads, capacity, hd))
+    view_v = pool.view_buffer("v", layer, parity, (n, heads, capacity, hd))
     # Row by row, each request's own length only: a group padded to its widest
     # request would copy n × longest positions where the rows hold Σ lengths.
     for src, dst in zip(carry_src, carry_dst, strict=True):

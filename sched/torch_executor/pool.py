@@ -112,6 +112,20 @@ class DecodeView:
         return self.rids == rids and self.lengths == lengths and self.k.shape[2] >= width
 
 
+#: Growth of a reusable buffer that is too small: by half again at least. Decode
+#: views widen a block at a time as requests grow; an exact-size buffer would be
+#: allocated (and zero-filled, page by page) again at nearly every group change, at
+#: several times the cost of the copy itself.
+BUFFER_GROWTH = 1.5
+
+
+def _grown(buf: torch.Tensor | None, numel: int) -> int:
+    """Elements to allocate for a buffer that must hold ``numel`` (``buf``: the old one)."""
+    if buf is None:
+        return max(numel, 1)
+    return max(numel, math.ceil(buf.numel() * BUFFER_GROWTH))
+
+
 class PagedKVPool:
     """Blocks of K/V storage for ``n_layers`` layers of ``shape`` (see module doc)."""
 
@@ -198,20 +212,33 @@ class PagedKVPool:
         numel = math.prod(shape)
         buf = self._scratch.get(name)
         if buf is None or buf.numel() < numel:
-            buf = torch.empty(max(numel, 1), device=self.k.device, dtype=self.k.dtype)
+            buf = torch.empty(_grown(buf, numel), device=self.k.device, dtype=self.k.dtype)
             self._scratch[name] = buf
         return buf[:numel].view(shape)
 
-    def view_storage(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
-        """Like :meth:`scratch`, for :class:`DecodeView` copies: zero-filled when grown
+    def view_buffer(
+        self, kind: str, layer: int, parity: int, shape: tuple[int, ...]
+    ) -> torch.Tensor:
+        """Storage of ``shape`` for one of a layer's two :class:`DecodeView` buffers
+        (``kind`` ``"k"`` or ``"v"``). Like :meth:`scratch`, but zero-filled when grown
         (positions past a row's length are masked, but 0 · NaN would still poison the
         sum), and afterwards holding only finite K/V copied from the pool."""
+        name = f"{kind}{layer}.{parity}"
         numel = math.prod(shape)
         buf = self._views_storage.get(name)
         if buf is None or buf.numel() < numel:
-            buf = torch.zeros(max(numel, 1), device=self.k.device, dtype=self.k.dtype)
+            buf = torch.zeros(_grown(buf, numel), device=self.k.device, dtype=self.k.dtype)
             self._views_storage[name] = buf
         return buf[:numel].view(shape)
+
+    def presize_views(self, rows: int, keys: int) -> None:
+        """Grow every layer's view buffers to hold ``rows × keys`` positions now (as a
+        long run's buffers already have), not at the first group changes."""
+        heads, hd = self.k.shape[1], self.k.shape[-1]
+        for layer in range(self.k.shape[0]):
+            for parity in (0, 1):
+                for kind in ("k", "v"):
+                    self.view_buffer(kind, layer, parity, (rows, heads, keys, hd))
 
     # -- reading ------------------------------------------------------------------------
     def tokens(self, rid: int) -> int:

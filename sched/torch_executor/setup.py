@@ -99,6 +99,13 @@ def load_setup(
         warnings.simplefilter("always")
         CostTable.load(path, fingerprint=fp)  # warns (does not refuse) on a mismatch
     notices += [f"warning: {w.message}" for w in caught]
+    # a servecal calibration from before layouts were recorded timed the contiguous one
+    layout = table_fp.get("kv_layout", "contiguous" if "layers_timed" in table_fp else None)
+    if layout not in (None, "paged"):
+        notices.append(
+            f"warning: {path} was calibrated with the {layout} KV layout; the torch executor "
+            "pages its KV (servecal calibrate --kv-layout paged times its own pass)"
+        )
     if table_fp.get("torch_threads") not in (None, used_threads):
         notices.append(
             f"warning: {path} was calibrated with {table_fp['torch_threads']} torch threads, "

@@ -37,6 +37,12 @@ def calibrate(
         None, help="Points whose repeats are interleaved (default 32 on CPU, 1 on CUDA)."
     ),
     fit: bool = typer.Option(True, "--fit/--no-fit", help="Fit costtable.json after the sweep."),
+    kv_layout: str = typer.Option(
+        None,
+        help="contiguous (the profiler's: every decode at ctx) or paged (the torch "
+        "executor's pool, ragged moving decode groups; for --executor torch tables). "
+        "Default contiguous; on --resume, the run's.",
+    ),
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
 
@@ -44,6 +50,7 @@ def calibrate(
 
     from servecal.profiler.calibrate import CalibrateConfig
     from servecal.profiler.calibrate import calibrate as run
+    from servecal.sched.torch_executor.calibration import PagedLayout
 
     cfg = CalibrateConfig(
         out=out,
@@ -59,8 +66,9 @@ def calibrate(
         block=block,
         resume=resume,
         fit=fit,
+        kv_layout=kv_layout,
     )
-    result = run(cfg, Console(stderr=True))
+    result = run(cfg, Console(stderr=True), layouts={PagedLayout.name: PagedLayout})
     typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")
     if result.outcome.stopped_by == "signal":
         raise typer.Exit(130)

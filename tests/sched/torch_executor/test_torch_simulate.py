@@ -21,7 +21,8 @@ def table(tmp_path_factory):
     res = CliRunner().invoke(
         app,
         ["calibrate", "--device", "cpu", "--model", "tiny", "--grid", str(root / "grid.json"),
-         "--repeats", "9", "--threads", "1", "--no-fit", "--out", str(cal)],
+         "--repeats", "9", "--threads", "1", "--no-fit", "--kv-layout", "paged",
+         "--out", str(cal)],
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     # half the 24 points held out: 108 rows certify the P99 margin (the default needs more)
@@ -80,6 +81,19 @@ def test_a_table_from_another_model_is_used_with_a_warning(table, tmp_path):
     res = _simulate(table, tmp_path / "run", "sloweave", "--model", str(tmp_path / "small.json"))
     assert res.exit_code == 0, res.output
     assert "fingerprint mismatch" in res.stderr and "model" in res.stderr
+
+
+def test_a_table_of_the_contiguous_layout_is_used_with_a_warning(table, tmp_path):
+    doc = json.loads(table.read_text())
+    assert doc["fingerprint"]["kv_layout"] == "paged"
+    doc["fingerprint"]["kv_layout"] = "contiguous"
+    other = tmp_path / "contiguous.json"
+    other.write_text(json.dumps(doc))
+    res = _simulate(other, tmp_path / "run", "sloweave")
+    assert res.exit_code == 0, res.output
+    assert "contiguous KV layout" in res.stderr and "--kv-layout paged" in res.stderr
+    res = _simulate(table, tmp_path / "run2", "sloweave")
+    assert res.exit_code == 0 and "KV layout" not in res.stderr
 
 
 @pytest.mark.parametrize(
