@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # GPU smoke check, for whenever a CUDA machine is available:
-#  1. the GPU-marked profiler tests (CUDA-event timing, NVML energy counter);
+#  1. the GPU-marked profiler and torch-executor tests (CUDA-event timing, NVML energy);
 #  2. a 3-minute llama-3-8b calibration on cuda:0 (4 of 32 layers timed, scaled).
 # Usage: benchmarks/gpu_smoke.sh [OUT_DIR]   (default: runs/gpu-smoke)
 set -euo pipefail
@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 out="${1:-runs/gpu-smoke}"
 python -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 'no CUDA device')"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || true
-pytest -q -m gpu tests/profiler
+pytest -q -m gpu tests/profiler tests/sched/torch_executor
 rm -rf "$out"
 time servecal calibrate --device cuda:0 --model llama-3-8b --budget 180 --out "$out"
 python - "$out" <<'PY'
