@@ -33,15 +33,18 @@ def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
     return np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
 
 
-#: Sorted-F's Phase-2 admission rules (docs/sortedf.md §2): ``batch`` (default) admits
-#: any waiting member of the earliest unfinished Phase-1 batch that fits (and of the
-#: next ``lookahead`` batches), ``head`` only the list's first waiting request, ``list``
-#: any waiting request at all.
-PHASE2 = ("batch", "head", "list")
+#: Sorted-F's Phase-2 admission rules (docs/sortedf.md §2): ``batch`` admits any
+#: waiting member of the earliest unfinished Phase-1 batch that fits (and of the next
+#: ``lookahead`` batches), ``head`` only the list's first waiting request, ``list`` any
+#: waiting request at all; ``best`` (default) runs ``batch`` with ``lookahead`` and
+#: ``lookahead + 1`` and ``head`` on the same list and keeps the schedule of least
+#: total latency (offline the outputs are known, so the model itself can judge; no
+#: rule is best on every instance; ``list`` is left out, 21–30 % worse at n = 2000).
+PHASE2 = ("best", "batch", "head", "list")
 
 
 def sorted_f(
-    inst: Instance, solver: str = "auto", phase2: str = "batch", lookahead: int = 0
+    inst: Instance, solver: str = "auto", phase2: str = "best", lookahead: int = 0
 ) -> Segments:
     """Sorted-F: Phase 1 batches, Phase 2 continuous batching by the ``phase2`` rule."""
     if phase2 not in PHASE2:
@@ -50,12 +53,19 @@ def sorted_f(
     if not batches:
         return Segments.from_starts(np.zeros(0, dtype=np.int64), inst.o)
     order = np.concatenate(batches)
+    group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    if phase2 == "best":
+        candidates = [
+            execute_groups(inst, order, group, lookahead),
+            execute_groups(inst, order, group, lookahead + 1),
+            execute_order(inst, order),
+        ]
+        # completion = start + o for every request: least Σ start is least latency
+        return Segments.from_starts(min(candidates, key=lambda st: int(st.sum())), inst.o)
     if phase2 == "head":
         return Segments.from_starts(execute_order(inst, order), inst.o)
     if phase2 == "list":
         group = np.zeros(order.size, dtype=np.int64)
-    else:
-        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
     return Segments.from_starts(execute_groups(inst, order, group, lookahead), inst.o)
 
 

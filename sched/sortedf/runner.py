@@ -26,7 +26,7 @@ class OfflineConfig:
     alpha: float = 0.1
     amin_width: float = 0.5
     lp_bound: bool = True
-    phase2: str = "batch"
+    phase2: str = "best"
     lookahead: int = 0
 
     def __post_init__(self) -> None:

@@ -37,7 +37,10 @@ def offline(
     seed: int = typer.Option(0, "--seed", help="First seed."),
     solver: str = typer.Option("auto", "--solver", help="Sorted-F Phase 1: auto|dp|swap|quantile."),
     phase2: str = typer.Option(
-        "batch", "--phase2", help="Sorted-F Phase 2: batch (skip within a batch)|head|list."
+        "best",
+        "--phase2",
+        help="Sorted-F Phase 2: best (the least latency of batch, batch+1 and head)|"
+        "batch (skip within a batch)|head|list.",
     ),
     lookahead: int = typer.Option(
         0, "--lookahead", help="Sorted-F Phase 2 may also admit from this many later batches."

@@ -100,11 +100,12 @@ def test_amin_and_forced_solver(data_dir) -> None:
 def test_phase2_rule_and_lookahead_are_options(data_dir) -> None:
     args = ["--requests", str(data_dir / "azure_conv_head.csv"), "--n", "40", "--memory", "5000"]
     means = {}
-    for rule in ("head", "batch"):
+    for rule in ("head", "batch", "best"):
         res = _run(*args, "--algos", "sorted-f", "--phase2", rule, "--no-lp", "--json")
         assert res.exit_code == 0, res.output
         means[rule] = json.loads(res.stdout)["algos"]["sorted-f"]["mean_latency"]
     assert means["batch"] <= means["head"]  # skipping inside a batch never starts later here
+    assert means["best"] <= min(means["batch"], means["head"])  # batch+1 and list too
     ahead = _run(*args, "--algos", "sorted-f", "--lookahead", "1", "--no-lp", "--json")
     assert ahead.exit_code == 0, ahead.output
     for flag, value, message in (

@@ -42,12 +42,26 @@ def test_all_schedules_are_feasible(reqs, slack, seed) -> None:
         alg.sorted_f(inst),
         alg.sorted_f(inst, phase2="head"),
         alg.sorted_f(inst, phase2="list"),
+        alg.sorted_f(inst, phase2="batch", lookahead=1),
         alg.sorted_f(inst, "swap"),
         alg.sorted_f(inst, "quantile"),
         alg.sorted_lp(inst),
         alg.sorted_f_amin(inst, rng, width=0.8),
     ):
         _check(inst, seg)
+
+
+@settings(max_examples=25, deadline=None)
+@given(requests, st.integers(0, 120))
+def test_the_best_phase2_is_the_least_latency_of_the_rules(reqs, slack) -> None:
+    inst = _instance(reqs, slack)
+    best = simulate(inst, alg.sorted_f(inst)).total_latency
+    rules = [
+        alg.sorted_f(inst, phase2="batch"),
+        alg.sorted_f(inst, phase2="batch", lookahead=1),
+        alg.sorted_f(inst, phase2="head"),
+    ]
+    assert best == min(simulate(inst, seg).total_latency for seg in rules)
 
 
 def _stepping_order(inst: Instance, order: np.ndarray) -> np.ndarray:
