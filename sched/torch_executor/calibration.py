@@ -63,8 +63,8 @@ class PagedPoint:
     point: Point
     layout: PagedLayout
     pool: PagedKVPool = field(init=False)
-    rids: list[int] = field(init=False)
-    lengths: list[int] = field(init=False)
+    rids: list[int] = field(init=False, default_factory=list)
+    lengths: list[int] = field(init=False, default_factory=list)
     tokens: torch.Tensor = field(init=False)
     steps: int = field(init=False, default=0)
     _next_rid: int = field(init=False, default=0)
@@ -102,7 +102,7 @@ class PagedPoint:
         return rid
 
     def _start_group(self) -> None:
-        for rid in getattr(self, "rids", []):
+        for rid in self.rids:
             self.pool.free(rid)
         self.lengths = self._start_lengths()
         self.rids = [self._join(length) for length in self.lengths]
