@@ -21,6 +21,7 @@ than ever handing out a block twice or beyond its storage.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -209,12 +210,7 @@ class PagedKVPool:
 
     def scratch(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
         """A reusable buffer of ``shape`` (grown, never shrunk) for gathers into ``name``."""
-        numel = math.prod(shape)
-        buf = self._scratch.get(name)
-        if buf is None or buf.numel() < numel:
-            buf = torch.empty(_grown(buf, numel), device=self.k.device, dtype=self.k.dtype)
-            self._scratch[name] = buf
-        return buf[:numel].view(shape)
+        return self._reused(self._scratch, name, shape, torch.empty)
 
     def view_buffer(
         self, kind: str, layer: int, parity: int, shape: tuple[int, ...]
@@ -223,12 +219,22 @@ class PagedKVPool:
         (``kind`` ``"k"`` or ``"v"``). Like :meth:`scratch`, but zero-filled when grown
         (positions past a row's length are masked, but 0 · NaN would still poison the
         sum), and afterwards holding only finite K/V copied from the pool."""
-        name = f"{kind}{layer}.{parity}"
+        return self._reused(self._views_storage, f"{kind}{layer}.{parity}", shape, torch.zeros)
+
+    def _reused(
+        self,
+        store: dict[str, torch.Tensor],
+        name: str,
+        shape: tuple[int, ...],
+        make: Callable[..., torch.Tensor],
+    ) -> torch.Tensor:
+        """``store[name]`` viewed as ``shape``; made anew by ``make`` (grown by half at
+        least, :func:`_grown`) when it is missing or too small."""
         numel = math.prod(shape)
-        buf = self._views_storage.get(name)
+        buf = store.get(name)
         if buf is None or buf.numel() < numel:
-            buf = torch.zeros(_grown(buf, numel), device=self.k.device, dtype=self.k.dtype)
-            self._views_storage[name] = buf
+            buf = make(_grown(buf, numel), device=self.k.device, dtype=self.k.dtype)
+            store[name] = buf
         return buf[:numel].view(shape)
 
     def presize_views(self, rows: int, keys: int) -> None:
