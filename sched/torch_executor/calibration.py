@@ -18,8 +18,9 @@ that cost time, and a table measured on it predicted the executor's iterations
 * *group changes*: every ``change_every`` (11) steps one request (in turn) leaves
   and a newcomer at its length joins, so the next pass rebuilds the views (rows
   carried, the newcomer gathered). With the runner's pre-roll (below) every other
-  step is timed and 1 in 22 timed iterations follows a change (1 in 11 without
-  it); online, 4–9 % of decode iterations do.
+  step is timed and an odd ``change_every`` puts every other change on a timed
+  step, so 1 in 11 timed iterations follows a change, as without the pre-roll;
+  online, 4–9 % of decode iterations do.
 
 The layout asks the runner for one untimed iteration before each timed one when
 points are interleaved (``preroll``): online an iteration follows one much like
