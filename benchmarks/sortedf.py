@@ -3,6 +3,8 @@
     python benchmarks/sortedf.py                 # solver/simulator times, 3 instances
     python benchmarks/sortedf.py --sweep         # where Sorted-F's gain grows and vanishes
     python benchmarks/sortedf.py --gap           # gap to the LP bound at n <= 200
+    python benchmarks/sortedf.py --gap --polish 1500 --gap-memory 8192
+                                                 # ... with Sorted-F's list polished
     python benchmarks/sortedf.py --online        # Sorted-F-Online in the reference engine
     python benchmarks/sortedf.py --phase2        # Sorted-F's Phase-2 admission rules compared
     python benchmarks/sortedf.py --tiny 1000     # ratios to the exact optimum, 1000 instances
@@ -137,17 +139,19 @@ def sweep(n: int, seeds: int) -> None:
         row(f"short fraction {frac}", frac, 16384)
 
 
-def gap(seeds: int) -> None:
+def gap(seeds: int, memories: tuple[int, ...] = (8192, 16384, 65536), polish: int = 0) -> None:
     cfg = OfflineConfig(algos=("mc-sf", "sorted-f", "sorted-lp"), lp_bound=True)
     print(f"gap = mean latency / LP lower bound, short-long:0.8, {seeds} seeds (mean, max)")
+    if polish:
+        print(f"sorted-f-polished = sorted-f with {polish} polish moves (seeded by the instance)")
     print(
         "sorted-f = Phase 2 'best' (default); sorted-f-batch = 'batch'; "
         "sorted-f+1 = 'batch' with lookahead 1; sorted-f-head = head-of-line Phase 2"
     )
-    for memory in (8192, 16384, 65536):
+    for memory in memories:
         for n in (25, 50, 100, 200):
             gaps: dict[str, list[float]] = {}
-            lp_s, lp_int = [], []
+            lp_s, lp_int, polish_s = [], [], []
             for seed in range(seeds):
                 inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
                 oc = run_instance(inst, cfg, np.random.default_rng(seed))
@@ -161,10 +165,17 @@ def gap(seeds: int) -> None:
                     ("sorted-f-head", alg.sorted_f(inst, phase2="head")),
                 ):
                     gaps.setdefault(name, []).append(simulate(inst, seg).mean_latency / oc.lp.mean)
+                if polish:
+                    seg, t = _timed(alg.sorted_f, inst, "auto", "best", 0, polish, seed)
+                    polish_s.append(t)
+                    gaps.setdefault("sorted-f-polished", []).append(
+                        simulate(inst, seg).mean_latency / oc.lp.mean
+                    )
             cells = "   ".join(f"{k} {np.mean(v):.3f} {np.max(v):.3f}" for k, v in gaps.items())
+            polished = f", polished in {np.mean(polish_s):.0f} s" if polish else ""
             print(
                 f"  M = {memory:>6}, n = {n:>3}: {cells}   | LP {np.mean(lp_s):.1f} s, "
-                f"{np.mean(lp_int):.0f} intervals",
+                f"{np.mean(lp_int):.0f} intervals{polished}",
                 flush=True,
             )
 
@@ -267,6 +278,8 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=3)
     ap.add_argument("--sweep", action="store_true", help="memory and mix sweeps instead")
     ap.add_argument("--gap", action="store_true", help="gap to the LP bound at n <= 200")
+    ap.add_argument("--polish", type=int, default=0, help="--gap: also Sorted-F polished")
+    ap.add_argument("--gap-memory", type=int, nargs="*", help="--gap: these M only")
     ap.add_argument("--tiny", type=int, default=0, help="instances checked against the optimum")
     ap.add_argument("--online", action="store_true", help="Sorted-F-Online in the engine")
     ap.add_argument("--phase2", action="store_true", help="Sorted-F's Phase-2 rules compared")
@@ -275,7 +288,7 @@ def main() -> None:
     if args.sweep:
         sweep(args.n, args.seeds)
     elif args.gap:
-        gap(args.seeds)
+        gap(args.seeds, tuple(args.gap_memory or (8192, 16384, 65536)), args.polish)
     elif args.tiny:
         tiny(args.tiny)
     elif args.online:

@@ -28,6 +28,7 @@ class OfflineConfig:
     lp_bound: bool = True
     phase2: str = "best"
     lookahead: int = 0
+    polish_moves: int = 0  # local moves on the Sorted-F list, scored on latency (0: off)
 
     def __post_init__(self) -> None:
         unknown = [a for a in self.algos if a not in ALGOS]
@@ -41,6 +42,8 @@ class OfflineConfig:
             )
         if self.lookahead < 0:
             raise ValueError("lookahead must be >= 0")
+        if self.polish_moves < 0:
+            raise ValueError("polish moves must be >= 0")
         if not 0.0 <= self.alpha < 1.0:
             raise ValueError("alpha must be in [0, 1)")
         if not 0.0 <= self.amin_width < 1.0:
@@ -87,7 +90,9 @@ def run_instance(inst: Instance, config: OfflineConfig, rng: np.random.Generator
         elif name == "mc-sf":
             seg = alg.mc_sf(inst)
         elif name == "sorted-f":
-            seg = alg.sorted_f(inst, config.solver, config.phase2, config.lookahead)
+            seg = alg.sorted_f(
+                inst, config.solver, config.phase2, config.lookahead, config.polish_moves
+            )
         elif name == "sorted-lp":
             seg = alg.sorted_lp(inst, out.lp)
         elif name == "sorted-f-amin":
