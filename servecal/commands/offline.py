@@ -50,7 +50,7 @@ def offline(
         0,
         "--polish",
         help="Sorted-F: this many local moves on its list, scored on the real latency "
-        "(about 0.2 s each at n = 100; 0: off).",
+        "(about 0.12 s each at n = 100; 0: off).",
     ),
     alpha: float = typer.Option(0.1, "--alpha", help="FCFS watermark: admit while <= (1-alpha)M."),
     amin_width: float = typer.Option(
