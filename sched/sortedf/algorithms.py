@@ -38,8 +38,7 @@ def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
 #: waiting member of the earliest unfinished Phase-1 batch that fits (and of the next
 #: ``lookahead`` batches), ``head`` only the list's first waiting request, ``list`` any
 #: waiting request at all; ``best`` (default) runs ``batch`` with ``lookahead`` to
-#: ``lookahead + 3`` (``+ 1`` above 500 requests) and ``head`` on the same list and
-#: keeps the schedule of least
+#: ``lookahead + 3`` and ``head`` on the same list and keeps the schedule of least
 #: total latency (offline the outputs are known, so the model itself can judge; no
 #: rule is best on every instance; ``list`` is left out, 21–30 % worse at n = 2000).
 PHASE2 = ("best", "batch", "head", "list")

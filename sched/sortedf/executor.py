@@ -9,23 +9,160 @@ Because the test is exact, no schedule here ever needs an eviction.
   ``phase2="head"``): at every boundary the head of the list is admitted if it
   fits; otherwise nothing further down the list is tried (as MC-SF says: "stop at
   the first that does not fit").
-* :func:`execute_groups`, *skipping within a group* (Sorted-F's default
-  ``phase2="batch"``, a group being a Phase-1 batch): at every boundary the
-  waiting entries of the earliest group that still has any (and of the next
-  ``lookahead`` groups) are tried in list order, and each that fits is admitted.
-  One group per entry is head-of-line again; one group for all is unrestricted
-  skipping.
+* :func:`execute_groups`, *skipping within a group* (Sorted-F's ``phase2="batch"``,
+  a group being a Phase-1 batch): at every boundary the waiting entries of the
+  earliest group that still has any (and of the next ``lookahead`` groups) are
+  tried in list order, and each that fits is admitted. One group per entry is
+  head-of-line again; one group for all is unrestricted skipping.
 
 Both are event-driven: between two completions the running set is fixed, so the
-earliest boundary at which a candidate fits is found in one vectorised pass
-instead of stepping through time.
+earliest boundary at which a candidate fits is found by jumping over the
+boundaries that break a constraint instead of stepping through time. The loops
+are compiled with numba (``cache=True``: the first call in a fresh install
+compiles for a few seconds, later processes load the cache): list polishing
+runs the executor ~10⁵ times per instance, and compiled it costs ~0.2 ms at
+n = 200 where the vectorised numpy version it replaced took ~70 ms
+(``benchmarks/sortedf.py``). tests/sched/sortedf check both rules against
+step-by-step references.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from numba import njit
 
 from servecal.sched.sortedf.model import Instance
+
+
+@njit(cache=True)
+def _fit_tables(end: np.ndarray, off: np.ndarray, r: int, memory: int, suf_off, slack) -> None:
+    """For running requests ``0..r-1`` sorted by completion ``end`` (a request holds
+    ``off + t`` at step ``t``): ``suf_off[k] = Σ_{m >= k} off[m]`` and ``slack[k]``,
+    the memory left at step ``end[k]`` (every request with ``end >= end[k]`` still
+    holds its KV then)."""
+    suf_off[r] = 0
+    for k in range(r - 1, -1, -1):
+        suf_off[k] = suf_off[k + 1] + off[k]
+    k = 0
+    while k < r:
+        j = k
+        while j < r and end[j] == end[k]:
+            j += 1
+        left = memory - (suf_off[k] + end[k] * (r - k))
+        for q in range(k, j):
+            slack[q] = left
+        k = j
+
+
+@njit(cache=True)
+def _earliest(end, suf_off, slack, r: int, s: int, o: int, memory: int, lo: int, hi: int) -> int:
+    """First boundary ``p`` in ``[lo, hi]`` at which a request ``(s, o)`` can start
+    next to running requests ``0..r-1`` (tables of :func:`_fit_tables`; all still run
+    through ``hi``), or -1.
+
+    Started at ``p`` it holds ``s + t - p`` at step ``t`` in ``(p, p + o]``. Two tests:
+    at a running request's completion ``end[k]`` (if the newcomer still runs then,
+    ``p >= end[k] - o``) it must fit in ``slack[k]``, which fails for
+    ``p < end[k] + s - slack[k]``; and at its own completion ``p + o`` it holds
+    ``s + o`` beside whoever still runs. A failing ``p`` jumps to the first boundary
+    that can pass the test it failed, so each candidate takes a few passes over
+    the running set."""
+    p = lo
+    while p <= hi:
+        moved = False
+        for k in range(r):
+            if end[k] - o <= p <= end[k] + s - slack[k] - 1:
+                p = end[k] + s - slack[k]
+                moved = True
+        if moved:
+            continue
+        t = p + o
+        idx = 0  # first request still running at step t
+        while idx < r and end[idx] < t:
+            idx += 1
+        if suf_off[idx] + t * (r - idx) + s + o <= memory:
+            return p
+        # Until p + o passes end[idx] the same requests are there and hold more.
+        p = end[idx] - o + 1
+    return -1
+
+
+@njit(cache=True)
+def _admit(s, o, memory: int, order, group, lookahead: int):
+    """Start boundary of every request under the skipping rule (see module doc);
+    ``group`` non-decreasing along ``order``."""
+    n = order.size
+    starts = np.full(n, -1, np.int64)
+    waiting = np.ones(n, np.bool_)
+    n_groups = 0
+    for k in range(n):
+        if k == 0 or group[k] != group[k - 1]:
+            n_groups += 1
+    g_start = np.empty(n_groups + 1, np.int64)  # list position where each group begins
+    g = -1
+    for k in range(n):
+        if k == 0 or group[k] != group[k - 1]:
+            g += 1
+            g_start[g] = k
+    g_start[n_groups] = n
+    g_left = g_start[1:] - g_start[:-1]  # waiting entries per group
+    end = np.empty(n, np.int64)  # running requests, sorted by completion
+    off = np.empty(n, np.int64)
+    suf_off = np.empty(n + 1, np.int64)
+    slack = np.empty(n, np.int64)
+    cand = np.empty(n, np.int64)
+    r, tau, g_first, left = 0, 0, 0, n
+    while left > 0:
+        done = 0  # requests completed by tau are the first ones
+        while done < r and end[done] <= tau:
+            done += 1
+        if done:
+            end[: r - done] = end[done:r].copy()
+            off[: r - done] = off[done:r].copy()
+            r -= done
+        while g_left[g_first] == 0:
+            g_first += 1
+        c, seen, g = 0, 0, g_first  # candidates: the first 1 + lookahead live groups
+        while g < n_groups and seen <= lookahead:
+            if g_left[g] > 0:
+                for k in range(g_start[g], g_start[g + 1]):
+                    if waiting[k]:
+                        cand[c] = k
+                        c += 1
+                seen += 1
+            g += 1
+        pick, p = cand[0], tau  # alone, every request fits: s + o <= M
+        if r:
+            _fit_tables(end, off, r, memory, suf_off, slack)
+            # The earliest boundary wins, and at equal boundaries the earlier entry:
+            # later entries only need searching strictly before the best found.
+            pick, p = -1, end[0]
+            for a in range(c):
+                i = order[cand[a]]
+                q = _earliest(end, suf_off, slack, r, s[i], o[i], memory, tau, p - 1)
+                if q >= 0:
+                    pick, p = cand[a], q
+                    if q == tau:
+                        break
+            if pick < 0:  # nothing fits before the next completion
+                tau = end[0]
+                continue
+        i = order[pick]
+        waiting[pick] = False
+        left -= 1
+        g = g_first
+        while g_start[g + 1] <= pick:
+            g += 1
+        g_left[g] -= 1
+        tau = p
+        starts[i] = p
+        k = r  # insert by completion
+        while k > 0 and end[k - 1] > p + o[i]:
+            end[k], off[k] = end[k - 1], off[k - 1]
+            k -= 1
+        end[k], off[k] = p + o[i], s[i] - p
+        r += 1
+    return starts
 
 
 def _earliest_fit(
@@ -37,108 +174,33 @@ def _earliest_fit(
     lo: int,
     hi: int,
 ) -> int | None:
-    """First boundary ``p`` in ``[lo, hi]`` at which a request ``(s, o)`` can start.
-
-    ``r_off[k] = s_k - S_k`` and ``r_end[k] = C_k`` describe the running requests,
-    all of which are still running through ``hi`` (``C_k > hi``). At step ``t`` a
-    running request holds ``r_off + t``; the newcomer started at ``p`` holds
-    ``s + t - p`` for ``p < t <= p + o``.
-    """
+    """First boundary ``p`` in ``[lo, hi]`` at which a request ``(s, o)`` can start
+    beside running requests holding ``r_off + t`` at step ``t`` and completing at
+    ``r_end`` (all ``> hi``), or None."""
     if lo > hi:
         return None
-    order = np.argsort(r_end, kind="stable")
-    end = r_end[order]
-    off = r_off[order]
-    # Suffix sums: requests with C >= end[k] are exactly positions k.. (after sorting).
-    suf_off = np.concatenate([np.cumsum(off[::-1])[::-1], [0]])
-    suf_cnt = np.arange(len(end), -1, -1)
-    first = np.searchsorted(end, end, side="left")
-    usage_at_end = suf_off[first] + end * suf_cnt[first]
-    slack = memory - usage_at_end
-    # At t = C_k the newcomer holds s + C_k - p if it is still running (p >= C_k - o);
-    # this breaks the cap while p < C_k + s - slack_k.
-    bad_lo = np.maximum(end - o, lo)
-    bad_hi = np.minimum(end + s - slack - 1, hi)
-    hit = bad_lo <= bad_hi
-    width = hi - lo + 1
-    diff = np.zeros(width + 1, dtype=np.int64)
-    np.add.at(diff, bad_lo[hit] - lo, 1)
-    np.add.at(diff, bad_hi[hit] - lo + 1, -1)
-    ok = np.cumsum(diff[:width]) == 0
-    # At its own completion t = p + o the newcomer holds s + o.
-    p = np.arange(lo, hi + 1, dtype=np.int64)
-    t = p + o
-    idx = np.searchsorted(end, t, side="left")
-    ok &= suf_off[idx] + t * suf_cnt[idx] + s + o <= memory
-    where = np.flatnonzero(ok)
-    return int(lo + where[0]) if where.size else None
+    idx = np.argsort(r_end, kind="stable")
+    end = np.ascontiguousarray(r_end[idx], dtype=np.int64)
+    off = np.ascontiguousarray(r_off[idx], dtype=np.int64)
+    r = end.size
+    suf_off = np.empty(r + 1, dtype=np.int64)
+    slack = np.empty(max(r, 1), dtype=np.int64)
+    _fit_tables(end, off, r, memory, suf_off, slack)
+    p = _earliest(end, suf_off, slack, r, s, o, memory, lo, hi)
+    return None if p < 0 else int(p)
+
+
+def _check_order(order: np.ndarray, n: int) -> np.ndarray:
+    order = np.asarray(order, dtype=np.int64)
+    if order.shape != (n,) or not np.array_equal(np.sort(order), np.arange(n)):
+        raise ValueError("order must be a permutation of the request indices")
+    return order
 
 
 def execute_order(inst: Instance, order: np.ndarray) -> np.ndarray:
-    """Start boundaries of every request when admitted in ``order`` (see module doc)."""
-    s, o, memory = inst.s, inst.o, inst.memory
-    n = inst.n
-    order = np.asarray(order, dtype=np.int64)
-    if sorted(order.tolist()) != list(range(n)):
-        raise ValueError("order must be a permutation of the request indices")
-    starts = np.full(n, -1, dtype=np.int64)
-    r_off = np.zeros(0, dtype=np.int64)
-    r_end = np.zeros(0, dtype=np.int64)
-    tau = 0
-    head = 0
-    while head < n:
-        live = r_end > tau
-        if not live.all():
-            r_off, r_end = r_off[live], r_end[live]
-        i = int(order[head])
-        if r_end.size == 0:
-            p: int | None = tau  # alone it always fits: s + o <= M
-        else:
-            p = _earliest_fit(r_off, r_end, int(s[i]), int(o[i]), memory, tau, int(r_end.min()) - 1)
-        if p is None:
-            tau = int(r_end.min())
-            continue
-        tau = p
-        starts[i] = p
-        r_off = np.append(r_off, s[i] - p)
-        r_end = np.append(r_end, p + o[i])
-        head += 1
-    return starts
-
-
-def _earliest_fits(
-    r_off: np.ndarray,
-    r_end: np.ndarray,
-    s: np.ndarray,
-    o: np.ndarray,
-    memory: int,
-    lo: int,
-    hi: int,
-) -> np.ndarray:
-    """:func:`_earliest_fit` for many candidates at once (``-1`` where none fits in
-    ``[lo, hi]``): the same two tests, on a candidates × boundaries grid."""
-    order = np.argsort(r_end, kind="stable")
-    end = r_end[order]
-    off = r_off[order]
-    suf_off = np.concatenate([np.cumsum(off[::-1])[::-1], [0]])
-    suf_cnt = np.arange(len(end), -1, -1)
-    first = np.searchsorted(end, end, side="left")
-    slack = memory - (suf_off[first] + end * suf_cnt[first])
-    width = hi - lo + 1
-    c = len(s)
-    bad_lo = np.maximum(end[None, :] - o[:, None], lo)  # (c, r)
-    bad_hi = np.minimum(end[None, :] + s[:, None] - slack[None, :] - 1, hi)
-    hit = bad_lo <= bad_hi
-    rows = np.broadcast_to(np.arange(c)[:, None], hit.shape)[hit]
-    diff = np.zeros((c, width + 1), dtype=np.int64)
-    np.add.at(diff, (rows, bad_lo[hit] - lo), 1)
-    np.add.at(diff, (rows, bad_hi[hit] - lo + 1), -1)
-    ok = np.cumsum(diff[:, :width], axis=1) == 0
-    t = np.arange(lo, hi + 1, dtype=np.int64)[None, :] + o[:, None]  # own completion
-    idx = np.searchsorted(end, t, side="left")
-    ok &= suf_off[idx] + t * suf_cnt[idx] + (s + o)[:, None] <= memory
-    found = ok.any(axis=1)
-    return np.where(found, lo + ok.argmax(axis=1), -1)
+    """Start boundaries of every request when admitted in ``order`` (head-of-line)."""
+    order = _check_order(order, inst.n)
+    return _admit(inst.s, inst.o, inst.memory, order, np.arange(inst.n, dtype=np.int64), 0)
 
 
 def execute_groups(
@@ -149,52 +211,16 @@ def execute_groups(
     ``group[k]`` is the group of the list's ``k``-th entry (non-decreasing). At every
     boundary the waiting entries of the earliest ``1 + lookahead`` groups that still
     have any are tried in list order, each admitted if it fits (the test of
-    :func:`execute_order`). Exact and event-driven: between two completions the
-    earliest boundary at which each candidate fits is computed at once; the first
-    such boundary is taken, the first candidate in list order that fits there
-    starts, and the rest are re-tested with it running."""
-    s, o, memory = inst.s, inst.o, inst.memory
-    n = inst.n
-    order = np.asarray(order, dtype=np.int64)
+    :func:`execute_order`): the earliest boundary at which any of them fits is
+    taken, the first of them in list order that fits there starts, and the rest
+    are re-tested with it running."""
+    order = _check_order(order, inst.n)
     group = np.asarray(group, dtype=np.int64)
-    if sorted(order.tolist()) != list(range(n)):
-        raise ValueError("order must be a permutation of the request indices")
     if group.shape != order.shape or (np.diff(group) < 0).any():
         raise ValueError("group must give one non-decreasing group per list entry")
     if lookahead < 0:
         raise ValueError("lookahead must be >= 0")
-    starts = np.full(n, -1, dtype=np.int64)
-    r_off = np.zeros(0, dtype=np.int64)
-    r_end = np.zeros(0, dtype=np.int64)
-    bounds = np.flatnonzero(np.diff(group)) + 1
-    pending = [part.tolist() for part in np.split(order, bounds) if part.size]
-    tau = 0
-    while pending:
-        live = r_end > tau
-        if not live.all():
-            r_off, r_end = r_off[live], r_end[live]
-        window = pending[: lookahead + 1]
-        cand = np.asarray([i for part in window for i in part], dtype=np.int64)
-        if r_end.size == 0:
-            pick, p = 0, tau  # alone every request fits: s + o <= M
-        else:
-            fits = _earliest_fits(r_off, r_end, s[cand], o[cand], memory, tau, int(r_end.min()) - 1)
-            if (fits < 0).all():
-                tau = int(r_end.min())
-                continue
-            p = int(fits[fits >= 0].min())
-            pick = int(np.flatnonzero(fits == p)[0])
-        i = int(cand[pick])
-        for part in window:
-            if i in part:
-                part.remove(i)
-                break
-        pending = [part for part in pending if part]
-        tau = p
-        starts[i] = p
-        r_off = np.append(r_off, s[i] - p)
-        r_end = np.append(r_end, p + o[i])
-    return starts
+    return _admit(inst.s, inst.o, inst.memory, order, group, int(lookahead))
 
 
 def future_peak(held: np.ndarray, remaining: np.ndarray) -> int:

@@ -10,10 +10,12 @@ when the total latency does not grow (ties are taken, to cross plateaus).
 Moves stay local, within ``window`` places: swap two entries (each keeps its
 place's batch), or take one entry out and put it back elsewhere, joining the
 batch of the place it lands on (batch ids stay non-decreasing along the list).
-The search is deterministic for a seed and a number of moves; it costs about
-one Phase-2 run per move (25 ms at n = 25, 0.18 s at n = 200 on this host in
-``benchmarks/sortedf.py --gap --polish``), which is why it is off by default and
-meant for n in the hundreds.
+The search is deterministic for a seed and a number of moves. A move costs about
+one Phase-2 run (compiled, :mod:`.executor`): ~0.3 ms at n = 200 on this host
+(``benchmarks/sortedf.py --polish-cost``), so 10⁵ moves take about half a minute
+there; the gain keeps coming slowly for tens of thousands of moves. It is off by
+default (its cost grows with n: a run is ~15× dearer at n = 2000) and meant for
+n in the hundreds.
 """
 
 from __future__ import annotations
@@ -23,13 +25,9 @@ import numpy as np
 from servecal.sched.sortedf.executor import execute_groups, execute_order
 from servecal.sched.sortedf.model import Instance
 
-
-def extra_lookahead(n: int) -> int:
-    """Look-ahead depths the ``best`` Phase 2 tries beyond the one asked for: 3 up to
-    500 requests (on the gap benchmark's M = 8,192 instances each of 1–4 batches
-    wins somewhere), 1 above (each run costs ~0.7 s at n = 2000, against a 10 s
-    budget for the whole solver); the same kind of size rule as Phase 1's solvers."""
-    return 3 if n <= 500 else 1
+#: Look-ahead depths the ``best`` Phase 2 tries beyond the one asked for (on the gap
+#: benchmark's M = 8,192 instances each of 1-4 batches wins somewhere).
+EXTRA_LOOKAHEAD = 3
 
 
 def _run(inst: Instance, order: np.ndarray, group: np.ndarray, rule: int | None) -> np.ndarray:
@@ -43,7 +41,7 @@ def _run(inst: Instance, order: np.ndarray, group: np.ndarray, rule: int | None)
 def _best(
     inst: Instance, order: np.ndarray, group: np.ndarray, lookahead: int
 ) -> tuple[np.ndarray, int | None]:
-    rules: list[int | None] = [lookahead + e for e in range(extra_lookahead(inst.n) + 1)]
+    rules: list[int | None] = [lookahead + e for e in range(EXTRA_LOOKAHEAD + 1)]
     runs = [(_run(inst, order, group, rule), rule) for rule in [*rules, None]]
     # completion = start + o for every request: least Σ start is least latency
     return min(runs, key=lambda run: int(run[0].sum()))
@@ -53,7 +51,7 @@ def best_starts(
     inst: Instance, order: np.ndarray, group: np.ndarray, lookahead: int = 0
 ) -> np.ndarray:
     """Start boundaries of the least-latency run of ``order`` among the ``best`` Phase-2
-    candidates: ``batch`` with ``lookahead`` up to ``lookahead + extra_lookahead(n)``
+    candidates: ``batch`` with ``lookahead`` up to ``lookahead + EXTRA_LOOKAHEAD``
     batches of look-ahead, and head-of-line."""
     return _best(inst, order, group, lookahead)[0]
 

@@ -111,7 +111,7 @@ def test_breakpoints_cover_the_horizon() -> None:
         # Memory binds lightly: the seed's 1.03-1.09 range holds (measured 1.00-1.02).
         (40, 65536, 1.10),
         # Memory binds (about 6 long prompts fit): measured 1.06-1.09. With 2-3 long
-        # prompts (M = 8192) the target is NOT met (1.14-1.17, docs/sortedf.md §5).
+        # prompts (M = 8192) the default is not within 1.10; polished it is (below).
         (30, 16384, 1.10),
     ],
 )
@@ -124,6 +124,22 @@ def test_gap_to_lp_bound_on_tractable_instances(n: int, memory: int, limit: floa
         inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
         gap = run_instance(inst, cfg, np.random.default_rng(seed)).gap()
         assert gap is not None and 1.0 - 1e-9 <= gap <= limit
+
+
+def test_polished_sorted_f_meets_the_gap_where_the_default_does_not() -> None:
+    # M = 8,192: two or three long prompts fill the cache and the default Sorted-F
+    # ends 1.07-1.14 above the bound at n = 25; 2000 polish moves (seeded as in
+    # benchmarks/sortedf.py --gap) bring every instance within 1.10 (measured
+    # 1.071, 1.069, 1.092).
+    from servecal.sched.sortedf.generate import short_long
+
+    for seed in range(3):
+        inst = short_long(25, 0.8, 8192, np.random.default_rng(seed))
+        bound = lp_relaxation(inst, horizon=alg.default_horizon(inst)).mean
+        plain = simulate(inst, alg.sorted_f(inst)).mean_latency
+        polished = simulate(inst, alg.sorted_f(inst, polish_moves=2000, seed=seed)).mean_latency
+        assert bound <= polished <= plain
+        assert polished / bound <= 1.10
 
 
 @settings(max_examples=300, deadline=None)
