@@ -7,6 +7,8 @@
                                                  # ... with Sorted-F's list polished
     python benchmarks/sortedf.py --gap --gap-n 200 --gap-memory 8192
                                                  # one size, one memory
+    python benchmarks/sortedf.py --polish-curve --n 200 --memory 8192
+                                                 # polished gap by number of moves
     python benchmarks/sortedf.py --online        # Sorted-F-Online in the reference engine
     python benchmarks/sortedf.py --phase2        # Sorted-F's Phase-2 admission rules compared
     python benchmarks/sortedf.py --tiny 1000     # ratios to the exact optimum, 1000 instances
@@ -199,6 +201,29 @@ def gap(
             )
 
 
+def polish_curve(n: int, memory: int, seeds: int, checkpoints: tuple[int, ...]) -> None:
+    """Gap of polished Sorted-F after each number of moves in ``checkpoints`` (the
+    polish is resumed from the last list with the same generator, which gives
+    exactly the schedule of one run of that many moves)."""
+    from servecal.sched.sortedf.polish import polish
+
+    print(f"polished Sorted-F's gap to the LP bound by moves, n = {n}, M = {memory}")
+    for seed in range(seeds):
+        inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
+        bound = lp_relaxation(inst, horizon=alg.default_horizon(inst)).total
+        batches = form_batches(inst.s, inst.o, inst.memory, "auto")
+        order = np.concatenate(batches)
+        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+        rng = np.random.default_rng(seed)  # as sorted_f(..., seed=seed)
+        cells, done, t0 = [], 0, time.perf_counter()
+        for k in (0, *checkpoints):
+            order, group, starts = polish(inst, order, group, k - done, rng)
+            done = k
+            cells.append(f"{k}: {(starts + inst.o).sum() / bound:.4f}")
+        secs = time.perf_counter() - t0
+        print(f"  seed {seed}: " + "  ".join(cells) + f"   ({secs:.0f} s)", flush=True)
+
+
 def tiny(count: int) -> None:
     from servecal.sched.sortedf.exact import exact_optimum
     from servecal.sched.sortedf.generate import random_tiny
@@ -300,6 +325,7 @@ def main() -> None:
     ap.add_argument("--polish", type=int, default=0, help="--gap: also Sorted-F polished")
     ap.add_argument("--gap-memory", type=int, nargs="*", help="--gap: these M only")
     ap.add_argument("--gap-n", type=int, nargs="*", help="--gap: these n only (<= 200)")
+    ap.add_argument("--polish-curve", action="store_true", help="polished gap by moves")
     ap.add_argument("--tiny", type=int, default=0, help="instances checked against the optimum")
     ap.add_argument("--online", action="store_true", help="Sorted-F-Online in the engine")
     ap.add_argument("--phase2", action="store_true", help="Sorted-F's Phase-2 rules compared")
@@ -310,6 +336,8 @@ def main() -> None:
     elif args.gap:
         memories = tuple(args.gap_memory or (8192, 16384, 65536))
         gap(args.seeds, memories, args.polish, tuple(args.gap_n or (25, 50, 100, 200)))
+    elif args.polish_curve:
+        polish_curve(args.n, args.memory, args.seeds, (250, 1500, 5000, 20000, 50000, 100000))
     elif args.tiny:
         tiny(args.tiny)
     elif args.online:

@@ -11,11 +11,12 @@ Moves stay local, within ``window`` places: swap two entries (each keeps its
 place's batch), or take one entry out and put it back elsewhere, joining the
 batch of the place it lands on (batch ids stay non-decreasing along the list).
 The search is deterministic for a seed and a number of moves. A move costs about
-one Phase-2 run (compiled, :mod:`.executor`): ~0.3 ms at n = 200 on this host
-(``benchmarks/sortedf.py --polish-cost``), so 10⁵ moves take about half a minute
-there; the gain keeps coming slowly for tens of thousands of moves. It is off by
-default (its cost grows with n: a run is ~15× dearer at n = 2000) and meant for
-n in the hundreds.
+one compiled Phase-2 run (:mod:`.executor`): 0.23 ms at n = 25 to 0.76 ms at
+n = 200 on this host (``benchmarks/sortedf.py --gap --polish 100000`` prints
+ms/move), so 10⁵ moves take 20–80 s there, and the gain keeps coming slowly for
+tens of thousands of moves (``--polish-curve``). It is off by default: its cost
+grows with n (a run is ~15× dearer at n = 2000), and it is meant for n in the
+hundreds.
 """
 
 from __future__ import annotations

@@ -40,8 +40,7 @@ def offline(
         "best",
         "--phase2",
         help="Sorted-F Phase 2: best (the least latency of batch with 0-3 batches of "
-        "look-ahead, 0-1 above 500 requests, and head)|"
-        "batch (skip within a batch)|head|list.",
+        "look-ahead and head)|batch (skip within a batch)|head|list.",
     ),
     lookahead: int = typer.Option(
         0, "--lookahead", help="Sorted-F Phase 2 may also admit from this many later batches."
@@ -50,7 +49,8 @@ def offline(
         0,
         "--polish",
         help="Sorted-F: this many local moves on its list, scored on the real latency "
-        "(about 0.12 s each at n = 100; 0: off).",
+        "(0.2-0.8 ms each at n = 25-200; 100000 brought every n <= 200 benchmark "
+        "instance within 1.10 of the LP bound; 0: off).",
     ),
     alpha: float = typer.Option(0.1, "--alpha", help="FCFS watermark: admit while <= (1-alpha)M."),
     amin_width: float = typer.Option(
@@ -104,10 +104,13 @@ def offline(
         )
 
     from rich.console import Console
-    from rich.progress import Progress
+    from rich.progress import Progress, SpinnerColumn, TimeElapsedColumn
 
     outcomes = []
-    with Progress(console=Console(stderr=True), transient=True) as bar:
+    # A seed can take minutes (an LP at n <= 200, or many --polish moves): the
+    # spinner and elapsed time show that it is still working.
+    columns = (SpinnerColumn(), *Progress.get_default_columns(), TimeElapsedColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("scheduling", total=seeds)
         for k in range(seeds):
             rng = np.random.default_rng(seed + k)
