@@ -49,7 +49,7 @@ def offline(
         0,
         "--polish",
         help="Sorted-F: this many local moves on its list, scored on the real latency "
-        "(0.2-0.8 ms each at n = 25-200; 100000 brought every n <= 200 benchmark "
+        "(0.2-3.7 ms each at n = 25-200; 100000 brought every n <= 200 benchmark "
         "instance within 1.10 of the LP bound; 0: off).",
     ),
     alpha: float = typer.Option(0.1, "--alpha", help="FCFS watermark: admit while <= (1-alpha)M."),
