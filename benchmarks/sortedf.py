@@ -30,7 +30,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from servecal.sched.sortedf import algorithms as alg  # noqa: E402
-from servecal.sched.sortedf.batching import form_batches  # noqa: E402
+from servecal.sched.sortedf.batching import as_list, form_batches  # noqa: E402
 from servecal.sched.sortedf.executor import execute_groups, execute_order  # noqa: E402
 from servecal.sched.sortedf.generate import short_long  # noqa: E402
 from servecal.sched.sortedf.lp import lp_order, lp_relaxation  # noqa: E402
@@ -78,8 +78,7 @@ def timings(n: int, memory: int, seeds: int) -> None:
         inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
         batches, t = _timed(form_batches, inst.s, inst.o, inst.memory, "auto")
         add("sorted-f phase 1 (auto solver by n)", t)
-        order = np.concatenate(batches)
-        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+        order, group = as_list(batches)
         starts, t = _timed(execute_groups, inst, order, group)
         add("sorted-f phase 2 'batch' (skip within a batch)", t)
         _, t = _timed(execute_groups, inst, order, group, 1)
@@ -212,8 +211,7 @@ def polish_curve(n: int, memory: int, seeds: int, checkpoints: tuple[int, ...]) 
         inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
         bound = lp_relaxation(inst, horizon=alg.default_horizon(inst)).total
         batches = form_batches(inst.s, inst.o, inst.memory, "auto")
-        order = np.concatenate(batches)
-        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+        order, group = as_list(batches)
         rng = np.random.default_rng(seed)  # as sorted_f(..., seed=seed)
         cells, done, t0 = [], 0, time.perf_counter()
         for k in (0, *checkpoints):
@@ -298,8 +296,7 @@ def phase2(n: int, memory: int, seeds: int) -> None:
     for seed in range(seeds):
         inst = short_long(n, 0.8, memory, np.random.default_rng(seed))
         batches = form_batches(inst.s, inst.o, inst.memory, "auto")
-        order = np.concatenate(batches)
-        group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+        order, group = as_list(batches)
         runs = {
             "head": execute_order(inst, order),
             "batch": execute_groups(inst, order, group),

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from servecal.sched.sortedf.amin import predict_lower_bounds, run_with_estimates
-from servecal.sched.sortedf.batching import form_batches
+from servecal.sched.sortedf.batching import as_list, form_batches
 from servecal.sched.sortedf.exact import exact_optimum
 from servecal.sched.sortedf.executor import execute_groups, execute_order
 from servecal.sched.sortedf.fcfs import run_fcfs
@@ -31,7 +31,7 @@ def mc_sf(inst: Instance) -> Segments:
 def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
     """Sorted-F Phase 1: the batches minimising F, concatenated, each by ascending o."""
     batches = form_batches(inst.s, inst.o, inst.memory, solver)
-    return np.concatenate(batches) if batches else np.zeros(0, dtype=np.int64)
+    return as_list(batches)[0]
 
 
 #: Sorted-F's Phase-2 admission rules (docs/sortedf.md §2): ``batch`` admits any
@@ -65,8 +65,7 @@ def sorted_f(
     batches = form_batches(inst.s, inst.o, inst.memory, solver)
     if not batches:
         return Segments.from_starts(np.zeros(0, dtype=np.int64), inst.o)
-    order = np.concatenate(batches)
-    group = np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    order, group = as_list(batches)
     if polish_moves > 0:  # polishing scores lists by the ``best`` Phase 2
         rng = np.random.default_rng(seed)
         *_, starts = polish(inst, order, group, polish_moves, rng, lookahead)

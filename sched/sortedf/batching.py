@@ -232,6 +232,15 @@ def best_batch(s: np.ndarray, o: np.ndarray, memory: int, solver: str) -> np.nda
     raise ValueError(f"unknown Phase-1 solver {solver!r}; choose from {', '.join(SOLVERS)}")
 
 
+def as_list(batches: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The Phase-1 list that Phase 2 runs: the batches concatenated, and each
+    entry's batch number (non-decreasing)."""
+    if not batches:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    sizes = [len(b) for b in batches]
+    return np.concatenate(batches), np.repeat(np.arange(len(batches)), sizes)
+
+
 def form_batches(
     s: np.ndarray, o: np.ndarray, memory: int, solver: str = "auto"
 ) -> list[np.ndarray]:

@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 from servecal.cli import app
 from servecal.sched.sortedf import algorithms as alg
-from servecal.sched.sortedf.batching import form_batches
+from servecal.sched.sortedf.batching import as_list, form_batches
 from servecal.sched.sortedf.generate import short_long
 from servecal.sched.sortedf.model import Instance, memory_profile, simulate
 from servecal.sched.sortedf.polish import best_starts, polish
@@ -20,8 +20,7 @@ requests = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 25)), min_size=
 
 
 def _list(inst: Instance) -> tuple[np.ndarray, np.ndarray]:
-    batches = form_batches(inst.s, inst.o, inst.memory, "auto")
-    return np.concatenate(batches), np.repeat(np.arange(len(batches)), [len(b) for b in batches])
+    return as_list(form_batches(inst.s, inst.o, inst.memory, "auto"))
 
 
 @settings(max_examples=25, deadline=None)
