@@ -21,7 +21,7 @@ boundaries that break a constraint instead of stepping through time. The loops
 are compiled with numba (``cache=True``: the first call in a fresh install
 compiles for a few seconds, later processes load the cache): list polishing
 runs the executor ~10⁵ times per instance. Compiled, one run of a 2000-request
-list takes 1-4 ms where the vectorised numpy version it replaced took 0.8-0.9 s
+list takes 1-2 ms where the vectorised numpy version it replaced took 0.8-0.9 s
 (``benchmarks/sortedf.py``, docs/sortedf.md §5). tests/sched/sortedf check both
 rules against step-by-step references.
 """

@@ -15,7 +15,7 @@ one compiled Phase-2 run (:mod:`.executor`): 0.23 ms at n = 25 to 3.7 ms at
 n = 200 and M = 65,536 on this host (``benchmarks/sortedf.py --gap --polish
 100000`` prints ms/move), so 10⁵ moves take 20–370 s there, and the gain keeps
 coming slowly for tens of thousands of moves (``--polish-curve``). It is off by
-default: its cost grows with n (one run takes 1–4 ms at n = 2000 in the timing
+default: its cost grows with n (one run takes 1–2 ms at n = 2000 in the timing
 table of ``benchmarks/sortedf.py``), and it is meant for n in the hundreds.
 """
 
