@@ -35,25 +35,30 @@ def batch_for(pool: KVPool) -> IterationBatch:
 
 def shard_pool(full: KVPool, shape: ModelShape, tp: int, rank: int) -> KVPool:
     local = shape.shard(tp)
-    pool = KVPool(local, full.k.shape[0], full.slots, full.capacity, "cpu", full.k.dtype)
+    pool = KVPool(local, full.k.shape[0], full.slots, full.capacity, full.k.device, full.k.dtype)
     heads = _kv_heads_of_rank(shape, tp, rank)
     pool.k.copy_(full.k[:, :, heads])
     pool.v.copy_(full.v[:, :, heads])
     return pool
 
 
-def check_equivalence(rank: int, world: int, init_file: str) -> None:
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+def check_equivalence(rank: int, world: int, init_file: str, backend: str = "gloo") -> None:
+    """Rank ``rank`` of ``world``: TP forward == TP-1 forward (gloo on CPU, NCCL on GPU r)."""
+    device = f"cuda:{rank}" if backend == "nccl" else "cpu"
+    if backend == "nccl":
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend, init_method=f"file://{init_file}", rank=rank, world_size=world)
     try:
         collective = ProcessGroupCollective()
         for shape in SHAPES:
-            full = build_model(shape, "cpu", torch.float64, seed=3)
-            tp_model = build_model(shape, "cpu", torch.float64, seed=99, collective=collective)
+            # float64: the shards' sums in another order then agree to rounding
+            full = build_model(shape, device, torch.float64, seed=3)
+            tp_model = build_model(shape, device, torch.float64, seed=99, collective=collective)
             tp_model.load_state_dict(shard_state_dict(full.state_dict(), shape, world, rank))
             torch.manual_seed(1)
-            pool = KVPool(shape, shape.n_layers, 4, 16, "cpu", torch.float64)
+            pool = KVPool(shape, shape.n_layers, 4, 16, device, torch.float64)
             mine = shard_pool(pool, shape, world, rank)
-            tokens = torch.randint(0, shape.vocab, (9,))
+            tokens = torch.randint(0, shape.vocab, (9,)).to(device)
             with torch.inference_mode():
                 want = full(tokens, batch_for(pool))
                 got = tp_model(tokens, batch_for(mine))
