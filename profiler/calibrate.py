@@ -237,8 +237,9 @@ def calibrate(
         if tp > 1:  # rank 0 here, ranks 1..tp-1 in their own processes (tensor_parallel.py)
             check_backend(device)
             template = RankSpec(
-                0, tp, "", str(device), plan["shape"], dtype, layers, plan["seed"], threads,
-                available[layout_name],
+                rank=0, world=tp, init_method="", device=str(device), shape=plan["shape"],
+                dtype=dtype, layers=layers, seed=plan["seed"], threads=threads,
+                layout=available[layout_name],
             )  # fmt: skip
             group = ranks.enter_context(start_group(template, rank_devices(device, tp)))
             console.print(f"tensor parallel: {tp} ranks over {group.backend}, rank 0 times")

@@ -219,6 +219,7 @@ def import_and_fit(tmp_path: Path, name: str, *extra: str) -> tuple[CostTable, d
     args = ["import", "aiconfigurator", str(AIC70), "--model", "llama-3-70b", "--tp", "4"]
     result = CliRunner().invoke(app, [*args, "--grid", str(grid), "--out", str(samples), *extra])
     assert result.exit_code == 0, result.output
+    assert "all-reduces: " + ("none" if extra else "a100_sxm_comm") in result.output
     table = tmp_path / f"{name}.json"
     result = CliRunner().invoke(app, ["fit", str(samples), "--out", str(table)])
     assert result.exit_code == 0, result.output
