@@ -129,6 +129,7 @@ class CostTable:
         validation: Mapping[str, Any] | None = None,
         created: str | None = None,
         between: str = BETWEEN_RULES[0],
+        tp: int | None = None,
     ) -> None:
         if between not in BETWEEN_RULES:
             raise ValueError(f"between must be one of {BETWEEN_RULES}, got {between!r}")
@@ -161,6 +162,12 @@ class CostTable:
                 raise ValueError(f"energy_j: need {size} finite values >= 0")
             self._energy = e.reshape(self._shape)
         self._fingerprint = dict(fingerprint or {})
+        # Tensor-parallel degree of the deployment the times are for (default: the
+        # samples' provenance says; tables and samples from before TP are TP 1).
+        tp = self._fingerprint.get("tp", 1) if tp is None else tp
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise ValueError(f"tp must be an integer >= 1, got {tp!r}")
+        self._tp = tp
         self._model = dict(model or {})
         self._validation = dict(validation or {})
         self._created = created
@@ -222,6 +229,11 @@ class CostTable:
     @property
     def margin_info(self) -> Margin | None:
         return self._margin
+
+    @property
+    def tp(self) -> int:
+        """Tensor-parallel degree the table's times are for (GPUs per model replica)."""
+        return self._tp
 
     @property
     def fingerprint(self) -> dict[str, Any]:
@@ -563,6 +575,7 @@ class CostTable:
         return {
             "schema": COSTTABLE_SCHEMA,
             "fingerprint": self._fingerprint,
+            "tp": self._tp,
             "model": self._model,
             "axis_order": list(AXES),
             "axes": {a: list(v) for a, v in zip(AXES, self._axes, strict=True)},

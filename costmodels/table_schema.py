@@ -97,6 +97,9 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             margin = Margin(**raw)
         except (TypeError, ValueError) as exc:
             raise InputError(f"{source}: field 'margin': {exc}") from None
+    tp = doc.get("tp")  # absent in tables written before tensor parallelism: TP 1
+    if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
+        raise InputError(f"{source}: field 'tp': must be an integer >= 1, got {tp!r}")
     tail = doc["tail"]
     if tail != (margin.quantile if margin else None):
         raise InputError(f"{source}: field 'tail': {tail!r} does not match the margin")
@@ -111,6 +114,7 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             validation=doc.get("validation"),
             created=doc.get("created"),
             between=doc["between"],
+            tp=tp,
         )
     except ValueError as exc:
         raise InputError(f"{source}: {exc}") from None

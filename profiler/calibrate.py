@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ import torch
 from rich.console import Console
 
 from servecal.costmodels.errors import InputError
+from servecal.profiler.collective import SINGLE_DEVICE, Collective
 from servecal.profiler.design import Grid, Point, default_grid, design_points
 from servecal.profiler.energy import open_meter
 from servecal.profiler.fingerprint import attention_backend, fingerprint
@@ -29,6 +31,13 @@ from servecal.profiler.runner import ContiguousLayout, MeasureConfig, PointLayou
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.shards import ShardStore
 from servecal.profiler.sweep import StopFlag, SweepOutcome, run_sweep
+from servecal.profiler.tensor_parallel import (
+    RankSpec,
+    TensorParallelLayout,
+    check_backend,
+    rank_devices,
+    start_group,
+)
 from servecal.profiler.timing import LayerScale, make_clock
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -58,8 +67,13 @@ class CalibrateConfig:
     resume: bool = False
     fit: bool = True
     kv_layout: str | None = None  # default "contiguous"; on resume, the plan's
+    tp: int | None = None  # tensor-parallel degree, one process per rank; default 1
 
     def __post_init__(self) -> None:
+        if self.tp is not None and (
+            not isinstance(self.tp, int) or isinstance(self.tp, bool) or self.tp < 1
+        ):
+            raise InputError(f"--tp must be an integer >= 1, got {self.tp!r}")
         if self.budget_s is not None and self.budget_s <= 0:
             raise InputError(f"--budget must be > 0 seconds, got {self.budget_s}")
         if self.repeats is not None and self.repeats < 2:
@@ -125,6 +139,13 @@ def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
     layers = cfg.layers or min(shape.n_layers, DEFAULT_LAYERS_TIMED)
     if layers > shape.n_layers:
         raise InputError(f"--layers {layers}: {shape.name} has only {shape.n_layers} layers")
+    tp = cfg.tp or 1
+    shape.check_tp(tp)
+    if tp > 1:
+        if (cfg.kv_layout or "contiguous") != "contiguous":
+            raise InputError(f"--kv-layout {cfg.kv_layout}: --tp > 1 runs the contiguous layout")
+        check_backend(device)
+        rank_devices(device, tp)  # enough GPUs?
     return {
         "shape": shape.to_dict(),
         "device": str(device),
@@ -134,6 +155,7 @@ def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
         "warmup": cfg.warmup,
         "seed": cfg.seed,
         "kv_layout": cfg.kv_layout or "contiguous",
+        "tp": tp,
         "grid": grid.to_dict(),
         "points": [[p.n_decode, p.chunk, p.ctx, p.prefix] for p in points],
     }
@@ -151,8 +173,9 @@ def _check_resume(
         "dtype": cfg.dtype,
         "grid": None if cfg.grid is None else Grid.from_file(cfg.grid).to_dict(),
         "kv_layout": cfg.kv_layout,
+        "tp": cfg.tp,
     }
-    stored = {"kv_layout": "contiguous", **plan, "model": plan["shape"]}
+    stored = {"kv_layout": "contiguous", "tp": 1, **plan, "model": plan["shape"]}
     for key, value in asked.items():
         if value is not None and value != stored[key]:
             raise InputError(
@@ -206,45 +229,60 @@ def calibrate(
     if device.type == "cpu":
         threads = cfg.threads or default_threads()
         torch.set_num_threads(threads)
-    model = build_model(shape, device, DTYPES[plan["dtype"]], plan["layers_timed"], plan["seed"])
-    scale = LayerScale(plan["layers_timed"], shape.n_layers)
-    meter, notice = open_meter(device)
-    if notice:
-        console.print(notice)
-    provenance = fingerprint(model, scale, threads, attention_backend(model))
-    provenance.update(
-        energy_source=meter.source if meter is not None else None,
-        energy_notice=notice,
-        repeats=plan["repeats"],
-        warmup=plan["warmup"],
-        seed=plan["seed"],
-        grid=plan["grid"],
-        budget_s=cfg.budget_s,
-        kv_layout=layout_name,
-    )
-    # Interleave repeats over a few points on CPU (shared hosts are bursty); on a GPU
-    # one point at a time, since every live point holds its KV in device memory.
-    measure = MeasureConfig(
-        repeats=plan["repeats"],
-        warmup=plan["warmup"],
-        block=cfg.block or (1 if device.type == "cuda" else DEFAULT_CPU_BLOCK),
-    )
-    stop = StopFlag()
-    with stop.installed():
-        outcome = run_sweep(
-            model,
-            points,
-            store,
-            scale,
-            measure,
-            make_clock(device),
-            meter,
-            cfg.budget_s,
-            stop,
-            console,
-            np.random.default_rng([plan["seed"], len(store.done())]),
-            available[layout_name](),
+    tp = plan.get("tp", 1)
+    dtype, layers = DTYPES[plan["dtype"]], plan["layers_timed"]
+    with ExitStack() as ranks:
+        layout: PointLayout = available[layout_name]()
+        collective: Collective = SINGLE_DEVICE
+        if tp > 1:  # rank 0 here, ranks 1..tp-1 in their own processes (tensor_parallel.py)
+            check_backend(device)
+            template = RankSpec(
+                rank=0, world=tp, init_method="", device=str(device), shape=plan["shape"],
+                dtype=dtype, layers=layers, seed=plan["seed"], threads=threads,
+                layout=available[layout_name],
+            )  # fmt: skip
+            group = ranks.enter_context(start_group(template, rank_devices(device, tp)))
+            console.print(f"tensor parallel: {tp} ranks over {group.backend}, rank 0 times")
+            collective, layout = group.collective, TensorParallelLayout(layout, group)
+        model = build_model(shape, device, dtype, layers, plan["seed"], collective)
+        scale = LayerScale(layers, shape.n_layers)
+        meter, notice = open_meter(device, devices=tp)
+        if notice:
+            console.print(notice)
+        provenance = fingerprint(model, scale, threads, attention_backend(model))
+        provenance.update(
+            energy_source=meter.source if meter is not None else None,
+            energy_notice=notice,
+            repeats=plan["repeats"],
+            warmup=plan["warmup"],
+            seed=plan["seed"],
+            grid=plan["grid"],
+            budget_s=cfg.budget_s,
+            kv_layout=layout_name,
         )
+        # Interleave repeats over a few points on CPU (shared hosts are bursty); on a GPU
+        # one point at a time, since every live point holds its KV in device memory.
+        measure = MeasureConfig(
+            repeats=plan["repeats"],
+            warmup=plan["warmup"],
+            block=cfg.block or (1 if device.type == "cuda" else DEFAULT_CPU_BLOCK),
+        )
+        stop = StopFlag()
+        with stop.installed():
+            outcome = run_sweep(
+                model,
+                points,
+                store,
+                scale,
+                measure,
+                make_clock(device),
+                meter,
+                cfg.budget_s,
+                stop,
+                console,
+                np.random.default_rng([plan["seed"], len(store.done())]),
+                layout,
+            )
     provenance["infeasible_points"] = store.infeasible()
     provenance["points_planned"] = len(points)
     return _finish(cfg, store, outcome, provenance, console, len(points))

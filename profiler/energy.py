@@ -161,10 +161,43 @@ def _open_rapl(root: str = RAPL_ROOT) -> tuple[EnergyMeter | None, str | None]:
         return None, f"energy unavailable: cannot read RAPL counter {where} ({exc.strerror})"
 
 
+class SumMeter:
+    """Several GPUs' meters read as one: a tensor-parallel replica's energy.
+
+    ``device_state`` is the first GPU's (rank 0's) with ``power_w`` summed over all.
+    """
+
+    def __init__(self, meters: list[EnergyMeter]) -> None:
+        self._meters = meters
+        self.source = f"{meters[0].source} (sum of {len(meters)} GPUs)"
+
+    def read_j(self) -> float:
+        return sum(m.read_j() for m in self._meters)
+
+    def device_state(self) -> dict[str, float | int | None]:
+        states = [m.device_state() for m in self._meters]
+        state = dict(states[0])
+        powers = [s.get("power_w") for s in states]
+        state["power_w"] = None if None in powers else sum(powers)  # type: ignore[arg-type]
+        return state
+
+
 def open_meter(
-    device: torch.device, rapl_root: str = RAPL_ROOT
+    device: torch.device, rapl_root: str = RAPL_ROOT, devices: int = 1
 ) -> tuple[EnergyMeter | None, str | None]:
-    """The meter for ``device``, or ``(None, reason)`` when energy cannot be measured."""
+    """The meter for ``device``, or ``(None, reason)`` when energy cannot be measured.
+
+    ``devices > 1`` (tensor parallelism) on CUDA sums ``device`` and the GPUs after
+    it; a CPU's RAPL package counter already covers every rank's process.
+    """
     if device.type == "cuda":
-        return _open_nvml(device)
+        if devices == 1:
+            return _open_nvml(device)
+        meters = []
+        for offset in range(devices):
+            meter, notice = _open_nvml(torch.device("cuda", (device.index or 0) + offset))
+            if meter is None:
+                return None, notice
+            meters.append(meter)
+        return SumMeter(meters), None
     return _open_rapl(rapl_root)

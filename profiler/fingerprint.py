@@ -2,7 +2,9 @@
 
 DESIGN.md §Samples: device name and UUID, driver, CUDA and torch versions, model
 shape and its hash, dtype, attention backend, layers timed and the scale applied,
-servecal version, date. Also the torch thread count on CPU (it changes timings).
+servecal version, date. Also the tensor-parallel degree ``tp`` and the collective
+backend the ranks' all-reduces ran on (``nccl``, ``gloo``; None at TP 1), and the
+torch thread count on CPU (it changes timings).
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ def attention_backend(model: Transformer) -> dict[str, str]:
         from torch.nn.attention import SDPBackend, sdpa_kernel
     except ImportError:  # pragma: no cover - torch < 2.3
         return {"decode": "sdpa", "prefill": "sdpa"}
-    s, dev, dtype = model.shape, model.device, model.dtype
+    s, dev, dtype = model.local, model.device, model.dtype  # this rank's heads
     order = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
     if hasattr(SDPBackend, "CUDNN_ATTENTION"):
         order.append(SDPBackend.CUDNN_ATTENTION)
@@ -93,6 +95,18 @@ def attention_backend(model: Transformer) -> dict[str, str]:
     }
 
 
+def parallelism(model: Transformer) -> dict[str, Any]:
+    """``tp`` and the collective backend (NCCL with its version, gloo, or None at TP 1)."""
+    backend = model.collective.backend
+    info: dict[str, Any] = {"tp": model.tp, "collective_backend": backend}
+    if backend == "nccl":
+        version = torch.cuda.nccl.version()
+        info["nccl_version"] = (
+            ".".join(map(str, version)) if isinstance(version, tuple) else version
+        )
+    return info
+
+
 def fingerprint(
     model: Transformer,
     scale: LayerScale,
@@ -110,6 +124,7 @@ def fingerprint(
         "model_hash": model.shape.hash,
         "dtype": str(model.dtype).removeprefix("torch."),
         "attention_backend": backend,
+        **parallelism(model),
         "layers_timed": scale.timed,
         "layers_total": scale.total,
         "layer_scale": scale.factor,

@@ -6,6 +6,16 @@ RMSNorm → SwiGLU MLP, residual) → final RMSNorm → LM head on the positions
 sample a token. One forward pass runs a whole engine iteration (decode tokens of
 many sequences plus prefill chunks, see :mod:`servecal.profiler.kv`).
 
+Tensor parallelism (``collective`` of size ``N > 1``, one process per rank, as
+Megatron-LM and vLLM split a Llama): each rank holds ``shape.shard(N)``, i.e. its
+query heads and KV heads (KV heads replicated when fewer than ``N``) in a
+column-parallel QKV projection, a row-parallel output projection, its slice of
+the MLP width in column-parallel gate/up and a row-parallel down projection, and
+its slice of the vocabulary in the embedding and the LM head. The partial sums of
+the two row-parallel projections are all-reduced (2 per layer), the embedding's
+masked lookup too (1 per iteration), and the head's logits are all-gathered.
+Norms and RoPE run replicated on every rank.
+
 The pieces are public so that an executor can run part of an iteration: call
 :meth:`Transformer.prepare` once, :meth:`Transformer.embed`, then for each layer
 ``i`` either ``layers[i](x, batch, ictx)`` or its two halves
@@ -16,6 +26,7 @@ resume later with the same ``x``), and finally :meth:`Transformer.head`.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,6 +34,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from servecal.profiler.collective import SINGLE_DEVICE, Collective
 from servecal.profiler.kv import DecodeGroup, IterationBatch, PrefillSegment
 from servecal.profiler.shapes import ModelShape
 
@@ -114,13 +126,28 @@ class IterationContext:
     decode_mask: torch.Tensor | list[torch.Tensor | None] | None
 
 
-class DecoderLayer(nn.Module):
-    """One transformer block; ``index`` selects its K/V in the pools."""
+def _identity(x: torch.Tensor) -> torch.Tensor:
+    return x
 
-    def __init__(self, shape: ModelShape, index: int, **factory: Any) -> None:
+
+class DecoderLayer(nn.Module):
+    """One transformer block of one rank; ``index`` selects its K/V in the pools.
+
+    ``shape`` is this rank's share (:meth:`ModelShape.shard`); ``reduce`` sums the
+    row-parallel projections' partial outputs over the ranks (identity at TP 1).
+    """
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        index: int,
+        reduce: Callable[[torch.Tensor], torch.Tensor] = _identity,
+        **factory: Any,
+    ) -> None:
         super().__init__()
         self.shape = shape
         self.index = index
+        self.reduce = reduce
         hidden, eps = shape.hidden, shape.norm_eps
         self.attn_norm = RMSNorm(hidden, eps, **factory)
         self.wqkv = nn.Linear(hidden, shape.q_dim + 2 * shape.kv_dim, bias=False, **factory)
@@ -158,7 +185,7 @@ class DecoderLayer(nn.Module):
             outs.append(self._prefill(q[start:end], k[start:end], v[start:end], seg, mask))
             start = end
         attn = outs[0] if len(outs) == 1 else torch.cat(outs)
-        return x + self.wo(attn)
+        return x + self.reduce(self.wo(attn))
 
     def _decode(
         self,
@@ -206,7 +233,7 @@ class DecoderLayer(nn.Module):
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
         """MLP half (SwiGLU): returns ``x + mlp``."""
         gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
-        return x + self.w_down(F.silu(gate) * up)
+        return x + self.reduce(self.w_down(F.silu(gate) * up))
 
     def forward(
         self, x: torch.Tensor, batch: IterationBatch, ictx: IterationContext
@@ -215,15 +242,30 @@ class DecoderLayer(nn.Module):
 
 
 class Transformer(nn.Module):
-    """Embedding, ``len(layers)`` decoder layers (may be fewer than the shape's), head."""
+    """Embedding, ``len(layers)`` decoder layers (may be fewer than the shape's), head.
 
-    def __init__(self, shape: ModelShape, n_layers: int, **factory: Any) -> None:
+    ``shape`` is the whole model's; ``local`` is this rank's share of it (the same
+    at TP 1), which sizes the layers and the KV pools (``KVPool(model.local, ...)``).
+    """
+
+    def __init__(
+        self,
+        shape: ModelShape,
+        n_layers: int,
+        collective: Collective = SINGLE_DEVICE,
+        **factory: Any,
+    ) -> None:
         super().__init__()
         self.shape = shape
-        self.embedding = nn.Embedding(shape.vocab, shape.hidden, **factory)
-        self.layers = nn.ModuleList(DecoderLayer(shape, i, **factory) for i in range(n_layers))
+        self.collective = collective
+        self.local = local = shape.shard(collective.size)
+        reduce = collective.all_reduce if collective.size > 1 else _identity
+        self.embedding = nn.Embedding(local.vocab, shape.hidden, **factory)
+        self.layers = nn.ModuleList(
+            DecoderLayer(local, i, reduce, **factory) for i in range(n_layers)
+        )
         self.norm = RMSNorm(shape.hidden, shape.norm_eps, **factory)
-        self.lm_head = nn.Linear(shape.hidden, shape.vocab, bias=False, **factory)
+        self.lm_head = nn.Linear(shape.hidden, local.vocab, bias=False, **factory)
         half = shape.head_dim // 2
         exponents = torch.arange(half, dtype=torch.float64) / half
         inv_freq = (1.0 / shape.rope_theta**exponents).float().to(factory.get("device"))
@@ -263,8 +305,19 @@ class Transformer(nn.Module):
             decode_mask=decode_mask,
         )
 
+    @property
+    def tp(self) -> int:
+        return self.collective.size
+
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.embedding(tokens)
+        """Token embeddings ``[tokens, hidden]`` (vocabulary-parallel at TP > 1: each
+        rank looks up the ids in its slice, zeros for the others, then all-reduce)."""
+        if self.tp == 1:
+            return self.embedding(tokens)
+        ids = tokens - self.collective.rank * self.local.vocab
+        outside = (ids < 0) | (ids >= self.local.vocab)
+        x = self.embedding(ids.masked_fill(outside, 0)).masked_fill_(outside[:, None], 0.0)
+        return self.collective.all_reduce(x)
 
     def run_layers(
         self,
@@ -280,8 +333,10 @@ class Transformer(nn.Module):
         return x
 
     def head(self, x: torch.Tensor, ictx: IterationContext) -> torch.Tensor:
-        """Logits ``[n_logits, vocab]`` for the rows that sample a token."""
-        return self.lm_head(self.norm(x[ictx.logit_rows]))
+        """Logits ``[n_logits, vocab]`` for the rows that sample a token (each rank
+        computes its vocabulary slice; at TP > 1 they are all-gathered, as in vLLM)."""
+        logits = self.lm_head(self.norm(x[ictx.logit_rows]))
+        return logits if self.tp == 1 else self.collective.all_gather(logits)
 
     def forward(self, tokens: torch.Tensor, batch: IterationBatch) -> torch.Tensor:
         ictx = self.prepare(batch)
@@ -299,21 +354,69 @@ def build_model(
     dtype: torch.dtype | None = None,
     n_layers: int | None = None,
     seed: int = 0,
+    collective: Collective = SINGLE_DEVICE,
 ) -> Transformer:
     """A :class:`Transformer` for ``shape`` with ``n_layers`` (default all) random layers.
 
     Weights are drawn from a seeded generator on ``device`` (N(0, 0.02), norms at 1),
-    so builds are reproducible; the model is in eval mode with gradients off.
+    so builds are reproducible; the model is in eval mode with gradients off. With a
+    ``collective`` of size ``N > 1`` this is its rank's shard (see the module doc);
+    to give the ranks one model's weights, :func:`shard_state_dict` a full model's.
     """
     n_layers = shape.n_layers if n_layers is None else n_layers
     if not 1 <= n_layers <= shape.n_layers:
         raise ValueError(f"n_layers must be in [1, {shape.n_layers}], got {n_layers}")
     dtype = default_dtype(device) if dtype is None else dtype
     # Built directly on the device in its dtype (a 70B layer does not fit a CPU detour).
-    model = Transformer(shape, n_layers, device=device, dtype=dtype)
+    model = Transformer(shape, n_layers, collective, device=device, dtype=dtype)
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if not name.endswith("norm.weight"):
                 param.normal_(0.0, 0.02, generator=gen)
     return model.eval().requires_grad_(False)
+
+
+def _kv_heads_of_rank(shape: ModelShape, tp: int, rank: int) -> slice:
+    """The KV heads rank ``rank`` holds: its ``1/tp`` slice, or the one it replicates."""
+    if shape.n_kv_heads >= tp:
+        per = shape.n_kv_heads // tp
+        return slice(rank * per, (rank + 1) * per)
+    head = rank // (tp // shape.n_kv_heads)
+    return slice(head, head + 1)
+
+
+def shard_state_dict(
+    full: Mapping[str, torch.Tensor], shape: ModelShape, tp: int, rank: int
+) -> dict[str, torch.Tensor]:
+    """Rank ``rank``'s slices of a TP-1 model's parameters, for ``load_state_dict``.
+
+    Column-parallel weights (QKV, gate/up, embedding and LM head rows) keep the
+    rank's output rows; row-parallel ones (output and down projections) its input
+    columns; norms are replicated. With them a TP ``tp`` forward computes what
+    the TP-1 model does (a test checks it over gloo).
+    """
+    local, hd = shape.shard(tp), shape.head_dim
+    heads = slice(rank * local.n_heads * hd, (rank + 1) * local.n_heads * hd)
+    kv = _kv_heads_of_rank(shape, tp, rank)
+    kv_rows = slice(kv.start * hd, kv.stop * hd)
+    mlp = slice(rank * local.intermediate, (rank + 1) * local.intermediate)
+    vocab = slice(rank * local.vocab, (rank + 1) * local.vocab)
+    out: dict[str, torch.Tensor] = {}
+    for name, w in full.items():
+        if name.endswith("wqkv.weight"):
+            q, k, v = w.split((shape.q_dim, shape.kv_dim, shape.kv_dim))
+            part = torch.cat((q[heads], k[kv_rows], v[kv_rows]))
+        elif name.endswith("wo.weight"):
+            part = w[:, heads]
+        elif name.endswith("w_gate_up.weight"):
+            gate, up = w.chunk(2)
+            part = torch.cat((gate[mlp], up[mlp]))
+        elif name.endswith("w_down.weight"):
+            part = w[:, mlp]
+        elif name in ("embedding.weight", "lm_head.weight"):
+            part = w[vocab]
+        else:  # norms: every rank holds them whole
+            part = w
+        out[name] = part.clone()
+    return out

@@ -48,8 +48,11 @@ class PointInfeasible(Exception):
 
 
 def point_batch(model: Transformer, point: Point) -> tuple[IterationBatch, torch.Tensor]:
-    """Real KV pools for ``point`` (decodes at ``ctx``, one chunk after ``prefix``) and tokens."""
-    shape, layers, dev, dtype = model.shape, len(model.layers), model.device, model.dtype
+    """Real KV pools for ``point`` (decodes at ``ctx``, one chunk after ``prefix``) and tokens.
+
+    The pools hold this rank's KV heads (``model.local``); token ids span the whole vocabulary.
+    """
+    shape, layers, dev, dtype = model.local, len(model.layers), model.device, model.dtype
     decode = None
     if point.n_decode:
         pool = KVPool(shape, layers, point.n_decode, point.ctx + 1, dev, dtype)
@@ -60,7 +63,7 @@ def point_batch(model: Transformer, point: Point) -> tuple[IterationBatch, torch
         prefills.append(PrefillSegment(pool, 0, point.prefix, point.chunk))
     batch = IterationBatch(decode, prefills)
     gen = torch.Generator(device=dev).manual_seed(point.n_decode * 7919 + point.chunk)
-    tokens = torch.randint(0, shape.vocab, (batch.n_tokens,), device=dev, generator=gen)
+    tokens = torch.randint(0, model.shape.vocab, (batch.n_tokens,), device=dev, generator=gen)
     return batch, tokens
 
 
@@ -115,7 +118,8 @@ class ContiguousLayout:
         return ContiguousPoint(model, *point_batch(model, point))
 
 
-def _is_oom(exc: BaseException) -> bool:
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` says the device (or host) ran out of memory."""
     if isinstance(exc, MemoryError):
         return True
     oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
@@ -141,7 +145,7 @@ def _guard(model: Transformer, fn: Any, *args: Any) -> Any:
     try:
         return fn(*args)
     except (RuntimeError, MemoryError) as exc:
-        if not _is_oom(exc):
+        if not is_out_of_memory(exc):
             raise
         if model.device.type == "cuda":
             torch.cuda.empty_cache()

@@ -68,6 +68,42 @@ class ModelShape:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def check_tp(self, tp: int) -> None:
+        """Refuse a tensor-parallel degree this shape cannot be split by (as vLLM does):
+        query heads, MLP width and vocabulary divide by ``tp``; KV heads divide by it or
+        it by them (then each KV head is replicated on ``tp / n_kv_heads`` ranks)."""
+        if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
+            raise InputError(f"--tp must be an integer >= 1, got {tp!r}")
+        parts = {"query heads": self.n_heads, "MLP width": self.intermediate, "vocab": self.vocab}
+        bad = [f"{what} {n}" for what, n in parts.items() if n % tp]
+        if self.n_kv_heads % tp and tp % self.n_kv_heads:
+            bad.append(f"KV heads {self.n_kv_heads} (nor {tp} by them)")
+        if bad:
+            raise InputError(f"--tp {tp} does not divide {self.name}'s {', '.join(bad)}")
+
+    def shard(self, tp: int) -> ModelShape:
+        """One rank's share at tensor-parallel degree ``tp`` (Megatron/vLLM split).
+
+        Query heads, MLP width and vocabulary are split; the hidden size, head size
+        and layer count are not. KV heads are split while there are at least ``tp``
+        of them, else each rank holds one (replicated). ``shard(1)`` is the shape itself.
+        """
+        self.check_tp(tp)
+        if tp == 1:
+            return self
+        return ModelShape(
+            name=f"{self.name}/tp{tp}",
+            n_layers=self.n_layers,
+            hidden=self.hidden,
+            n_heads=self.n_heads // tp,
+            n_kv_heads=max(1, self.n_kv_heads // tp),
+            head_dim=self.head_dim,
+            intermediate=self.intermediate // tp,
+            vocab=self.vocab // tp,
+            rope_theta=self.rope_theta,
+            norm_eps=self.norm_eps,
+        )
+
     @classmethod
     def from_name(cls, name: str) -> ModelShape:
         """A shipped shape by name (see :data:`SHAPES`)."""

@@ -1,6 +1,6 @@
 """Importers: iteration-level samples composed from public per-operator GPU profiles.
 
-``import_profile("aiconfigurator" | "vidur", path, shape, tp)`` returns samples rows
+``import_profile("aiconfigurator" | "vidur", path, shape, tp, grid, comm)`` returns samples rows
 (medians, ``rep = 0``, ``energy_j`` null) on a design grid plus the provenance
 that says where they came from and what was interpolated or approximated.
 """
@@ -16,6 +16,7 @@ import pandas as pd
 from servecal.costmodels.errors import InputError
 from servecal.profiler.design import GPU_GRID, Grid, design_points
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
+from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.compose import compose
 from servecal.profiler.importers.interp import ExtrapolationLog
 from servecal.profiler.importers.vidur import VidurSource
@@ -25,9 +26,18 @@ SOURCES = {"aiconfigurator": AiConfiguratorSource, "vidur": VidurSource}
 
 
 def import_profile(
-    kind: str, path: str | Path, shape: ModelShape, tp: int = 1, grid: Grid | None = None
+    kind: str,
+    path: str | Path,
+    shape: ModelShape,
+    tp: int = 1,
+    grid: Grid | None = None,
+    comm: CommOptions | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the GPU grid)."""
+    """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the GPU grid).
+
+    ``comm`` says how the tensor-parallel all-reduces are priced (default: from the
+    profile's collective table, backend ``auto``; a missing table at ``tp > 1`` is
+    an :class:`InputError` unless ``comm.enabled`` is False)."""
     if kind not in SOURCES:
         raise InputError(f"unknown profile kind {kind!r}; choose {', '.join(SOURCES)}")
     if tp < 1:
@@ -35,7 +45,7 @@ def import_profile(
     if not Path(path).exists():
         raise InputError(f"{path}: no such file or folder")
     log = ExtrapolationLog()
-    source = SOURCES[kind](path, shape, tp, log)
+    source = SOURCES[kind](path, shape, tp, log, comm or CommOptions())
     grid = grid or GPU_GRID
     points = design_points(grid, np.random.default_rng(0))
     frame = compose(source, shape, points)

@@ -10,8 +10,11 @@ linear over ``m``, batch, step and length); beyond them, proportional.
 What the tables lack and how it is handled (recorded in provenance):
 * prefill with a cached prefix: read at the prompt length with the same causal
   attention work, ``L = sqrt(c² + 2·c·p)`` (``c·p + c²/2`` score entries);
-* embedding lookup and norms/rope/activation/residual adds: not profiled, 0;
-* tensor-parallel all-reduces: not profiled, 0 (each GPU's share is what is timed).
+* embedding lookup and norms/rope/activation/residual adds: not profiled, 0.
+
+At TP > 1 the GEMMs and attention are each GPU's share, and the all-reduces come
+from the folder's ``*custom_allreduce*.csv`` (vLLM's all-reduce, CUDA-graph and
+eager backends; see :mod:`~servecal.profiler.importers.collective`).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from typing import Any
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
+from servecal.profiler.importers import collective
+from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.interp import ExtrapolationLog, Series, bracket
 from servecal.profiler.shapes import ModelShape
 
@@ -57,7 +62,14 @@ class AiConfiguratorSource:
 
     name = "aiconfigurator"
 
-    def __init__(self, path: str | Path, shape: ModelShape, tp: int, log: ExtrapolationLog) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        shape: ModelShape,
+        tp: int,
+        log: ExtrapolationLog,
+        comm: CommOptions | None = None,
+    ) -> None:
         folder = Path(path)
         folder = folder if folder.is_dir() else folder.parent
         if shape.n_heads % tp or shape.intermediate % tp or shape.vocab % tp:
@@ -65,6 +77,9 @@ class AiConfiguratorSource:
         self.folder, self.shape, self.tp, self.log = folder, shape, tp, log
         self.heads = shape.n_heads // tp
         self.kv_heads = max(1, shape.n_kv_heads // tp)  # KV heads are replicated below 1/GPU
+        self.collective = collective.open_collective(
+            collective.read_aiconfigurator, folder, tp, comm or CommOptions()
+        )
         gemm = _find(folder, "gemm")
         self._gemm = {
             (float(n), float(k)): Series.from_pairs(g["m"], g["latency"])
@@ -143,8 +158,10 @@ class AiConfiguratorSource:
         equivalent = math.sqrt(chunk * chunk + 2 * chunk * prefix)
         return self._prefill.at(equivalent, self.log)
 
-    def comm_ms(self, tokens: int) -> float:
-        return 0.0
+    def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
+        if self.collective is None:
+            return 0.0
+        return self.collective.allreduce_ms(tokens * self.shape.hidden, decode_only, self.log)
 
     def embed_ms(self, tokens: int) -> float:
         return 0.0
@@ -153,6 +170,11 @@ class AiConfiguratorSource:
         return self.gemm_ms(rows, self.shape.vocab // self.tp, self.shape.hidden) if rows else 0.0
 
     def provenance(self) -> dict[str, Any]:
+        comm = (
+            self.collective.provenance()
+            if self.collective is not None
+            else collective.no_collective_provenance(self.tp)
+        )
         return {
             "device_name": self.device,
             "profile": "aiconfigurator per-layer operator tables (ms per layer)",
@@ -162,7 +184,8 @@ class AiConfiguratorSource:
             "approximations": [
                 "prefill with prefix p read at length sqrt(c^2 + 2cp) (same causal work)",
                 "embedding, norms, rope, activation, residual adds: not profiled (0)",
-                "tensor-parallel all-reduce: not profiled (0)",
                 "decode attention step read at ctx",
-            ],
+            ]
+            + (["tensor-parallel logits gather: not profiled (0)"] if self.tp > 1 else []),
+            **comm,
         }

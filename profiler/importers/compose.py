@@ -6,8 +6,9 @@ chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens:
     per layer = linear ops on T tokens (QKV, output, gate/up, down GEMMs; norms,
                 rope, activation, adds where the profile has them)
               + decode attention (n requests at ctx) + prefill attention (c after p)
-              + tensor-parallel all-reduces (2 per layer, where the profile has them)
     iteration = n_layers × per layer + embedding(T) + LM head(n + 1[c > 0] rows)
+              + (2·n_layers + 1) all-reduces of T × hidden at TP > 1
+                (see :mod:`~servecal.profiler.importers.collective`)
 
 Each source answers those operator questions from its tables; this module sums.
 The rows it returns are medians (``rep = 0``): the samples carry no tail.
@@ -20,6 +21,7 @@ from typing import Any, Protocol
 import pandas as pd
 
 from servecal.profiler.design import Point
+from servecal.profiler.importers.collective import allreduces_per_iteration
 from servecal.profiler.shapes import ModelShape
 
 #: Per-iteration component columns written next to the contract columns (ms).
@@ -47,8 +49,9 @@ class OperatorSource(Protocol):
 
     def prefill_attention_ms(self, chunk: int, prefix: int) -> float: ...
 
-    def comm_ms(self, tokens: int) -> float:
-        """All-reduces of one layer (0 when TP = 1 or not profiled)."""
+    def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
+        """One all-reduce of ``tokens × hidden`` (0 at TP 1 or with ``--no-comm``);
+        ``decode_only``: the iteration has no prefill chunk (CUDA-graph backend)."""
         ...
 
     def embed_ms(self, tokens: int) -> float: ...
@@ -69,7 +72,7 @@ def compose_row(source: OperatorSource, shape: ModelShape, point: Point) -> dict
         "op_other_ms": layers * other,
         "op_attn_decode_ms": layers * source.decode_attention_ms(n, point.ctx) if n else 0.0,
         "op_attn_prefill_ms": layers * source.prefill_attention_ms(c, point.prefix) if c else 0.0,
-        "op_comm_ms": layers * source.comm_ms(tokens),
+        "op_comm_ms": allreduces_per_iteration(layers) * source.allreduce_ms(tokens, c == 0),
         "op_embed_ms": source.embed_ms(tokens),
         "op_head_ms": source.head_ms(n + (1 if c else 0)),
     }

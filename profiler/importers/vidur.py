@@ -11,8 +11,9 @@ A folder (or its ``*_mlp.csv``) holding:
   as ``a + b·work + d·size`` (decode work = batch·KV, prefill work = chunk·(KV +
   chunk/2)) and the per-work terms are scaled by the target's KV width (decode,
   bandwidth) or query width (prefill, compute) per GPU;
-* ``network/*all_reduce*.csv`` (optional): all-reduce medians by message size,
-  used for TP > 1 (two per layer, ``tokens × hidden × 2`` bytes).
+* ``network/*all_reduce*.csv``: NCCL all-reduce medians by message size (bytes),
+  needed for TP > 1 unless ``--no-comm`` (see
+  :mod:`~servecal.profiler.importers.collective`).
 
 The LM head is not in Vidur's MLP table: it is read as the gate/up projection at
 the same row count scaled by ``vocab / (2 · intermediate)`` (weight-bound at the
@@ -30,6 +31,8 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
+from servecal.profiler.importers import collective
+from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.interp import ExtrapolationLog, Series
 from servecal.profiler.shapes import ModelShape
 
@@ -113,7 +116,14 @@ class VidurSource:
 
     name = "vidur"
 
-    def __init__(self, path: str | Path, shape: ModelShape, tp: int, log: ExtrapolationLog) -> None:
+    def __init__(
+        self,
+        path: str | Path,
+        shape: ModelShape,
+        tp: int,
+        log: ExtrapolationLog,
+        comm: CommOptions | None = None,
+    ) -> None:
         path = Path(path)
         folder = path if path.is_dir() else path.parent
         self.shape, self.tp, self.log, self.folder = shape, tp, log, folder
@@ -131,7 +141,9 @@ class VidurSource:
         self.prefill_coef = fit_linear(prefill_features(p[:, 0], p[:, 1]), p[:, 2])
         self.decode_scale = np.array([1.0, kv_ratio, kv_ratio])
         self.prefill_scale = np.array([1.0, q_ratio, q_ratio])
-        self._allreduce = self._read_allreduce(folder) if tp > 1 else None
+        self.collective = collective.open_collective(
+            collective.read_vidur, folder, tp, comm or CommOptions()
+        )
 
     def _matching_mlp(self, folder: Path) -> Path:
         candidates = sorted(folder.glob("*mlp*.csv"))
@@ -173,20 +185,6 @@ class VidurSource:
             ops[op] = Series.from_pairs(rows["num_tokens"], rows[col])
         return ops
 
-    def _read_allreduce(self, folder: Path) -> Series | None:
-        matches = sorted((folder / "network").glob("*all_reduce*.csv"))
-        if not matches:
-            return None
-        frame = pd.read_csv(matches[0])
-        rows = frame[
-            (frame["num_workers"] == self.tp)
-            & (frame["devices_per_node"] == self.tp)
-            & (frame["collective"] == "all_reduce")
-        ]
-        if rows.empty:
-            raise InputError(f"{matches[0]}: no single-node all_reduce rows for {self.tp} workers")
-        return Series.from_pairs(rows["size"], rows["time_stats.all_reduce.median"])
-
     def linear_ms(self, tokens: int) -> tuple[float, float]:
         gemm = sum(self._ops[op].at(tokens, self.log) for op in GEMM_OPS)
         other = sum(self._ops[op].at(tokens, self.log) for op in OTHER_OPS)
@@ -200,10 +198,10 @@ class VidurSource:
         x = np.array([1.0, chunk * (prefix + chunk / 2), chunk])
         return max(0.0, float(x @ (self.prefill_coef * self.prefill_scale)))
 
-    def comm_ms(self, tokens: int) -> float:
-        if self._allreduce is None:
+    def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
+        if self.collective is None:
             return 0.0
-        return 2 * self._allreduce.at(tokens * self.shape.hidden * 2, self.log)
+        return self.collective.allreduce_ms(tokens * self.shape.hidden, decode_only, self.log)
 
     def embed_ms(self, tokens: int) -> float:
         return self._ops["emb"].at(tokens, self.log)
@@ -223,11 +221,12 @@ class VidurSource:
             "ops counted once per layer as in Vidur (add: once)",
         ]
         if self.tp > 1:
-            notes.append(
-                "all-reduce: 2 per layer from the network profile"
-                if self._allreduce is not None
-                else "all-reduce: no network profile found (0)"
-            )
+            notes.append("tensor-parallel logits gather: not profiled (0)")
+        comm = (
+            self.collective.provenance()
+            if self.collective is not None
+            else collective.no_collective_provenance(self.tp)
+        )
         return {
             "device_name": "NVIDIA A100 (Vidur profile)",
             "profile": "Vidur per-layer operator profile (time_stats.<op>.median, ms)",
@@ -238,4 +237,5 @@ class VidurSource:
             "decode_attention_coef": [float(c) for c in self.decode_coef * self.decode_scale],
             "prefill_attention_coef": [float(c) for c in self.prefill_coef * self.prefill_scale],
             "approximations": notes,
+            **comm,
         }

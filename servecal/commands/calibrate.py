@@ -43,6 +43,12 @@ def calibrate(
         "executor's pool, ragged moving decode groups; for --executor torch tables). "
         "Default contiguous; on --resume, the run's.",
     ),
+    tp: int = typer.Option(
+        None,
+        help="Tensor-parallel degree: one process per rank (GPUs device..device+N-1 over "
+        "NCCL; CPU processes over gloo), rank 0's iteration timed with its all-reduces. "
+        "Default 1; on --resume, the run's.",
+    ),
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
 
@@ -67,6 +73,7 @@ def calibrate(
         resume=resume,
         fit=fit,
         kv_layout=kv_layout,
+        tp=tp,
     )
     result = run(cfg, Console(stderr=True), layouts={PagedLayout.name: PagedLayout})
     typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")

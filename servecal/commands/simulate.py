@@ -77,7 +77,11 @@ def simulate_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate one workload x policy x TPOT target over seeds; write run folders."""
+    from servecal.commands._tp import simulate_warning
     from servecal.sched.flowprefill.registry import is_flow_policy
+
+    if tp_note := simulate_warning(predictor, truth, executor):
+        typer.echo(tp_note, err=True)
 
     if setting is not None or slo_classes is not None or is_flow_policy(policy):
         from servecal.sched.flowprefill.commands import run_simulate_command

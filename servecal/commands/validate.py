@@ -28,6 +28,7 @@ def validate(
     ),
 ) -> None:
     """Replay measurements against a table: `valid` (exit 0) or `drifted` (exit 1)."""
+    from servecal.commands._tp import validate_warning
     from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.drift import DriftConfig
     from servecal.costmodels.drift.replay import load_measurements, replay
@@ -38,6 +39,8 @@ def validate(
         raise InputError(f"--min-shift: {exc}") from None
     cost_table = CostTable.load(table)
     frame, kind = load_measurements(measurements)
+    if tp_note := validate_warning(table, cost_table.tp, measurements):
+        typer.echo(tp_note, err=True)
     if len(frame) > PROGRESS_ROWS and not as_json:
         from rich.progress import Progress
 

@@ -233,3 +233,19 @@ def test_json_schema_file_matches_the_document() -> None:
     assert schema["properties"]["axis_order"]["const"] == doc["axis_order"]
     margin = schema["properties"]["margin"]["oneOf"][1]
     assert set(margin["required"]) == set(doc["margin"])
+
+
+def test_tp_comes_from_the_samples_provenance_and_round_trips(tmp_path: Path) -> None:
+    table = small_table(fingerprint={"device_name": "A100", "tp": 4})
+    assert table.tp == 4 and small_table().tp == 1
+    path = tmp_path / "t.json"
+    table.save(path)
+    assert json.loads(path.read_text())["tp"] == 4
+    assert CostTable.load(path).tp == 4
+    doc = small_table().to_json()
+    del doc["tp"]  # a table written before tensor parallelism: TP 1
+    assert CostTable.from_json(doc).tp == 1
+    for bad in (0, 2.5, "4", True):
+        doc["tp"] = bad
+        with pytest.raises(InputError, match="field 'tp'"):
+            CostTable.from_json(doc, "t.json")

@@ -12,8 +12,10 @@ from typer.testing import CliRunner
 from servecal.cli import app
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.samples import read_samples
+from servecal.costmodels.table import CostTable
 from servecal.profiler.design import Grid
 from servecal.profiler.importers import import_profile
+from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.vidur import (
     decode_features,
     fit_linear,
@@ -167,8 +169,10 @@ def test_vidur_tensor_parallel_adds_two_allreduces_per_layer():
     t_lo = net[net["size"] == lo]["time_stats.all_reduce.median"].median()
     t_hi = net[net["size"] == hi]["time_stats.all_reduce.median"].median()
     t = t_lo if lo == hi else t_lo + (t_hi - t_lo) * (size - lo) / (hi - lo)
-    assert frame.op_comm_ms.iloc[0] == pytest.approx(32 * 2 * t)
-    assert any("all-reduce" in note for note in prov["approximations"])
+    # 2 per layer (attention output, MLP down) + 1 (vocabulary-parallel embedding)
+    assert frame.op_comm_ms.iloc[0] == pytest.approx((2 * 32 + 1) * t)
+    assert prov["collective_table"] == "a100_dgx_all_reduce.csv"
+    assert prov["collective_backend"].startswith("nccl")
 
 
 def test_vidur_refuses_a_model_it_did_not_profile():
@@ -194,3 +198,88 @@ def test_import_command_writes_median_samples(tmp_path):
     bad = CliRunner().invoke(app, ["import", "nope", str(AIC), "--model", "tiny"])
     assert bad.exit_code == 2 and "unknown profile kind" in bad.output
     assert math.isfinite(samples.frame.ms.max())
+
+
+# --- tensor parallelism: the collective's times (slice: aiconfigurator_70b_tp4/, README) ---
+
+AIC70 = DATA / "aiconfigurator_70b_tp4"
+GRID70 = Grid(n_decode=(16, 32, 64), chunk=(0, 128), ctx=(511, 1023), prefix=(0,))
+HIDDEN_70B = 8192
+
+
+def allreduce_rows(backend: str) -> pd.DataFrame:
+    comm = pd.read_csv(next(AIC70.glob("*custom_allreduce*")))
+    return comm[(comm.num_gpus == 4) & (comm.backend == backend)].set_index("message_size")
+
+
+def import_and_fit(tmp_path: Path, name: str, *extra: str) -> tuple[CostTable, dict]:
+    grid = tmp_path / "grid70.json"
+    grid.write_text(json.dumps(GRID70.to_dict()))
+    samples = tmp_path / f"{name}.parquet"
+    args = ["import", "aiconfigurator", str(AIC70), "--model", "llama-3-70b", "--tp", "4"]
+    result = CliRunner().invoke(app, [*args, "--grid", str(grid), "--out", str(samples), *extra])
+    assert result.exit_code == 0, result.output
+    assert "all-reduces: " + ("none" if extra else "a100_sxm_comm") in result.output
+    table = tmp_path / f"{name}.json"
+    result = CliRunner().invoke(app, ["fit", str(samples), "--out", str(table)])
+    assert result.exit_code == 0, result.output
+    return CostTable.load(table), read_samples(samples).provenance
+
+
+def test_tp4_70b_table_prices_a_64_decode_iteration_higher_by_its_allreduces(tmp_path):
+    with_comm, prov = import_and_fit(tmp_path, "comm")
+    without, prov_none = import_and_fit(tmp_path, "nocomm", "--no-comm")
+    # By hand from the CSV: 64 decode tokens x 8192 = 524288 bf16 elements, a profiled
+    # size; a decode-only iteration runs in vLLM's CUDA graph (backend vllm_graph);
+    # 80 layers x 2 all-reduces + 1 for the vocabulary-parallel embedding.
+    one = allreduce_rows("vllm_graph").loc[64 * HIDDEN_70B, "latency"]
+    expected = (2 * 80 + 1) * one
+    for ctx in (511, 1023):
+        gap = with_comm.predict(64, 0, ctx, 0, q=0.5) - without.predict(64, 0, ctx, 0, q=0.5)
+        assert gap == pytest.approx(expected, rel=1e-9)
+    assert expected > 0.02 * without.predict(64, 0, 1023, 0, q=0.5)  # not negligible
+    assert prov["collective_table"] == "a100_sxm_comm_vllm_0.14.0_custom_allreduce_perf_bf16.csv"
+    assert prov["collective_backend"].startswith("auto")
+    assert prov_none["collective_table"] is None and "--no-comm" in prov_none["collective_backend"]
+    assert with_comm.tp == 4 and without.tp == 4
+    assert with_comm.fingerprint["collective_table"] == prov["collective_table"]
+
+
+def test_an_iteration_that_prefills_reads_the_eager_allreduce_between_sizes():
+    frame, _ = import_profile(
+        "aiconfigurator", AIC70, ModelShape.from_name("llama-3-70b"), 4, GRID70
+    )
+    eager = allreduce_rows("vllm_eager").latency
+    size = (64 + 128) * HIDDEN_70B  # 1572864 elements: between 2^20 and 2^21
+    lo, hi = 2**20, 2**21
+    one = eager[lo] + (eager[hi] - eager[lo]) * (size - lo) / (hi - lo)
+    assert row(frame, 64, 128, 1023, 0).op_comm_ms == pytest.approx(161 * one)
+
+
+def test_comm_backend_flag_prices_decodes_eagerly_when_asked():
+    shape = ModelShape.from_name("llama-3-70b")
+    frame, prov = import_profile(
+        "aiconfigurator", AIC70, shape, 4, GRID70, CommOptions(backend="eager")
+    )
+    one = allreduce_rows("vllm_eager").loc[16 * HIDDEN_70B, "latency"]
+    assert row(frame, 16, 0, 511, 0).op_comm_ms == pytest.approx(161 * one)
+    assert "vllm_eager for every iteration" in prov["collective_backend"]
+
+
+def test_a_missing_collective_table_is_an_error_unless_no_comm():
+    shape = ModelShape.from_name("llama-3-8b")
+    grid = Grid(n_decode=(8,), chunk=(0,), ctx=(1023,), prefix=(0,))
+    with pytest.raises(
+        InputError, match="no \\*custom_allreduce\\*.csv collective table.*--no-comm"
+    ):
+        import_profile("aiconfigurator", AIC, shape, 2, grid)
+    result = CliRunner().invoke(
+        app, ["import", "aiconfigurator", str(AIC), "--model", "llama-3-8b", "--tp", "2"]
+    )
+    assert result.exit_code == 2 and "--no-comm" in result.output
+    with pytest.raises(InputError, match="no all-reduce rows for num_gpus=16"):
+        import_profile("aiconfigurator", AIC70, ModelShape.from_name("llama-3-70b"), 16, GRID70)
+    with pytest.raises(InputError, match="one backend"):
+        import_profile("vidur", VIDUR, shape, 2, grid, CommOptions(backend="graph"))
+    with pytest.raises(InputError, match="--comm-backend"):
+        CommOptions(backend="fast")

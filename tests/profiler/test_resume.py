@@ -86,3 +86,77 @@ def test_sigint_then_sigkill_then_resume_loses_and_repeats_nothing(tmp_path):
     assert set(per_point.index) == plan_points  # none lost
     assert (per_point["count"] == REPEATS).all() and (per_point["nunique"] == REPEATS).all()
     assert not list(store.root.glob(".*.tmp"))  # no half-written shard left behind
+
+
+# --- the same at TP 2: rank 0 (the process signalled) owns the shards; its gloo follower
+# --- exits with it, even when rank 0 is SIGKILLed.
+
+TP_GRID = {"n_decode": [0, 1, 4], "chunk": [0, 8, 32], "ctx": [16, 64], "prefix": [0]}
+
+
+def session_processes(sid: int) -> list[int]:
+    """Live processes of session ``sid`` (a run started with start_new_session: its ranks)."""
+    members = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(stat.parent.name))
+    return members
+
+
+def wait_until_gone(sid: int) -> None:
+    deadline = time.monotonic() + 30
+    while session_processes(sid):
+        assert time.monotonic() < deadline, f"ranks still alive: {session_processes(sid)}"
+        time.sleep(0.1)
+
+
+def run_tp(out: Path, *args: str) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "servecal", "calibrate", "--out", str(out), "--no-fit"]
+    cmd += ["--block", "4", *args]
+    return subprocess.Popen(
+        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+
+
+def test_tp2_run_interrupted_killed_and_resumed_loses_nothing(tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps(TP_GRID))
+    out = tmp_path / "run"
+    store = ShardStore(out)
+    first = run_tp(out, "--device", "cpu", "--model", "tiny", "--tp", "2", "--grid", str(grid),
+                   "--repeats", str(REPEATS), "--threads", "1")  # fmt: skip
+    wait_for_shards(store, 0, first)
+    first.send_signal(signal.SIGINT)
+    log = first.communicate(timeout=120)[0]
+    assert first.returncode == 130, log
+    wait_until_gone(first.pid)
+    after_int = shard_bytes(store)
+    planned = len(store.read_plan()["points"])
+    assert 0 < len(after_int) < planned and store.read_plan()["tp"] == 2
+
+    second = run_tp(out, "--resume")  # the plan's TP 2
+    wait_for_shards(store, len(after_int), second)
+    assert len(session_processes(second.pid)) >= 2  # rank 0 and its follower
+    os.kill(second.pid, signal.SIGKILL)
+    second.communicate(timeout=60)
+    wait_until_gone(second.pid)  # the follower noticed rank 0 was gone and left
+    after_kill = shard_bytes(store)
+    assert all(after_kill[name] == data for name, data in after_int.items())
+
+    third = run_tp(out, "--resume")
+    log = third.communicate(timeout=300)[0]
+    assert third.returncode == 0, log
+    wait_until_gone(third.pid)
+    final = shard_bytes(store)
+    assert all(final[name] == data for name, data in after_kill.items())  # kept, not redone
+    samples = read_samples(out / "samples.parquet")
+    per_point = samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).rep.agg(
+        ["count", "nunique"]
+    )
+    assert set(per_point.index) == {tuple(p) for p in store.read_plan()["points"]}
+    assert (per_point["count"] == REPEATS).all() and (per_point["nunique"] == REPEATS).all()
+    assert samples.provenance["tp"] == 2 and samples.provenance["collective_backend"] == "gloo"
