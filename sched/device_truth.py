@@ -60,7 +60,7 @@ OPTIONS = (
 def _dense_steps(tokens: tuple[int, ...], excess: tuple[float, ...]) -> list[float]:
     """``E(T)`` for every ``T`` in ``0..tokens[-1]``: the value at the smallest profiled
     size ``>= T`` (the kernel for ``T`` rows runs the tiles of that size), made
-    non-decreasing (more rows never cost less; see docs/truth.md), ``E(0) = 0``."""
+    non-decreasing (a guard: the derivation already stores an isotonic fit), ``E(0) = 0``."""
     dense = [0.0] * (tokens[-1] + 1)
     running = 0.0
     j = 0
