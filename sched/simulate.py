@@ -90,12 +90,12 @@ def load_truth(spec: str) -> AnalyticTruth | SampledTruth:
 
 
 def load_predictor(spec: str, truth: AnalyticTruth | SampledTruth) -> Predictor:
-    """``oracle`` (the truth's own formula and noise), ``fitted`` (a table fitted on samples
-    of the truth, sched/fitted.py) or a cost table path."""
-    if spec == "fitted":
+    """``oracle`` (the truth's own formula and noise), ``fitted``/``fitted-grid`` (a table
+    fitted on samples of the truth, sched/fitted.py) or a cost table path."""
+    if spec in ("fitted", "fitted-grid"):
         from servecal.sched.fitted import fitted_predictor
 
-        return fitted_predictor(truth)
+        return fitted_predictor(truth, spec)
     if spec == "oracle":
         if not hasattr(truth, "oracle"):
             raise InputError("--predictor oracle needs --truth analytic|device; give a table")

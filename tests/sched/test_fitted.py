@@ -46,18 +46,26 @@ def test_shipped_table_is_the_fit_of_the_shipped_truth() -> None:
 def test_fitted_table_on_held_out_points_is_accurate_and_not_the_truth() -> None:
     truth = DeviceTruth.load()
     table = load_predictor("fitted", truth)
+    grid_only = load_predictor("fitted-grid", truth)
     rng = np.random.default_rng(161)  # neither a run seed nor the calibration's
     points = held_out_points(rng, 400)
     rows = truth.draw(points, 20, rng)
-    m = evaluate(table, rows)
+    m, g = evaluate(table, rows), evaluate(grid_only, rows)
     assert m["out_of_domain"] == 0
     assert m["p50_mape"] < 0.05  # within a few % of each point's measured median...
-    exact = truth.median(*(points[c].to_numpy() for c in points.columns))
-    p50 = np.asarray(table.predict(*(points[c].to_numpy() for c in points.columns)))
+    cols = [points[c].to_numpy() for c in points.columns]
+    exact = truth.median(*cols)
+    p50 = np.asarray(table.predict(*cols))
     err = np.abs(p50 - exact) / exact
     assert 0.002 < err.mean() < 0.05  # ...but it is not the truth: it misses steps
     assert err.max() > 0.05
-    assert m["p99_coverage"] >= 0.97  # the conformal margin covers noise and steps
+    # the probe-calibrated margin covers noise and steps off the grid...
+    assert m["p99_coverage"] >= 0.97
+    assert m["tightness"] < 0.5
+    # ...the grid's own margin does not: the steps' edges sit just above its chunks
+    assert g["p50_mape"] == m["p50_mape"]  # same quantiles, another margin
+    assert g["p99_coverage"] < 0.95
+    assert table.margin_info.rho > 5 * grid_only.margin_info.rho
 
 
 def test_load_predictor_fitted_reads_the_shipped_table_without_fitting(monkeypatch) -> None:
@@ -65,8 +73,11 @@ def test_load_predictor_fitted_reads_the_shipped_table_without_fitting(monkeypat
         raise AssertionError("the shipped truth must not be refitted")
 
     monkeypatch.setattr(fitted, "fit_table", no_fit)
-    table = load_predictor("fitted", DeviceTruth.load())
-    assert isinstance(table, CostTable) and table.margin_info is not None
+    for name in ("fitted", "fitted-grid"):
+        table = load_predictor(name, DeviceTruth.load())
+        assert isinstance(table, CostTable) and table.margin_info is not None
+    with pytest.raises(InputError, match="expected one of fitted, fitted-grid"):
+        fitted.fitted_predictor(DeviceTruth.load(), "fitted-best")
 
 
 def test_another_truth_is_fitted_once_and_cached(monkeypatch, tmp_path) -> None:
