@@ -35,9 +35,11 @@ HELD_OUT_SEED = 1616
 RUNS = (  # workload, policy, rate (req/s), TPOT SLO (ms)
     ("mixed", "sloweave", 30.0, 25.0),
     ("mixed", "fixed-512", 30.0, 25.0),
-    ("tenants", "sloweave", 20.0, 25.0),
-    ("mixed", "sloweave", 30.0, 10.0),
+    ("mixed", "sloweave", 60.0, 25.0),
+    ("mixed", "sloweave", 45.0, 10.0),
+    ("tenants", "sloweave", 30.0, 25.0),
 )
+PREDICTORS = ("fitted", "fitted-grid", "oracle")
 COLUMNS = ["n_decode", "chunk", "ctx", "prefix"]
 
 
@@ -60,21 +62,21 @@ def visited_points(runs: list[pd.DataFrame], rng: np.random.Generator, size: int
 
 
 def offline(name: str, truth: DeviceTruth, points: pd.DataFrame, rng: np.random.Generator):
-    table = load_predictor("fitted", truth)
     rows = truth.draw(points, 20, rng)
-    m = evaluate(table, rows)
     cols = [points[c].to_numpy(dtype=float) for c in COLUMNS]
     exact = truth.median(*cols)
-    p50 = np.asarray(table.predict(*cols), dtype=float)
-    err = np.abs(p50 - exact) / exact
-    oracle = truth.oracle()
-    ocols = [rows[c].to_numpy(dtype=float) for c in COLUMNS]
-    o_cov = float(np.mean(rows["ms"].to_numpy() <= oracle.predict(*ocols, q=0.99)))
-    print(
-        f"  {name:8} {len(points):>6} {m['p50_mape']:>9.2%} {err.mean():>9.2%} "
-        f"{np.percentile(err, 99):>9.2%} {m['p99_coverage']:>9.2%} {m['tightness']:>9.1%} "
-        f"{o_cov:>9.2%} {m['out_of_domain']:>5}"
-    )
+    rcols = [rows[c].to_numpy(dtype=float) for c in COLUMNS]
+    for predictor in ("fitted", "fitted-grid"):
+        table = load_predictor(predictor, truth)
+        m = evaluate(table, rows)
+        err = np.abs(np.asarray(table.predict(*cols), dtype=float) - exact) / exact
+        print(
+            f"  {name:8} {predictor:11} {len(points):>6} {m['p50_mape']:>9.2%} {err.mean():>9.2%} "
+            f"{np.percentile(err, 99):>8.2%} {m['p99_coverage']:>9.2%} {m['tightness']:>7.1%} "
+            f"{m['out_of_domain']:>4}"
+        )
+    o_cov = float(np.mean(rows["ms"].to_numpy() <= truth.oracle().predict(*rcols, q=0.99)))
+    print(f"  {name:8} {'oracle':11} {len(points):>6} {'':>9} {0:>9.2%} {0:>8.2%} {o_cov:>9.2%}")
 
 
 def main() -> None:
@@ -84,22 +86,21 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3, help="seeds per online run")
     args = parser.parse_args()
     truth = DeviceTruth.load()
-    table = load_predictor("fitted", truth)
     t0 = time.time()
     print(f"truth: {truth}")
-    print(f"table: {table}, margin rho {table.margin_info.rho:.4f}")
-    print(f"  its own 5-fold validation (grid points): {table.validation}")
+    for name in ("fitted", "fitted-grid"):
+        table = load_predictor(name, truth)
+        print(f"{name}: {table}, margin rho {table.margin_info.rho:.4f}")
+    print(f"  5-fold validation on grid points: {table.validation}")
 
-    print("\nOnline: truth=device, predictor=fitted vs oracle (mean over seeds)")
+    print("\nOnline: truth=device, mean over seeds")
     print(
-        f"  {'workload':8} {'policy':10} {'rate':>5} {'TPOT':>5} {'iters':>7} "
-        f"{'P50 MAPE':>9} {'cover':>8} {'attain':>7} | {'oracle MAPE':>11} "
-        f"{'cover':>7} {'attain':>7}"
+        f"  {'workload':8} {'policy':10} {'rate':>5} {'TPOT':>5} {'predictor':11} {'iters':>7} "
+        f"{'P50 MAPE':>9} {'P99+d cov':>9} {'attain':>7} {'TPOT att':>8}"
     )
     visited = []
     for workload, policy, rate, tpot in RUNS:
-        out = {}
-        for predictor in ("fitted", "oracle"):
+        for predictor in PREDICTORS:
             cfg = SimulationConfig(
                 workload=workload, policy=policy, tpot_slo_ms=tpot, rate=rate,
                 n_requests=args.requests, seeds=tuple(range(args.seeds)),
@@ -107,26 +108,22 @@ def main() -> None:
             )  # fmt: skip
             runs = [run_seed(cfg, s) for s in cfg.seeds]
             sums = [summarize_run(r) for r in runs]
-            out[predictor] = {
-                "mape": np.mean([s["online"]["p50_mape"] for s in sums]),
-                "cover": np.mean([s["online"]["p99_coverage"] for s in sums]),
-                "att": np.mean([s["attainment"] for s in sums]),
-                "iters": int(np.mean([len(r.iterations) for r in runs])),
-            }
             if predictor == "fitted":
                 visited += [r.iterations for r in runs]
-        f, o = out["fitted"], out["oracle"]
-        print(
-            f"  {workload:8} {policy:10} {rate:>5g} {tpot:>5g} {f['iters']:>7} "
-            f"{f['mape']:>9.2%} {f['cover']:>8.2%} {f['att']:>7.1%} | "
-            f"{o['mape']:>11.2%} {o['cover']:>7.2%} {o['att']:>7.1%}"
-        )
+            print(
+                f"  {workload:8} {policy:10} {rate:>5g} {tpot:>5g} {predictor:11} "
+                f"{int(np.mean([len(r.iterations) for r in runs])):>7} "
+                f"{np.mean([s['online']['p50_mape'] for s in sums]):>9.2%} "
+                f"{np.mean([s['online']['p99_coverage'] for s in sums]):>9.2%} "
+                f"{np.mean([s['attainment'] for s in sums]):>7.1%} "
+                f"{np.mean([s['tpot_attainment'] for s in sums]):>8.1%}"
+            )
 
     rng = np.random.default_rng(HELD_OUT_SEED)
     print("\nOffline, held-out shapes x 20 draws (seed 1616)")
     print(
-        f"  {'set':8} {'points':>6} {'MAPE(med)':>9} {'MAPE(ex)':>9} {'P99 err':>9} "
-        f"{'P99+d cov':>9} {'tight':>9} {'oracle':>9} {'OOD':>5}"
+        f"  {'set':8} {'predictor':11} {'points':>6} {'MAPE(med)':>9} {'MAPE(ex)':>9} "
+        f"{'P99 err':>8} {'P99+d cov':>9} {'tight':>7} {'OOD':>4}"
     )
     offline("visited", truth, visited_points(visited, rng, args.points), rng)
     offline("uniform", truth, uniform_points(rng, args.points), rng)
