@@ -19,12 +19,15 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
+
+if TYPE_CHECKING:
+    from servecal.sched.device_truth import DeviceTruth
 
 _BLOCK = 4096
 
@@ -261,7 +264,7 @@ def _analytic(options: dict[str, float]) -> AnalyticTruth:
     return AnalyticTruth(**options)  # type: ignore[arg-type]
 
 
-def _device(options: dict[str, float]) -> Any:
+def _device(options: dict[str, float]) -> DeviceTruth:
     from servecal.sched.device_truth import DeviceTruth
 
     return DeviceTruth.load(**options)
@@ -280,7 +283,7 @@ TRUTHS: dict[str, tuple[Callable[[dict[str, float]], Any], Callable[[], tuple[st
 }
 
 
-def parse_truth(spec: str) -> Any:
+def parse_truth(spec: str) -> AnalyticTruth | SampledTruth | DeviceTruth:
     """``analytic[:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300]``,
     ``device[:sigma=...,spike_prob=...,power_w=...]`` (docs/truth.md) or ``samples:PATH``."""
     if spec.startswith("samples:"):
