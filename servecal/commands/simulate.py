@@ -168,7 +168,7 @@ def simulate_command(
             for slo, tier in (value or {}).items():
                 share = "-" if tier["goodput_share"] is None else f"{tier['goodput_share']:.3g}"
                 row = f"{tier['attainment']:.3g} / {tier['tpot_attainment']:.3g} / {share}"
-                table.add_row(f"TPOT {slo} ms: attainment / TPOT att. / good share", row)
+                table.add_row(f"TPOT {slo} ms: attain / tpot / share", row)
             continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={'-' if v is None else f'{v:.3g}'}" for k, v in value.items())
