@@ -60,7 +60,7 @@ STEP_LIMIT = 16384
 #: --model tiny --budget 90`, residuals by `benchmarks/drift.py --calibration`): 0.12% of
 #: iterations over 2x the median of their point's other repeats (robust sigma 0.091,
 #: P99/P50 1.38). The machine has not been that quiet since; a calibration taken at
-#: load ~9 (committed, scripts/data/) says 7.4%, the contention of a shared host.
+#: load ~5 (committed, scripts/data/) says 7.4%, the contention of a shared host.
 QUIET_HOST_STALL_RATE = 0.0012
 QUIET_HOST_SOURCE = "CPU calibration at load 1-2, 0.12% over 2x (docs/truth.md)"
 
