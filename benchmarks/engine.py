@@ -7,7 +7,10 @@ scans every ready request for the earliest deadline and calls the predictor's
 public ``predict`` + ``margin`` at every probe of its own binary search, instead
 of reading the engine's deadline heap and calling ``max_chunk`` once. Targets
 (issue 4): median decision ≤ 20 µs at 256 active requests; ≥ 50,000 simulated
-iterations/s on the analytic truth. Numbers depend on the machine and its load:
+iterations/s on the analytic truth, and on the device truth (issue 16; its row runs
+the same SLOWeave and predictor, so the ratio is what the truth costs; a last row
+plans on the ``fitted`` table instead, the default predictor for it). Numbers
+depend on the machine and its load:
 throughput is given per second of wall time and per second of this process's CPU
 time (the latter is what a busy shared machine does not take away), and the
 ratios are measured side by side.
@@ -23,7 +26,9 @@ import time
 import numpy as np
 
 from servecal.costmodels import AnalyticPredictor, largest_fitting
+from servecal.sched.device_truth import DeviceTruth
 from servecal.sched.engine import Engine, EngineConfig
+from servecal.sched.fitted import fitted_predictor
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.policies import SLOWeave, TokenBudget
 from servecal.sched.policies._common import room_for
@@ -100,9 +105,13 @@ def decision_us(policy, active: int, repeats: int) -> tuple[float, float]:
     return statistics.median(times) / 1000.0, cpu
 
 
-def iterations_per_s(policy, requests: int, workload: str = "mixed") -> tuple[float, float, int]:
+def iterations_per_s(
+    policy, requests: int, workload: str = "mixed", truth=None, predictor=None
+) -> tuple[float, float, int]:
     """Simulated iterations per second of wall time and of this process's CPU time, for a
-    whole run (frames excluded), and the number of iterations."""
+    whole run (frames excluded), and the number of iterations. ``truth`` defaults to the
+    noiseless analytic formula, ``predictor`` to the analytic formula (so a change of
+    truth alone changes only what the executor costs)."""
     from servecal.sched.compare import default_rate
     from servecal.sched.workloads import generate
 
@@ -113,9 +122,9 @@ def iterations_per_s(policy, requests: int, workload: str = "mixed") -> tuple[fl
         tpot_slo_ms=25.0,
         rng=np.random.default_rng(0),
     )
-    eng = Engine(
-        reqs, policy, AnalyticPredictor(), AnalyticTruth().executor(np.random.default_rng(1))
-    )
+    truth = truth or AnalyticTruth()
+    predictor = predictor or AnalyticPredictor()
+    eng = Engine(reqs, policy, predictor, truth.executor(np.random.default_rng(1)))
     step = eng.step
     t0, c0 = time.perf_counter(), time.process_time()
     while step():
@@ -150,13 +159,23 @@ def main() -> None:
     print(f"{'':16} {'iter/s (wall)':>14} {'iter/s (CPU)':>13} {'iterations':>11}")
     # best of --runs runs each, interleaved: contention from other processes only ever
     # slows a run down, so the fastest run is the least disturbed one
-    fast, slow = (0.0, 0.0, 0), (0.0, 0.0, 0)
+    fast, slow, device, fitted = (0.0, 0.0, 0), (0.0, 0.0, 0), (0.0, 0.0, 0), (0.0, 0.0, 0)
+    noisy_device = DeviceTruth.load()  # the device truth: context, steps, jitter, stalls
+    table = fitted_predictor(noisy_device)  # the table planned on by default with it
     for _ in range(args.runs):
         fast = max(fast, iterations_per_s(SLOWeave(), args.requests))
         slow = max(slow, iterations_per_s(NaiveSLOWeave(), args.requests))
+        device = max(device, iterations_per_s(SLOWeave(), args.requests, truth=noisy_device))
+        fitted = max(
+            fitted, iterations_per_s(SLOWeave(), args.requests, truth=noisy_device, predictor=table)
+        )
     print(f"  SLOWeave       {fast[0]:>14,.0f} {fast[1]:>13,.0f} {fast[2]:>11}")
     print(f"  naive SLOWeave {slow[0]:>14,.0f} {slow[1]:>13,.0f} {slow[2]:>11}")
     print(f"  ratio          {fast[0] / slow[0]:>13.2f}x {fast[1] / slow[1]:>12.2f}x")
+    print("SLOWeave on the device truth (its own stream of requests and iterations):")
+    print(f"  analytic pred. {device[0]:>14,.0f} {device[1]:>13,.0f} {device[2]:>11}")
+    print(f"  vs analytic    {device[0] / fast[0]:>13.2f}x {device[1] / fast[1]:>12.2f}x")
+    print(f"  fitted table   {fitted[0]:>14,.0f} {fitted[1]:>13,.0f} {fitted[2]:>11}")
     load = os.getloadavg()[0]
     print(f"\nload average {load:.1f} on {os.cpu_count()} CPUs: wall figures shrink with it; "
           "CPU-time figures count only this process's time")  # fmt: skip

@@ -171,7 +171,8 @@ def summarize(
 
     Undefined values are None (no energy meter, no good request to divide by, no
     iterations frame), never NaN, so the dict serialises as plain JSON. A run with
-    several SLO classes also gets ``by_class`` (see :func:`summarize_by_class`).
+    several SLO classes also gets ``by_class`` (see :func:`summarize_by_class`), one with
+    several TPOT SLOs ``by_tpot_slo`` (see :func:`summarize_by_tpot_slo`).
     """
     out = request_outcomes(requests, slos)
     n = len(out)
@@ -207,6 +208,8 @@ def summarize(
     }
     if "slo_class" in out.columns and out["slo_class"].nunique() > 1:
         summary["by_class"] = summarize_by_class(requests, slos)
+    if out["tpot_slo_ms"].nunique() > 1:
+        summary["by_tpot_slo"] = summarize_by_tpot_slo(requests, slos)
     return summary
 
 
@@ -316,5 +319,38 @@ def summarize_by_class(
             "goodput": n_good / window_s if n_good and window_s > 0 else 0.0,
             "p99_ttft_ms": _p99(rows["ttft_censored_ms"]),
             "p99_tpot_ms": _p99(rows["tpot_p99_ms"]),
+        }
+    return result
+
+
+def tpot_slo_key(tpot_slo_ms: float) -> str:
+    """The ``by_tpot_slo`` key of a TPOT SLO: its value in ms, shortest form (``"10"``)."""
+    return f"{float(tpot_slo_ms):g}"
+
+
+def summarize_by_tpot_slo(
+    requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES
+) -> dict[str, dict[str, Any]]:
+    """Per TPOT SLO (key: :func:`tpot_slo_key`, ascending): the tenants of one tier.
+
+    ``requests`` and ``share`` (of all requests), ``attainment`` (both SLOs),
+    ``tpot_attainment`` (TPOT alone), ``goodput`` (whole-run window, so the tiers add
+    up to the run's goodput) and ``goodput_share`` (the tier's part of all good
+    requests; None when none was good).
+    """
+    slos = _check_slos(slos)
+    out = request_outcomes(requests, slos)
+    window_s = _window_s(out, slos)
+    total_good = int(out["good"].sum())
+    result: dict[str, dict[str, Any]] = {}
+    for value, rows in out.groupby("tpot_slo_ms", sort=True):
+        n_good = int(rows["good"].sum())
+        result[tpot_slo_key(float(value))] = {
+            "requests": len(rows),
+            "share": len(rows) / len(out),
+            "attainment": n_good / len(rows),
+            "tpot_attainment": float(rows["tpot_met"].mean()),
+            "goodput": n_good / window_s if n_good and window_s > 0 else 0.0,
+            "goodput_share": n_good / total_good if total_good else None,
         }
     return result

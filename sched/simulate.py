@@ -90,15 +90,20 @@ def load_truth(spec: str) -> AnalyticTruth | SampledTruth:
 
 
 def load_predictor(spec: str, truth: AnalyticTruth | SampledTruth) -> Predictor:
-    """``oracle`` (the analytic truth's own formula and noise) or a cost table path."""
+    """``oracle`` (the truth's own formula and noise), ``fitted``/``fitted-grid`` (a table
+    fitted on samples of the truth, sched/fitted.py) or a cost table path."""
+    if spec in ("fitted", "fitted-grid"):
+        from servecal.sched.fitted import fitted_predictor
+
+        return fitted_predictor(truth, spec)
     if spec == "oracle":
-        if not isinstance(truth, AnalyticTruth):
-            raise InputError("--predictor oracle needs --truth analytic; give a cost table JSON")
+        if not hasattr(truth, "oracle"):
+            raise InputError("--predictor oracle needs --truth analytic|device; give a table")
         return truth.oracle()
     from servecal.costmodels import CostTable
 
     if not Path(spec).is_file():
-        raise InputError(f"--predictor {spec}: expected 'oracle' or a cost table JSON file")
+        raise InputError(f"--predictor {spec}: expected oracle, fitted or a cost table JSON")
     return CostTable.load(spec)
 
 

@@ -3,7 +3,9 @@
 * :class:`AnalyticTruth`: the SPEC §1 formula × log-normal noise ``exp(σZ)``, with
   rare spikes (probability ``spike_prob``, duration × ``spike_factor``).
 * :class:`SampledTruth`: bootstrap from measured samples at the nearest grid point.
-* :class:`Drift`: either of them slowed by ``factor`` from ``at_ms`` on, optionally
+* :class:`~servecal.sched.device_truth.DeviceTruth` (``device``): SPEC §1's scale with
+  an A100's shape (context-dependent attention, GEMM steps, jitter, stalls).
+* :class:`Drift`: any of them slowed by ``factor`` from ``at_ms`` on, optionally
   only inside an ``(n_decode, chunk)`` region.
 
 ``truth.executor(rng)`` binds a :class:`numpy.random.Generator` and returns an
@@ -14,13 +16,18 @@ scalar iteration costs no numpy call.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
+
+if TYPE_CHECKING:
+    from servecal.sched.device_truth import DeviceTruth
 
 _BLOCK = 4096
 
@@ -239,16 +246,9 @@ def parse_drift(spec: str) -> Drift:
         ) from None
 
 
-def parse_truth(spec: str) -> AnalyticTruth | SampledTruth:
-    """``analytic``, ``analytic:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300``, or
-    ``samples:PATH``."""
-    if spec.startswith("samples:"):
-        return SampledTruth.load(spec[len("samples:") :])
-    name, _, opts = spec.partition(":")
-    if name != "analytic":
-        raise InputError(f"--truth {spec!r}: expected analytic[:key=value,...] or samples:PATH")
+def _options(spec: str, opts: str, allowed: tuple[str, ...]) -> dict[str, float]:
+    """``key=value,...`` → numbers; unknown keys and non-numbers are one-line InputErrors."""
     kwargs: dict[str, float] = {}
-    allowed = ("sigma", "spike_prob", "spike_factor", "power_w")
     for item in filter(None, opts.split(",")):
         key, _, value = item.partition("=")
         if key not in allowed:
@@ -257,7 +257,45 @@ def parse_truth(spec: str) -> AnalyticTruth | SampledTruth:
             kwargs[key] = float(value)
         except ValueError:
             raise InputError(f"--truth {spec!r}: {key} needs a number, got {value!r}") from None
+    return kwargs
+
+
+def _analytic(options: dict[str, float]) -> AnalyticTruth:
+    return AnalyticTruth(**options)  # type: ignore[arg-type]
+
+
+def _device(options: dict[str, float]) -> DeviceTruth:
+    from servecal.sched.device_truth import DeviceTruth
+
+    return DeviceTruth.load(**options)
+
+
+def _device_options() -> tuple[str, ...]:
+    from servecal.sched.device_truth import OPTIONS
+
+    return OPTIONS
+
+
+#: ``--truth NAME[:key=value,...]``: name → (constructor from options, allowed options).
+TRUTHS: dict[str, tuple[Callable[[dict[str, float]], Any], Callable[[], tuple[str, ...]]]] = {
+    "analytic": (_analytic, lambda: ("sigma", "spike_prob", "spike_factor", "power_w")),
+    "device": (_device, _device_options),
+}
+
+
+def parse_truth(spec: str) -> AnalyticTruth | SampledTruth | DeviceTruth:
+    """``analytic[:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300]``,
+    ``device[:sigma=...,spike_prob=...,power_w=...]`` (docs/truth.md) or ``samples:PATH``."""
+    if spec.startswith("samples:"):
+        return SampledTruth.load(spec[len("samples:") :])
+    name, _, opts = spec.partition(":")
+    if name not in TRUTHS:
+        raise InputError(
+            f"--truth {spec!r}: expected {'|'.join(TRUTHS)}[:key=value,...] or samples:PATH"
+        )
+    build, allowed = TRUTHS[name]
+    kwargs = _options(spec, opts, allowed())
     try:
-        return AnalyticTruth(**kwargs)
+        return build(kwargs)
     except ValueError as exc:
         raise InputError(f"--truth {spec!r}: {exc}") from None

@@ -1,11 +1,12 @@
-"""Workloads: synthetic request streams (chat, mixed, long, bursty) and trace replay.
+"""Workloads: synthetic request streams (chat, mixed, long, bursty, tenants, multislo)
+and trace replay.
 
 Every parameter lives in frozen dataclasses in :mod:`.spec` and is explained in
 docs/workloads.md. Add a workload by adding one entry to ``WORKLOADS``.
 """
 
 from servecal.sched.workloads.arrivals import MarkovModulatedArrivals, PoissonArrivals
-from servecal.sched.workloads.classes import SloClass, TtftRule
+from servecal.sched.workloads.classes import SloClass, TpotTier, TtftRule, tiered
 from servecal.sched.workloads.generate import (
     TraceWorkload,
     draw_requests,
@@ -27,10 +28,12 @@ __all__ = [
     "QuantileLengths",
     "SloClass",
     "TraceWorkload",
+    "TpotTier",
     "TtftRule",
     "WorkloadSpec",
     "draw_requests",
     "generate",
     "load_trace",
     "parse_workload",
+    "tiered",
 ]

@@ -39,7 +39,8 @@ class TtftRule:
 
 @dataclass(frozen=True)
 class SloClass:
-    """One kind of request. ``tpot_slo_ms=None`` takes the run's TPOT target (``--tpot-slo``)."""
+    """One kind of request. ``tpot_slo_ms=None`` takes the run's TPOT target (``--tpot-slo``)
+    times ``tpot_scale`` (a tenant tier stricter or looser than the run's target)."""
 
     name: str
     share: float
@@ -47,6 +48,7 @@ class SloClass:
     output: LengthDist
     ttft: TtftRule
     tpot_slo_ms: float | None = None
+    tpot_scale: float = 1.0
 
     def __post_init__(self) -> None:
         if not self.name or any(c.isspace() for c in self.name):
@@ -55,6 +57,34 @@ class SloClass:
             raise ValueError(f"class {self.name}: share must be > 0, got {self.share}")
         if self.tpot_slo_ms is not None and not self.tpot_slo_ms > 0:
             raise ValueError(f"class {self.name}: tpot_slo_ms must be > 0")
+        if not (self.tpot_scale > 0 and math.isfinite(self.tpot_scale)):
+            raise ValueError(f"class {self.name}: tpot_scale must be > 0, got {self.tpot_scale}")
+
+
+@dataclass(frozen=True)
+class TpotTier:
+    """A tenant tier: ``share`` of the requests, TPOT SLO = run's target × ``scale``."""
+
+    name: str
+    share: float
+    scale: float
+
+
+def tiered(classes: tuple[SloClass, ...], tiers: tuple[TpotTier, ...]) -> tuple[SloClass, ...]:
+    """Every class crossed with every tier: ``<class>-<tier>`` with share = product, so the
+    tier is drawn independently of the lengths (and the lengths keep their mix)."""
+    return tuple(
+        SloClass(
+            f"{c.name}-{t.name}",
+            c.share * t.share,
+            c.prompt,
+            c.output,
+            c.ttft,
+            tpot_scale=c.tpot_scale * t.scale,
+        )
+        for c in classes
+        for t in tiers
+    )
 
 
 def class_probabilities(classes: tuple[SloClass, ...]) -> np.ndarray:
@@ -80,6 +110,6 @@ def stamp_slos(
     for k, cls in enumerate(classes):
         rows = which == k
         ttft[rows] = cls.ttft.slo_ms(prompt[rows])
-        tpot[rows] = tpot_slo_ms if cls.tpot_slo_ms is None else cls.tpot_slo_ms
+        tpot[rows] = tpot_slo_ms * cls.tpot_scale if cls.tpot_slo_ms is None else cls.tpot_slo_ms
         names[rows] = cls.name
     return ttft, tpot, names

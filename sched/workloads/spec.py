@@ -16,7 +16,7 @@ from servecal.sched.workloads.arrivals import (
     MarkovModulatedArrivals,
     PoissonArrivals,
 )
-from servecal.sched.workloads.classes import SloClass, TtftRule
+from servecal.sched.workloads.classes import SloClass, TpotTier, TtftRule, tiered
 from servecal.sched.workloads.lengths import LogNormalLengths, QuantileLengths
 
 #: Prompt + output of every request is clipped to this many tokens (Llama-3-8B's window).
@@ -101,6 +101,15 @@ MULTISLO_CLASSES = (
     SloClass("file", 3.0, _lognormal_with_mean(4132.0, 0.5), CHAT.output, TtftRule(6000.0), 200.0),
 )
 
+# Tenants: one engine serving three TPOT tiers at once (issue 16): interactive 10 ms,
+# standard 25 ms, batch 50 ms at --tpot-slo 25, i.e. 0.4x / 1x / 2x the run's target,
+# 30 / 40 / 30% of requests, drawn independently of the mixed lengths.
+TENANT_TIERS = (
+    TpotTier("strict", 0.3, 0.4),
+    TpotTier("standard", 0.4, 1.0),
+    TpotTier("relaxed", 0.3, 2.0),
+)
+
 WORKLOADS: dict[str, WorkloadSpec] = {
     "chat": WorkloadSpec(
         "chat",
@@ -120,6 +129,12 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         "the mixed lengths under a two-state MMPP: 3x rate for ~2 s, 1/3x for ~6 s",
         _MIX,
         MarkovModulatedArrivals(burst_factor=3.0, mean_burst_s=2.0, mean_calm_s=6.0),
+    ),
+    "tenants": WorkloadSpec(
+        "tenants",
+        "the mixed lengths; TPOT SLO 0.4x / 1x / 2x the run's target for 30 / 40 / 30%",
+        tiered(_MIX, TENANT_TIERS),
+        PoissonArrivals(),
     ),
     "multislo": WorkloadSpec(
         "multislo",

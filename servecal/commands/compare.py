@@ -92,8 +92,8 @@ def compare_command(
     seeds: int = typer.Option(5, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
-    truth: str = typer.Option("analytic", help="analytic[:...] or samples:PATH"),
-    predictor: str = typer.Option("oracle", help="oracle or a cost table JSON."),
+    truth: str = typer.Option("analytic", help="analytic[:...], device[:...] or samples:PATH"),
+    predictor: str = typer.Option("oracle", help="oracle, fitted or a cost table JSON."),
     kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
     jobs: int = typer.Option(None, help="Worker processes [default: all cores]."),
     setting: str = typer.Option(

@@ -22,6 +22,7 @@ SUMMARY_KEYS = (
     "preemptions",
     "decision_us_median",
     "online",
+    "by_tpot_slo",
 )
 
 
@@ -38,9 +39,10 @@ def simulate_command(
     requests: int = typer.Option(2000, help="Requests per run."),
     truth: str = typer.Option(
         "analytic",
-        help="analytic[:sigma=..,spike_prob=..,spike_factor=..,power_w=..] or samples:PATH",
+        help="analytic[:sigma=..,spike_prob=..,spike_factor=..,power_w=..], device[:..] "
+        "(docs/truth.md) or samples:PATH",
     ),
-    predictor: str = typer.Option("oracle", help="oracle or a cost table JSON."),
+    predictor: str = typer.Option("oracle", help="oracle, fitted or a cost table JSON."),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also bisect the max goodput."),
@@ -166,6 +168,12 @@ def simulate_command(
     table.add_column("metric")
     table.add_column("mean over seeds", justify="right")
     for key, value in result.items():
+        if key == "by_tpot_slo":  # one row per TPOT tier (multi-SLO workloads only)
+            for slo, tier in (value or {}).items():
+                share = "-" if tier["goodput_share"] is None else f"{tier['goodput_share']:.3g}"
+                row = f"{tier['attainment']:.3g} / {tier['tpot_attainment']:.3g} / {share}"
+                table.add_row(f"TPOT {slo} ms: attain / tpot / share", row)
+            continue
         if isinstance(value, dict):
             value = ", ".join(f"{k}={'-' if v is None else f'{v:.3g}'}" for k, v in value.items())
         elif isinstance(value, float):

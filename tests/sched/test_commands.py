@@ -121,3 +121,19 @@ def test_compare_stops_on_a_bad_trace_with_one_line(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and "Traceback" not in result.output
+
+
+def test_simulate_device_truth_fitted_table_and_tenant_tiers(tmp_path):
+    """The issue-16 pair end to end: a device truth, the fitted table, one row per tier."""
+    base = ["simulate", "--workload", "tenants", "--policy", "sloweave", "--tpot-slo", "25",
+            "--rate", "20", "--seeds", "1", "--requests", "80", "--truth", "device",
+            "--predictor", "fitted"]  # fmt: skip
+    result = runner.invoke(app, [*base, "--out", str(tmp_path / "a"), "--json"])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc["by_tpot_slo"]) == {"10", "25", "50"}
+    assert 0 < doc["online"]["p50_mape"] < 0.2  # a fitted table, not the truth itself
+    result = runner.invoke(app, [*base, "--out", str(tmp_path / "b")])
+    assert result.exit_code == 0, result.output
+    for slo in ("10", "25", "50"):
+        assert f"TPOT {slo} ms: attain / tpot / share" in result.stdout
