@@ -61,8 +61,23 @@ IMPORT_KEYS = ("source", "path")
 DEFAULT_REFERENCE = {"n_decode": 16, "chunk": 128, "ctx": 512, "prefix": 0}
 #: Spec fields that decide *what* a job measures; the others (budget, threads, block,
 #: cpus) only decide how long or how fast, so changing them keeps a finished job.
-IDENTITY = ("kind", "device", "model", "shape", "tp", "grid", "repeats", "layers", "dtype",
-            "seed", "kv_layout", "source", "path")  # fmt: skip
+IDENTITY = frozenset(
+    [
+        "kind",
+        "device",
+        "model",
+        "shape",
+        "tp",
+        "grid",
+        "repeats",
+        "layers",
+        "dtype",
+        "seed",
+        "kv_layout",
+        "source",
+        "path",
+    ]
+)
 
 _SLUG = re.compile(r"[^a-z0-9._-]+")
 
@@ -168,16 +183,31 @@ def _shape(model: Any, base: Path, where: str) -> ModelShape:
         raise _fail(where, str(exc)) from None
 
 
+def _a(kind: str) -> str:
+    return f"an {kind}" if kind[0] in "aeiou" else f"a {kind}"
+
+
+def _allowed(kind: str) -> set[str]:
+    return set(COMMON_KEYS) | set(TIMING_KEYS if kind == "calibrate" else IMPORT_KEYS)
+
+
+def _with_defaults(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """``entry`` over the defaults that apply to its kind (timing options skip import jobs)."""
+    kind = entry.get("kind", defaults.get("kind", "calibrate"))
+    allowed = _allowed(kind) if kind in KINDS else set(defaults)
+    return {**{k: v for k, v in defaults.items() if k in allowed}, **entry}
+
+
 def _resolve(raw: Mapping[str, Any], base: Path, where: str) -> JobSpec:
     """One job's raw keys (defaults applied) → a checked :class:`JobSpec`."""
     kind = raw.get("kind", "calibrate")
     if kind not in KINDS:
         raise _fail(where, f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    allowed = set(COMMON_KEYS) | set(TIMING_KEYS if kind == "calibrate" else IMPORT_KEYS)
+    allowed = _allowed(kind)
     unknown = sorted(set(raw) - allowed)
     if unknown:
-        raise _fail(where, f"unknown key {unknown[0]!r} for a {kind} job; known: "
-                    + ", ".join(sorted(allowed)))  # fmt: skip
+        known = ", ".join(sorted(allowed))
+        raise _fail(where, f"unknown key {unknown[0]!r} for {_a(kind)} job; known: {known}")
     device = raw.get("device")
     if not isinstance(device, str) or not device.strip():
         raise _fail(where, "device is required: cpu, gpu or a GPU type such as H100")
@@ -276,6 +306,9 @@ def load_plan(path: str | Path) -> FleetPlan:
     defaults = data.get("defaults", {})
     if not isinstance(defaults, Mapping):
         raise _fail(str(path), "[defaults] must be a table")
+    unknown = sorted(set(defaults) - _allowed("calibrate") - _allowed("import"))
+    if unknown or "name" in defaults:
+        raise _fail(str(path), f"[defaults] cannot set {(unknown or ['name'])[0]!r}")
     raw_jobs: list[tuple[str, dict[str, Any]]] = []
     for section in ("matrix", "job"):
         entries = data.get(section, [])
@@ -286,9 +319,9 @@ def load_plan(path: str | Path) -> FleetPlan:
             if section == "matrix":
                 if "name" in entry:
                     raise _fail(where, "a matrix entry cannot set name (one per job)")
-                raw_jobs += [(where, {**defaults, **combo}) for combo in _expand(entry)]
+                raw_jobs += [(where, _with_defaults(defaults, c)) for c in _expand(entry)]
             else:
-                raw_jobs.append((where, {**defaults, **entry}))
+                raw_jobs.append((where, _with_defaults(defaults, entry)))
     if not raw_jobs:
         raise _fail(str(path), "no job: add [[job]] or [[matrix]] entries")
     base = path.resolve().parent
@@ -317,8 +350,8 @@ def fingerprint_mismatches(spec: JobSpec, fingerprint: Mapping[str, Any]) -> lis
             out.append(f"device: planned {spec.device}, ran on {name or device or '?'}")
     planned_hash = ModelShape(**spec.shape).hash
     if fingerprint.get("model_hash") not in (None, planned_hash):
-        out.append(f"model: planned {spec.model} ({planned_hash}), "
-                   f"measured {fingerprint.get('model')} ({fingerprint.get('model_hash')})")  # fmt: skip
+        measured = f"{fingerprint.get('model')} ({fingerprint.get('model_hash')})"
+        out.append(f"model: planned {spec.model} ({planned_hash}), measured {measured}")
     elif fingerprint.get("model_hash") is None:
         out.append("model: the fingerprint records no model hash")
     tp = fingerprint.get("tp", 1)

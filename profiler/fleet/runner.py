@@ -63,7 +63,9 @@ def resources_for(spec: JobSpec, capacity: Resources) -> Resources:
 
 def _job(spec: JobSpec, folder: Path, layouts: Mapping[str, Any], capacity: Resources) -> Job:
     if spec.kind == "import":
-        return Job(spec.name, import_job, (spec, str(folder)), resources=resources_for(spec, capacity))
+        return Job(
+            spec.name, import_job, (spec, str(folder)), resources=resources_for(spec, capacity)
+        )
     return Job(
         spec.name,
         calibration_job,
@@ -102,7 +104,9 @@ class _Run:
         rel = self.index.jobs[spec.name]["folder"]
         target = dataset.partition_path(self.root, spec)
         if not target.exists():
-            dataset.write_partition(self.root, spec, folder / record.get("samples", "samples.parquet"))
+            dataset.write_partition(
+                self.root, spec, folder / record.get("samples", "samples.parquet")
+            )
         fp = record.get("fingerprint") or {}
         return self.index.update(
             spec.name,
@@ -136,10 +140,14 @@ class _Run:
             return self.fail(spec, result.error or "failed", where=where, wall_s=result.wall_s)
         if value.get("status") == "interrupted":
             self.outcome.interrupted.append(spec.name)
+            measured = value.get("points_measured")
             return self.index.update(
-                spec.name, status="interrupted", where=where, wall_s=result.wall_s,
-                points_measured=value.get("points_measured"),
-            )  # fmt: skip
+                spec.name,
+                status="interrupted",
+                where=where,
+                wall_s=result.wall_s,
+                points_measured=measured,
+            )
         record = read_record(folder)
         if record is None:  # the job wrote on a disk this driver does not see
             return self.fail(

@@ -138,8 +138,8 @@ def calibration_job(
         **extra,
     )
     with open(out / LOG_FILE, "a", encoding="utf-8") as log:
-        log.write(f"--- {datetime.now(timezone.utc).isoformat(timespec='seconds')} "
-                  f"{'resume' if cfg.resume else 'start'} on {describe_worker()}\n")  # fmt: skip
+        stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+        log.write(f"--- {stamp} {'resume' if cfg.resume else 'start'} on {describe_worker()}\n")
         log.flush()
         result = _calibrate(cfg, log, layouts or {})
     if result.outcome.stopped_by == "signal":

@@ -19,6 +19,7 @@ A worker whose driver is gone gets SIGTERM, so an orphan stops as if interrupted
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import signal
@@ -54,7 +55,7 @@ class Gpu:
 
 
 def _matches(kind: str, name: str) -> bool:
-    """Whether a device called ``name`` is of ``kind`` (``"H100"`` in ``"NVIDIA H100 80GB HBM3"``)."""
+    """Whether a device ``name`` is of ``kind`` (``"H100"`` in ``"NVIDIA H100 80GB HBM3"``)."""
 
     def squash(s: str) -> str:
         return "".join(ch for ch in s.lower() if ch.isalnum())
@@ -91,9 +92,7 @@ def visible_gpus() -> list[Gpu]:
         return found
     chosen: list[Gpu] = []
     for entry in (e.strip() for e in env.split(",")):
-        match = [
-            g for g in found if (entry.isdigit() and g.index == int(entry)) or g.uuid == entry
-        ]
+        match = [g for g in found if (entry.isdigit() and g.index == int(entry)) or g.uuid == entry]
         if not match:  # CUDA stops at the first entry it cannot use
             break
         chosen.append(match[0])
@@ -148,10 +147,8 @@ class _Worker:
 
     def stop(self, timeout: float = 5.0) -> None:
         """Ask the worker to exit; terminate it if it does not within ``timeout``."""
-        try:
+        with contextlib.suppress(OSError, ValueError):
             self.conn.send(None)
-        except (OSError, ValueError):
-            pass
         self.process.join(timeout)
         self.kill()
 

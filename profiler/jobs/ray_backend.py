@@ -40,7 +40,9 @@ def import_ray() -> Any:
     return ray
 
 
-def _run_task(key: str, fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]) -> JobResult:
+def _run_task(
+    key: str, fn: Callable[..., Any], args: tuple, kwargs: Mapping[str, Any]
+) -> JobResult:
     """The body of every Ray task: run the job where Ray placed it, report where that was."""
     import ray
 
@@ -77,9 +79,10 @@ class RayBackend:
             try:
                 ray.init(address=address, **kwargs)
             except ConnectionError as exc:
-                raise BackendUnavailable(f"no Ray cluster at {address!r}: {one_line(exc)}") from None
+                raise BackendUnavailable(
+                    f"no Ray cluster at {address!r}: {one_line(exc)}"
+                ) from None
         self._task = ray.remote(_run_task)
-        self._cancelled = False
 
     # ---------------------------------------------------------------- resources
     def _nodes(self) -> list[dict[str, float]]:

@@ -49,8 +49,7 @@ def fleet(
 ) -> None:
     """Calibrate a fleet: each job writes a calibration folder; one index and one dataset."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
-    from rich.progress import TimeElapsedColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from servecal.profiler.fleet import load_plan, run_fleet
     from servecal.profiler.jobs import open_backend

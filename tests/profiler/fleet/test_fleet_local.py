@@ -1,0 +1,144 @@
+"""`servecal fleet` on the local backend: folders, index, dataset, failures, rerun, report."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import pandas as pd
+import pyarrow.dataset as ds
+import pytest
+from fleetkit import GRID, two_cpu_jobs, write_plan
+from typer.testing import CliRunner
+
+from servecal.cli import app
+from servecal.costmodels.samples import read_samples
+from servecal.costmodels.table import CostTable
+
+runner = CliRunner()
+POINTS = 9  # the design of GRID (ctx, prefix collapse where nothing decodes / prefills)
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory):
+    """Two tiny CPU jobs and one that fails inside calibrate (more layers than the model has)."""
+    folder = tmp_path_factory.mktemp("fleet")
+    jobs = [*two_cpu_jobs(), {"name": "too-deep", "device": "cpu", "model": "tiny", "layers": 9}]
+    plan = write_plan(folder, jobs)
+    out = folder / "out"
+    result = runner.invoke(app, ["fleet", str(plan), "--out", str(out)])
+    return plan, out, result
+
+
+def test_each_job_writes_a_calibration_folder_and_the_failure_is_recorded(fleet):
+    _, out, result = fleet
+    assert result.exit_code == 1, result.output
+    assert "failed: too-deep" in result.output and "rerun" in result.output
+    index = json.loads((out / "index.json").read_text())
+    jobs = index["jobs"]
+    assert list(jobs) == ["tiny-a", "tiny-b", "too-deep"]
+    bad = jobs["too-deep"]
+    assert bad["status"] == "failed"
+    assert bad["error"] == "--layers 9: tiny has only 4 layers"
+    for name in ("tiny-a", "tiny-b"):
+        entry = jobs[name]
+        assert entry["status"] == "ok" and entry["error"] is None
+        folder = out / entry["folder"]
+        for file in ("samples.parquet", "fingerprint.json", "costtable.json", "shards/plan.json"):
+            assert (folder / file).is_file(), file
+        table = CostTable.load(out / entry["table"])
+        assert table.axes["n_decode"] == tuple(GRID["n_decode"])
+        assert entry["fingerprint"]["model_hash"] == table.fingerprint["model_hash"]
+        assert entry["points_measured"] == entry["points_planned"] == POINTS
+        assert 0 <= entry["metrics"]["p50_mape"] < 1 and entry["metrics"]["p99_coverage"] > 0.5
+        assert entry["where"]["backend"] == "local" and entry["where"]["host"]
+        assert entry["wall_s"] > 0 and entry["fingerprint_mismatch"] == []
+
+
+def test_combined_dataset_is_hive_partitioned_and_reads_with_pyarrow_and_pandas(fleet):
+    _, out, _ = fleet
+    table = ds.dataset(out / "samples", partitioning="hive").to_table()
+    frame = table.to_pandas()
+    per_job = {
+        name: len(read_samples(out / "jobs" / name / "samples.parquet").frame)
+        for name in ("tiny-a", "tiny-b")
+    }
+    assert len(frame) == sum(per_job.values())
+    assert frame.groupby("job").size().to_dict() == per_job
+    assert set(frame["device"]) == {"cpu"} and set(frame["model"]) == {"tiny"}
+    assert set(frame["tp"]) == {1}
+    assert {"n_decode", "chunk", "ctx", "prefix", "ms", "energy_j", "rep"} <= set(frame.columns)
+    assert len(pd.read_parquet(out / "samples")) == len(frame)
+    files = sorted(p.relative_to(out).as_posix() for p in (out / "samples").rglob("*.parquet"))
+    assert files == [f"samples/device=cpu/model=tiny/tp=1/tiny-{k}.parquet" for k in "ab"]
+
+
+def test_rerun_keeps_finished_jobs_and_retries_the_failed_one(fleet, tmp_path):
+    plan, out, _ = fleet
+    before = {p: p.stat().st_mtime_ns for p in (out / "jobs").rglob("*.parquet")}
+    result = runner.invoke(app, ["fleet", str(plan), "--out", str(out)])
+    assert result.exit_code == 1, result.output
+    assert "1 to run" in result.output and "2 finished before" in result.output
+    after = {p: p.stat().st_mtime_ns for p in (out / "jobs").rglob("*.parquet")}
+    assert after == before  # nothing of a finished job was measured or written again
+    jobs = json.loads((out / "index.json").read_text())["jobs"]
+    assert [j["status"] for j in jobs.values()] == ["ok", "ok", "failed"]
+
+
+def test_a_finished_job_whose_plan_entry_changed_is_not_overwritten(fleet, tmp_path):
+    _, out, _ = fleet
+    changed = write_plan(tmp_path, two_cpu_jobs(repeats=13)[:1])
+    result = runner.invoke(app, ["fleet", str(changed), "--out", str(out)])
+    assert result.exit_code == 1
+    entry = json.loads((out / "index.json").read_text())["jobs"]["tiny-a"]
+    assert entry["status"] == "failed"
+    assert "finished with a different plan entry (changed: repeats)" in entry["error"]
+    # Derived data follows the plan: tiny-a is no longer a finished job of it.
+    assert not list((out / "samples").rglob("*.parquet"))
+    again = write_plan(tmp_path, two_cpu_jobs())  # both finished: nothing runs
+    assert runner.invoke(app, ["fleet", str(again), "--out", str(out)]).exit_code == 0
+    assert len(list((out / "samples").rglob("*.parquet"))) == 2
+
+
+def test_report_on_a_fleet_folder_adds_the_jobs_table(fleet, tmp_path):
+    _, out, _ = fleet
+    result = runner.invoke(app, ["report", str(out), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "## Fleet" in md and "P50 at reference (ms)" in md
+    rows = [line for line in md.splitlines() if line.startswith("| tiny-")]
+    assert len(rows) == 2 and all("| agrees |" in r for r in rows)
+    cells = rows[0].split("|")
+    assert float(cells[7]) > 0  # P50 of the reference iteration, from the table
+    assert "too-deep did not finish: --layers 9: tiny has only 4 layers" in md
+
+
+def test_report_flags_a_fingerprint_that_disagrees_with_the_plan(fleet, tmp_path):
+    import shutil
+
+    _, out, _ = fleet
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    index = json.loads((copy / "index.json").read_text())
+    index["jobs"]["tiny-b"]["spec"]["device"] = "H100"  # as if it had been planned on a GPU
+    (copy / "index.json").write_text(json.dumps(index))
+    result = runner.invoke(app, ["report", str(copy), "--out", str(tmp_path / "rep")])
+    assert result.exit_code == 0, result.output
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "tiny-b: fingerprint disagrees with the plan: device: planned H100, ran on" in md
+
+
+def test_bad_plans_and_a_missing_ray_are_one_line_exit_2(tmp_path, monkeypatch):
+    plan = write_plan(tmp_path, [{"device": "cpu", "model": "tiny", "budgett": 1}])
+    result = runner.invoke(app, ["fleet", str(plan), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    good = write_plan(tmp_path, two_cpu_jobs())
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
+    result = runner.invoke(
+        app, ["fleet", str(good), "--out", str(tmp_path / "o"), "--backend", "ray"]
+    )
+    assert result.exit_code == 2
+    assert result.output == (
+        "error: Ray is not installed: pip install 'servecal[ray]' (or pip install 'ray>=2.50')\n"
+    )
