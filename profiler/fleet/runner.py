@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servecal.costmodels.errors import InputError
 from servecal.profiler.fleet import dataset
 from servecal.profiler.fleet.index import FleetIndex, job_folder
 from servecal.profiler.fleet.plan import FleetPlan, JobSpec, fingerprint_mismatches
@@ -78,6 +79,19 @@ def _changed(spec: JobSpec, record: Mapping[str, Any]) -> list[str]:
     before = record.get("identity", {})
     now = spec.identity()
     return sorted(k for k in set(before) | set(now) if before.get(k) != now.get(k))
+
+
+def _check_layouts(plan: FleetPlan, layouts: Mapping[str, Any]) -> None:
+    """A KV layout no worker could build is a plan error, found before anything runs."""
+    from servecal.profiler.calibrate import BUILTIN_LAYOUTS
+
+    known = [*BUILTIN_LAYOUTS, *layouts]
+    for spec in plan.jobs:
+        if spec.kind == "calibrate" and spec.kv_layout not in (None, *known):
+            raise InputError(
+                f"{plan.path}: job {spec.name}: kv_layout {spec.kv_layout!r} is not one of "
+                f"{', '.join(known)}"
+            )
 
 
 class _Run:
@@ -174,6 +188,7 @@ def run_fleet(
     the torch executor's ``paged``). Ctrl-C: results that come back within the
     backend's grace period are indexed, then ``KeyboardInterrupt`` propagates.
     """
+    _check_layouts(plan, layouts or {})
     root = Path(out)
     (root / "jobs").mkdir(parents=True, exist_ok=True)
     run = _Run(plan, root, backend)

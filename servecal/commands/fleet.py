@@ -24,8 +24,9 @@ def _describe(entry: dict[str, Any]) -> str:
         parts.append(f"P50 MAPE {100 * m['p50_mape']:.1f}%")
     if m.get("p99_coverage") is not None:
         parts.append(f"coverage {100 * m['p99_coverage']:.1f}%")
-    if entry.get("points_measured") is not None:
-        parts.append(f"{entry['points_measured']}/{entry.get('points_planned')} points")
+    measured, planned = entry.get("points_measured"), entry.get("points_planned")
+    if measured is not None:
+        parts.append(f"{measured}/{planned} points" if planned else f"{measured} points measured")
     where = entry.get("where") or {}
     if where.get("host"):
         gpus = f" GPU {','.join(where['gpus'])}" if where.get("gpus") else ""
@@ -37,7 +38,7 @@ def _describe(entry: dict[str, Any]) -> str:
 
 @user_errors
 def fleet(
-    plan: Path = typer.Argument(..., help="Plan file (TOML or JSON): [[job]] and [[matrix]]."),
+    plan: Path = typer.Argument(..., help="Plan file (TOML or JSON) of job and matrix entries (docs/fleet.md)."),
     out: Path = typer.Option(..., "--out", help="Fleet folder (rerun with it to resume)."),
     backend: str = typer.Option("local", "--backend", help="local or ray."),
     address: str = typer.Option(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sys
 
 import pandas as pd
@@ -86,7 +87,8 @@ def test_rerun_keeps_finished_jobs_and_retries_the_failed_one(fleet, tmp_path):
 
 
 def test_a_finished_job_whose_plan_entry_changed_is_not_overwritten(fleet, tmp_path):
-    _, out, _ = fleet
+    out = tmp_path / "copy"
+    shutil.copytree(fleet[1], out)  # the module's fleet stays as the other tests expect it
     changed = write_plan(tmp_path, two_cpu_jobs(repeats=13)[:1])
     result = runner.invoke(app, ["fleet", str(changed), "--out", str(out)])
     assert result.exit_code == 1
@@ -114,8 +116,6 @@ def test_report_on_a_fleet_folder_adds_the_jobs_table(fleet, tmp_path):
 
 
 def test_report_flags_a_fingerprint_that_disagrees_with_the_plan(fleet, tmp_path):
-    import shutil
-
     _, out, _ = fleet
     copy = tmp_path / "copy"
     shutil.copytree(out, copy)
@@ -133,6 +133,11 @@ def test_bad_plans_and_a_missing_ray_are_one_line_exit_2(tmp_path, monkeypatch):
     result = runner.invoke(app, ["fleet", str(plan), "--out", str(tmp_path / "o")])
     assert result.exit_code == 2
     assert result.output.startswith("error: ") and result.output.count("\n") == 1
+    layout = write_plan(tmp_path, two_cpu_jobs(kv_layout="ragged"))
+    result = runner.invoke(app, ["fleet", str(layout), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2
+    assert "job tiny-a: kv_layout 'ragged' is not one of contiguous, paged" in result.output
+    assert not (tmp_path / "o").exists()  # refused before anything was written
     good = write_plan(tmp_path, two_cpu_jobs())
     monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` fails as if not installed
     result = runner.invoke(
