@@ -199,7 +199,11 @@ def run_fleet(
         folder = job_folder(root, spec)
         record = read_record(folder)
         if record is not None and record.get("identity_hash") == spec.identity_hash:
-            run.keep(spec, record)
+            try:
+                run.keep(spec, record)
+            except Exception as exc:  # noqa: BLE001 - e.g. its samples were deleted
+                refused[spec.name] = f"finished earlier, but unreadable now: {one_line(exc)}"
+                run.fail(spec, refused[spec.name])
             continue
         reason = None
         if record is not None:
@@ -235,7 +239,9 @@ def run_fleet(
         for _ in results:
             pass
     finally:
-        results.close()
+        close = getattr(results, "close", None)
+        if close is not None:  # a generator: stops its workers if we leave early
+            close()
         run.index.write()
         finished = [plan.job(n) for n in run.index.names("ok")]
         dataset.prune(root, finished)

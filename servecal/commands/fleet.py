@@ -38,7 +38,9 @@ def _describe(entry: dict[str, Any]) -> str:
 
 @user_errors
 def fleet(
-    plan: Path = typer.Argument(..., help="Plan file (TOML or JSON) of job and matrix entries (docs/fleet.md)."),
+    plan: Path = typer.Argument(
+        ..., help="Plan file (TOML or JSON) of job and matrix entries (docs/fleet.md)."
+    ),
     out: Path = typer.Option(..., "--out", help="Fleet folder (rerun with it to resume)."),
     backend: str = typer.Option("local", "--backend", help="local or ray."),
     address: str = typer.Option(

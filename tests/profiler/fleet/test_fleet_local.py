@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pyarrow.dataset as ds
@@ -17,14 +18,21 @@ from servecal.costmodels.samples import read_samples
 from servecal.costmodels.table import CostTable
 
 runner = CliRunner()
+VIDUR = Path(__file__).parents[2] / "data" / "profiler" / "vidur"
 POINTS = 9  # the design of GRID (ctx, prefix collapse where nothing decodes / prefills)
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory):
-    """Two tiny CPU jobs and one that fails inside calibrate (more layers than the model has)."""
+    """Two tiny CPU jobs, one that fails inside calibrate (more layers than the model has)
+    and one TP-2 import of a Vidur A100 profile."""
     folder = tmp_path_factory.mktemp("fleet")
-    jobs = [*two_cpu_jobs(), {"name": "too-deep", "device": "cpu", "model": "tiny", "layers": 9}]
+    jobs = [
+        *two_cpu_jobs(),
+        {"name": "too-deep", "device": "cpu", "model": "tiny", "layers": 9},
+        {"kind": "import", "source": "vidur", "path": str(VIDUR), "device": "A100",
+         "model": "llama-3-8b", "tp": 2},
+    ]  # fmt: skip
     plan = write_plan(folder, jobs)
     out = folder / "out"
     result = runner.invoke(app, ["fleet", str(plan), "--out", str(out)])
@@ -37,7 +45,7 @@ def test_each_job_writes_a_calibration_folder_and_the_failure_is_recorded(fleet)
     assert "failed: too-deep" in result.output and "rerun" in result.output
     index = json.loads((out / "index.json").read_text())
     jobs = index["jobs"]
-    assert list(jobs) == ["tiny-a", "tiny-b", "too-deep"]
+    assert list(jobs) == ["tiny-a", "tiny-b", "too-deep", "a100-llama-3-8b-tp2"]
     bad = jobs["too-deep"]
     assert bad["status"] == "failed"
     assert bad["error"] == "--layers 9: tiny has only 4 layers"
@@ -56,22 +64,36 @@ def test_each_job_writes_a_calibration_folder_and_the_failure_is_recorded(fleet)
         assert entry["wall_s"] > 0 and entry["fingerprint_mismatch"] == []
 
 
+def test_an_import_job_writes_a_median_table_and_joins_the_dataset(fleet):
+    _, out, _ = fleet
+    entry = json.loads((out / "index.json").read_text())["jobs"]["a100-llama-3-8b-tp2"]
+    assert entry["status"] == "ok" and entry["fingerprint_mismatch"] == []
+    assert entry["fingerprint"]["tp"] == 2 and "Vidur" in entry["fingerprint"]["device_name"]
+    assert entry["metrics"]["p99_coverage"] is None  # medians: no tail to cover
+    assert CostTable.load(out / entry["table"]).tail is None
+    assert (
+        entry["dataset"] == "samples/device=a100/model=llama-3-8b/tp=2/a100-llama-3-8b-tp2.parquet"
+    )
+
+
 def test_combined_dataset_is_hive_partitioned_and_reads_with_pyarrow_and_pandas(fleet):
     _, out, _ = fleet
     table = ds.dataset(out / "samples", partitioning="hive").to_table()
     frame = table.to_pandas()
-    per_job = {
-        name: len(read_samples(out / "jobs" / name / "samples.parquet").frame)
-        for name in ("tiny-a", "tiny-b")
-    }
+    names = ("tiny-a", "tiny-b", "a100-llama-3-8b-tp2")
+    per_job = {n: len(read_samples(out / "jobs" / n / "samples.parquet").frame) for n in names}
     assert len(frame) == sum(per_job.values())
     assert frame.groupby("job").size().to_dict() == per_job
-    assert set(frame["device"]) == {"cpu"} and set(frame["model"]) == {"tiny"}
-    assert set(frame["tp"]) == {1}
+    tiny = frame[frame["job"] != "a100-llama-3-8b-tp2"]
+    assert set(tiny["device"]) == {"cpu"} and set(tiny["model"]) == {"tiny"}
+    assert set(tiny["tp"]) == {1} and set(frame["tp"]) == {1, 2}
     assert {"n_decode", "chunk", "ctx", "prefix", "ms", "energy_j", "rep"} <= set(frame.columns)
     assert len(pd.read_parquet(out / "samples")) == len(frame)
     files = sorted(p.relative_to(out).as_posix() for p in (out / "samples").rglob("*.parquet"))
-    assert files == [f"samples/device=cpu/model=tiny/tp=1/tiny-{k}.parquet" for k in "ab"]
+    assert files == [
+        "samples/device=a100/model=llama-3-8b/tp=2/a100-llama-3-8b-tp2.parquet",
+        *[f"samples/device=cpu/model=tiny/tp=1/tiny-{k}.parquet" for k in "ab"],
+    ]
 
 
 def test_rerun_keeps_finished_jobs_and_retries_the_failed_one(fleet, tmp_path):
@@ -79,11 +101,11 @@ def test_rerun_keeps_finished_jobs_and_retries_the_failed_one(fleet, tmp_path):
     before = {p: p.stat().st_mtime_ns for p in (out / "jobs").rglob("*.parquet")}
     result = runner.invoke(app, ["fleet", str(plan), "--out", str(out)])
     assert result.exit_code == 1, result.output
-    assert "1 to run" in result.output and "2 finished before" in result.output
+    assert "1 to run" in result.output and "3 finished before" in result.output
     after = {p: p.stat().st_mtime_ns for p in (out / "jobs").rglob("*.parquet")}
     assert after == before  # nothing of a finished job was measured or written again
     jobs = json.loads((out / "index.json").read_text())["jobs"]
-    assert [j["status"] for j in jobs.values()] == ["ok", "ok", "failed"]
+    assert [j["status"] for j in jobs.values()] == ["ok", "ok", "failed", "ok"]
 
 
 def test_a_finished_job_whose_plan_entry_changed_is_not_overwritten(fleet, tmp_path):
@@ -110,6 +132,9 @@ def test_report_on_a_fleet_folder_adds_the_jobs_table(fleet, tmp_path):
     assert "## Fleet" in md and "P50 at reference (ms)" in md
     rows = [line for line in md.splitlines() if line.startswith("| tiny-")]
     assert len(rows) == 2 and all("| agrees |" in r for r in rows)
+    imported = next(line for line in md.splitlines() if line.startswith("| a100-"))
+    cells = [c.strip() for c in imported.split("|")]
+    assert float(cells[7]) > 0 and cells[9] == "—"  # a P50; no coverage from medians
     cells = rows[0].split("|")
     assert float(cells[7]) > 0  # P50 of the reference iteration, from the table
     assert "too-deep did not finish: --layers 9: tiny has only 4 layers" in md
