@@ -17,6 +17,8 @@ from servecal.cli import app
 from servecal.costmodels.samples import read_samples
 from servecal.costmodels.table import CostTable
 
+# The module's fleet is built once: keep its tests on one xdist worker.
+pytestmark = pytest.mark.xdist_group("fleet-local")
 runner = CliRunner()
 VIDUR = Path(__file__).parents[2] / "data" / "profiler" / "vidur"
 POINTS = 9  # the design of GRID (ctx, prefix collapse where nothing decodes / prefills)
