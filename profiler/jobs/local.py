@@ -279,19 +279,24 @@ class LocalBackend:
 
         def start_what_fits() -> None:
             nonlocal free_cpus
-            for job in list(pending):
+            skipped: list[Job] = []
+            while pending:
+                if free_cpus < 1e-9 and not free_gpus:  # full: stop scanning (long sweeps)
+                    break
+                job = pending.popleft()
                 res = job.resources
                 usable = self._of_kind(free_gpus, res.accelerator_type)
                 if res.num_cpus > free_cpus + 1e-9 or res.num_gpus > len(usable):
+                    skipped.append(job)
                     continue
                 gpus = tuple(usable[: res.num_gpus])
                 for g in gpus:
                     free_gpus.remove(g)
                 free_cpus -= res.num_cpus
-                pending.remove(job)
                 worker = self._worker_for(job, gpus)
                 worker.conn.send((job.key, job.fn, tuple(job.args), dict(job.kwargs)))
                 running[worker.conn] = _Running(job, worker, time.monotonic())
+            pending.extendleft(reversed(skipped))  # they keep their place in the queue
 
         def collect(timeout: float | None) -> list[JobResult]:
             out = []

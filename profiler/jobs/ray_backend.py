@@ -14,6 +14,7 @@ and rerunning the work is the caller's decision (the fleet resumes it).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -66,12 +67,17 @@ def _error_of(exc: BaseException) -> str:
 class RayBackend:
     """Jobs as Ray tasks (see the module docstring).
 
+    ``max_in_flight``: tasks submitted but not yet returned (default: twice the
+    cluster's CPUs, at least 64); the rest wait in the driver, so a sweep of many
+    thousand jobs neither floods the scheduler nor makes each wait scan them all.
     ``init_kwargs`` go to ``ray.init`` when this backend starts or joins a cluster.
     """
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, **init_kwargs: Any) -> None:
+    def __init__(
+        self, address: str | None = None, max_in_flight: int | None = None, **init_kwargs: Any
+    ) -> None:
         self._ray = ray = import_ray()
         self._owns = not ray.is_initialized()
         if self._owns:
@@ -83,6 +89,7 @@ class RayBackend:
                     f"no Ray cluster at {address!r}: {one_line(exc)}"
                 ) from None
         self._task = ray.remote(_run_task)
+        self.max_in_flight = max_in_flight
 
     # ---------------------------------------------------------------- resources
     def _nodes(self) -> list[dict[str, float]]:
@@ -100,14 +107,15 @@ class RayBackend:
             f"{total.get('GPU', 0):g} GPUs)"
         )
 
-    def infeasible(self, res: Resources) -> str | None:
+    def infeasible(self, res: Resources, nodes: list[dict[str, float]] | None = None) -> str | None:
         """Why no node of the cluster can ever hold ``res`` (None when one can).
 
         Ray would otherwise queue such a task forever (an autoscaling cluster that
         could add a fitting node is not told apart: say what is needed instead).
+        ``nodes``: the alive nodes' resources, when the caller already asked.
         """
         label = f"accelerator_type:{res.accelerator_type}" if res.accelerator_type else None
-        for node in self._nodes():
+        for node in self._nodes() if nodes is None else nodes:
             if node.get("CPU", 0.0) + 1e-9 < res.num_cpus or node.get("GPU", 0.0) < res.num_gpus:
                 continue
             if label is not None and label not in node:
@@ -135,7 +143,7 @@ class RayBackend:
         )
 
     def run(self, jobs: Sequence[Job], progress: Progress | None = None) -> Iterator[JobResult]:
-        """Submit every feasible job at once; yield results as tasks finish.
+        """Submit feasible jobs (up to ``max_in_flight`` at a time); yield results as tasks finish.
 
         On Ctrl-C the running tasks are cancelled (Ray raises KeyboardInterrupt in
         them; ``calibrate`` treats it as its stop signal and keeps what it measured)
@@ -147,6 +155,9 @@ class RayBackend:
             raise ValueError("job keys must be unique")
         total, done = len(jobs), 0
         refs: dict[Any, tuple[Job, float]] = {}
+        waiting: deque[Job] = deque()
+        cpus = self._ray.cluster_resources().get("CPU", 0.0)
+        limit = self.max_in_flight or max(64, int(2 * cpus))
 
         def report(result: JobResult) -> JobResult:
             nonlocal done
@@ -155,8 +166,16 @@ class RayBackend:
                 progress(result, done, total)
             return result
 
+        def submit_more() -> None:
+            while waiting and len(refs) < limit:
+                job = waiting.popleft()
+                refs[self._submit(job)] = (job, time.monotonic())
+
         def collect(timeout: float | None) -> list[JobResult]:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
+            if ready:  # and whatever else is done by now, in one pass
+                rest = [r for r in refs if r not in ready]
+                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0] if rest else []
             out = []
             for ref in ready:
                 job, submitted = refs.pop(ref)
@@ -168,17 +187,21 @@ class RayBackend:
             return out
 
         try:
+            nodes = self._nodes()
             for job in jobs:
-                reason = self.infeasible(job.resources)
+                reason = self.infeasible(job.resources, nodes)
                 if reason is not None:
                     yield report(JobResult(job.key, None, reason, 0.0, {"backend": "ray"}))
                 else:
-                    refs[self._submit(job)] = (job, time.monotonic())
+                    waiting.append(job)
             try:
+                submit_more()
                 while refs:
                     for result in collect(None):
                         yield report(result)
+                    submit_more()
             except KeyboardInterrupt:
+                waiting.clear()
                 for ref in refs:
                     ray.cancel(ref)
                 deadline = time.monotonic() + 60.0

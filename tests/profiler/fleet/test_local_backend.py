@@ -87,11 +87,14 @@ def test_jobs_wait_for_their_resources_one_device_at_a_time(tmp_path):
     assert all(end <= nxt_start for (_, end), (nxt_start, _) in zip(spans, spans[1:], strict=False))
 
 
-def test_cpu_workers_are_reused_across_jobs():
-    with LocalBackend(num_cpus=1) as backend:
-        results, _ = run_all(backend, [Job(str(i), fleetkit.square, (i,)) for i in range(4)])
-    assert len({r.where["pid"] for r in results.values()}) == 1
-    assert [results[str(i)].value for i in range(4)] == [0, 1, 4, 9]
+def test_many_short_jobs_reuse_the_cpu_workers_and_each_comes_back_once():
+    """A sweep's shape: many one-CPU jobs through two long-lived workers."""
+    jobs = [Job(str(i), fleetkit.square, (i,)) for i in range(300)]
+    with LocalBackend(num_cpus=2) as backend:
+        results, seen = run_all(backend, jobs)
+    assert len({r.where["pid"] for r in results.values()}) <= 2
+    assert {k: r.value for k, r in results.items()} == {str(i): i * i for i in range(300)}
+    assert [d for d, _ in seen] == list(range(1, 301))
 
 
 def test_open_backend_refuses_unknown_names_and_an_address_for_local():

@@ -70,6 +70,13 @@ def test_failures_are_results_and_the_others_finish():
     assert seen == [(i, 5) for i in range(1, 6)]
 
 
+def test_a_bounded_number_of_tasks_in_flight_still_returns_every_job_once():
+    jobs = [Job(str(i), fleetkit.square, (i,)) for i in range(40)]
+    results = list(RayBackend(max_in_flight=3).run(jobs))
+    assert sorted(int(r.key) for r in results) == list(range(40))
+    assert all(r.value == int(r.key) ** 2 for r in results)
+
+
 def test_cpu_plan_on_ray_matches_the_local_backend(tmp_path):
     """The same two-job tiny plan on both backends: same grids, same schema, same index keys."""
     bad = {"name": "bad", "device": "cpu", "model": "tiny", "layers": 9}
