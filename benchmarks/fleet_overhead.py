@@ -6,8 +6,9 @@ Two measurements per backend, in one process, on this machine:
   per job (start-up excluded: one warm-up job runs first) — what an experiment sweep
   of many short cells pays;
 * the two-job ``tiny`` CPU calibration plan (9 points × 12 repeats each, as in the
-  tests) through ``run_fleet``: wall time of the whole plan against the sum of the
-  jobs' own calibrate time.
+  tests) through ``run_fleet``, twice into fresh folders (the first pays the
+  imports of torch in the driver and the workers): wall time of the whole plan
+  against the sum of the jobs' own time (calibrate and fit).
 
     python benchmarks/fleet_overhead.py [--trivial 200] [--backends local,ray]
 
@@ -69,12 +70,17 @@ def main() -> None:
         with open_backend(kind, **options) as backend:
             startup = time.perf_counter() - start
             per_job = trivial(backend, args.trivial)
-            with tempfile.TemporaryDirectory() as tmp:
-                wall, jobs = plan_run(backend, Path(tmp))
+            runs = []
+            for _ in range(2):
+                with tempfile.TemporaryDirectory() as tmp:
+                    runs.append(plan_run(backend, Path(tmp)))
+        plans = "; ".join(
+            f"{label} {wall:.1f} s wall for {jobs:.1f} s of jobs (+{(wall - jobs) / 2:.1f} s/job)"
+            for label, (wall, jobs) in zip(("cold", "warm"), runs, strict=True)
+        )
         print(
             f"{kind:>5}: start-up {startup:.1f} s; {1000 * per_job:.1f} ms per trivial job "
-            f"({args.trivial} jobs); tiny plan {wall:.1f} s wall for {jobs:.1f} s of jobs "
-            f"(x{wall / jobs:.2f})"
+            f"({args.trivial} jobs); tiny plan: {plans}"
         )
 
 
