@@ -277,9 +277,11 @@ class LocalBackend:
             else:
                 self._idle.append(run.worker)
 
-        def start_what_fits() -> None:
+        def start_what_fits() -> list[JobResult]:
+            """Start every waiting job that fits; return results of jobs that could not be sent."""
             nonlocal free_cpus
             skipped: list[Job] = []
+            unsent: list[JobResult] = []
             while pending:
                 if free_cpus < 1e-9 and not free_gpus:  # full: stop scanning (long sweeps)
                     break
@@ -294,9 +296,17 @@ class LocalBackend:
                     free_gpus.remove(g)
                 free_cpus -= res.num_cpus
                 worker = self._worker_for(job, gpus)
-                worker.conn.send((job.key, job.fn, tuple(job.args), dict(job.kwargs)))
-                running[worker.conn] = _Running(job, worker, time.monotonic())
+                run = _Running(job, worker, time.monotonic())
+                try:
+                    worker.conn.send((job.key, job.fn, tuple(job.args), dict(job.kwargs)))
+                except Exception as exc:  # noqa: BLE001 - e.g. a lambda: it cannot pickle
+                    release(run)
+                    error = f"job not sendable to a worker: {one_line(exc)}"
+                    unsent.append(JobResult(job.key, None, error, 0.0, {"backend": "local"}))
+                    continue
+                running[worker.conn] = run
             pending.extendleft(reversed(skipped))  # they keep their place in the queue
+            return unsent
 
         def collect(timeout: float | None) -> list[JobResult]:
             out = []
@@ -316,9 +326,11 @@ class LocalBackend:
                     pending.append(job)
             try:
                 while pending or running:
-                    start_what_fits()
-                    for result in collect(None):
+                    for result in start_what_fits():
                         yield report(result)
+                    if running:
+                        for result in collect(None):
+                            yield report(result)
             except KeyboardInterrupt:
                 pending.clear()
                 deadline = time.monotonic() + self.grace_s

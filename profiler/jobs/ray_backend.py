@@ -166,10 +166,17 @@ class RayBackend:
                 progress(result, done, total)
             return result
 
-        def submit_more() -> None:
+        def submit_more() -> list[JobResult]:
+            """Submit up to the limit; return results of jobs Ray would not take."""
+            unsent = []
             while waiting and len(refs) < limit:
                 job = waiting.popleft()
-                refs[self._submit(job)] = (job, time.monotonic())
+                try:
+                    refs[self._submit(job)] = (job, time.monotonic())
+                except Exception as exc:  # noqa: BLE001 - e.g. arguments that cannot pickle
+                    error = f"job not submitted: {one_line(exc)}"
+                    unsent.append(JobResult(job.key, None, error, 0.0, {"backend": "ray"}))
+            return unsent
 
         def collect(timeout: float | None) -> list[JobResult]:
             ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
@@ -195,11 +202,11 @@ class RayBackend:
                 else:
                     waiting.append(job)
             try:
-                submit_more()
-                while refs:
-                    for result in collect(None):
+                while waiting or refs:
+                    for result in submit_more():
                         yield report(result)
-                    submit_more()
+                    for result in collect(None) if refs else []:
+                        yield report(result)
             except KeyboardInterrupt:
                 waiting.clear()
                 for ref in refs:

@@ -29,6 +29,7 @@ def test_results_errors_and_crashes_come_back_per_job():
         Job("boom", fleetkit.explode, ("bad grid",)),
         Job("crash", fleetkit.die),
         Job("after", fleetkit.square, (3,)),
+        Job("lambda", lambda: 1),  # cannot pickle: this job fails, not the run
     ]
     with LocalBackend(num_cpus=2) as backend:
         results, seen = run_all(backend, jobs)
@@ -36,7 +37,8 @@ def test_results_errors_and_crashes_come_back_per_job():
     assert results["boom"].error == "RuntimeError: bad grid"  # one line, the first
     assert "second line of detail" in results["boom"].detail
     assert results["crash"].error.startswith("worker process died with exit code -9")
-    assert seen == [(i, 4) for i in range(1, 5)]
+    assert results["lambda"].error.startswith("job not sendable to a worker: ")
+    assert seen == [(i, 5) for i in range(1, 6)]
     assert results["sq"].where["pid"] != os.getpid()  # never in the driver
 
 
