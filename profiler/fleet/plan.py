@@ -26,10 +26,11 @@ A job's keys are ``servecal calibrate``'s options under the same names (``budget
 ``repeats``, ``grid``, ``layers``, ``dtype``, ``threads``, ``seed``, ``block``,
 ``kv_layout``, ``tp``, ``model``) plus ``device``: ``cpu``, ``gpu`` (any GPU) or a GPU
 type (``H100``, ``A100``, ``L4``: matched against the device name; on Ray, the
-node's ``accelerator_type``), ``name`` (default ``<device>-<model>-tp<tp>``) and
-``cpus`` (CPUs the job holds; default: one per GPU job, the whole node for a CPU
-job, since a CPU timing run must own its host). Import jobs take ``source``
-(``aiconfigurator`` or ``vidur``) and ``path`` instead of the timing options.
+node's ``accelerator_type``), ``name`` (default ``<device>-<model>-tp<tp>``, plus
+``-<source>`` for an import) and ``cpus`` (CPUs the job holds; default: one per GPU
+job, the whole node for a CPU job, since a CPU timing run must own its host).
+Import jobs take ``source`` (``aiconfigurator`` or ``vidur``) and ``path`` instead
+of the timing options.
 
 Grids and model-shape files are read here, on the driver, and travel inside the
 job, so workers need no copy of them; profile folders of import jobs must be
@@ -246,8 +247,9 @@ def _resolve(raw: Mapping[str, Any], base: Path, where: str) -> JobSpec:
     else:
         values.update(_timing(raw, where))
     name = raw.get("name")
-    if name is None:
-        name = slug(f"{device}-{shape.name}-tp{tp}")
+    if name is None:  # an import is named by its source too: it may sit beside a calibration
+        suffix = f"-{values['source']}" if kind == "import" else ""
+        name = slug(f"{device}-{shape.name}-tp{tp}{suffix}")
     elif not isinstance(name, str) or slug(name) != name.lower():
         raise _fail(where, f"name {name!r}: use letters, digits, '.', '_' and '-' only")
     return JobSpec(name=name.lower(), **values)

@@ -47,7 +47,7 @@ def test_each_job_writes_a_calibration_folder_and_the_failure_is_recorded(fleet)
     assert "failed: too-deep" in result.output and "rerun" in result.output
     index = json.loads((out / "index.json").read_text())
     jobs = index["jobs"]
-    assert list(jobs) == ["tiny-a", "tiny-b", "too-deep", "a100-llama-3-8b-tp2"]
+    assert list(jobs) == ["tiny-a", "tiny-b", "too-deep", "a100-llama-3-8b-tp2-vidur"]
     bad = jobs["too-deep"]
     assert bad["status"] == "failed"
     assert bad["error"] == "--layers 9: tiny has only 4 layers"
@@ -69,13 +69,14 @@ def test_each_job_writes_a_calibration_folder_and_the_failure_is_recorded(fleet)
 
 def test_an_import_job_writes_a_median_table_and_joins_the_dataset(fleet):
     _, out, _ = fleet
-    entry = json.loads((out / "index.json").read_text())["jobs"]["a100-llama-3-8b-tp2"]
+    entry = json.loads((out / "index.json").read_text())["jobs"]["a100-llama-3-8b-tp2-vidur"]
     assert entry["status"] == "ok" and entry["fingerprint_mismatch"] == []
     assert entry["fingerprint"]["tp"] == 2 and "Vidur" in entry["fingerprint"]["device_name"]
     assert entry["metrics"]["p99_coverage"] is None  # medians: no tail to cover
     assert CostTable.load(out / entry["table"]).tail is None
     assert (
-        entry["dataset"] == "samples/device=a100/model=llama-3-8b/tp=2/a100-llama-3-8b-tp2.parquet"
+        entry["dataset"]
+        == "samples/device=a100/model=llama-3-8b/tp=2/a100-llama-3-8b-tp2-vidur.parquet"
     )
 
 
@@ -83,18 +84,18 @@ def test_combined_dataset_is_hive_partitioned_and_reads_with_pyarrow_and_pandas(
     _, out, _ = fleet
     table = ds.dataset(out / "samples", partitioning="hive").to_table()
     frame = table.to_pandas()
-    names = ("tiny-a", "tiny-b", "a100-llama-3-8b-tp2")
+    names = ("tiny-a", "tiny-b", "a100-llama-3-8b-tp2-vidur")
     per_job = {n: len(read_samples(out / "jobs" / n / "samples.parquet").frame) for n in names}
     assert len(frame) == sum(per_job.values())
     assert frame.groupby("job").size().to_dict() == per_job
-    tiny = frame[frame["job"] != "a100-llama-3-8b-tp2"]
+    tiny = frame[frame["job"] != "a100-llama-3-8b-tp2-vidur"]
     assert set(tiny["device"]) == {"cpu"} and set(tiny["model"]) == {"tiny"}
     assert set(tiny["tp"]) == {1} and set(frame["tp"]) == {1, 2}
     assert {"n_decode", "chunk", "ctx", "prefix", "ms", "energy_j", "rep"} <= set(frame.columns)
     assert len(pd.read_parquet(out / "samples")) == len(frame)
     files = sorted(p.relative_to(out).as_posix() for p in (out / "samples").rglob("*.parquet"))
     assert files == [
-        "samples/device=a100/model=llama-3-8b/tp=2/a100-llama-3-8b-tp2.parquet",
+        "samples/device=a100/model=llama-3-8b/tp=2/a100-llama-3-8b-tp2-vidur.parquet",
         *[f"samples/device=cpu/model=tiny/tp=1/tiny-{k}.parquet" for k in "ab"],
     ]
 
