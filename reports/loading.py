@@ -4,7 +4,9 @@ A *run* folder holds ``run.json``, ``iterations.parquet`` and ``requests.parquet
 (DESIGN.md §Engine); a *calibration* folder holds ``samples.parquet`` and/or
 ``costtable.json`` with ``fingerprint.json`` (DESIGN.md §Samples, §Cost table).
 A path given by the user may be either, or any folder above them (a ``compare``
-output with one run per policy × workload × target × seed): it is searched.
+output with one run per policy × workload × target × seed): it is searched. A
+*fleet* folder (``servecal fleet``: ``index.json`` with one entry per job) is read
+as a fleet, and its job folders as calibrations.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import Predictor
 
 RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
+FLEET_INDEX = "index.json"
 ITERATION_COLUMNS = ("start_ms", "duration_ms", "n_decode", "chunk")
 REQUEST_COLUMNS = ("rid", "arrival_ms", "first_token_ms", "tpot_p99_ms")
 
@@ -112,9 +115,22 @@ class CalibrationData:
 
 
 @dataclass(frozen=True)
+class FleetData:
+    """A fleet folder's index (``servecal.fleet-index/1``) and where it lies."""
+
+    path: Path
+    index: dict[str, Any]
+
+    @property
+    def jobs(self) -> dict[str, dict[str, Any]]:
+        return dict(self.index.get("jobs", {}))
+
+
+@dataclass(frozen=True)
 class ReportInputs:
     runs: tuple[RunData, ...] = ()
     calibrations: tuple[CalibrationData, ...] = ()
+    fleets: tuple[FleetData, ...] = ()
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -215,10 +231,30 @@ def load_calibration(folder: Path) -> CalibrationData:
     )
 
 
+def load_fleet(folder: Path) -> FleetData:
+    """Read a fleet folder's ``index.json``."""
+    from servecal.profiler.fleet import read_index
+
+    return FleetData(path=folder, index=read_index(folder / FLEET_INDEX))
+
+
+def _is_fleet(folder: Path) -> bool:
+    if not (folder / FLEET_INDEX).is_file():
+        return False
+    from servecal.profiler.fleet import is_index
+
+    try:
+        return is_index(json.loads((folder / FLEET_INDEX).read_text()))
+    except (OSError, ValueError):
+        return False
+
+
 def _candidates(root: Path) -> Iterable[Path]:
     if (root / "run.json").is_file() or (root / "samples.parquet").is_file():
         yield root
         return
+    if _is_fleet(root):
+        yield root  # and its job folders below
     for child in sorted(p for p in root.iterdir() if p.is_dir()):
         yield from _candidates(child)
 
@@ -227,6 +263,7 @@ def discover(paths: Sequence[str | Path]) -> ReportInputs:
     """All runs and calibrations under the given paths (each searched recursively)."""
     runs: list[RunData] = []
     cals: list[CalibrationData] = []
+    fleets: list[FleetData] = []
     for raw in paths:
         root = Path(raw)
         if not root.exists():
@@ -235,10 +272,15 @@ def discover(paths: Sequence[str | Path]) -> ReportInputs:
             raise InputError(f"{root}: expected a run or calibration folder, got a file")
         found = list(_candidates(root))
         if not found:
-            raise InputError(f"{root}: no run (run.json) or calibration (samples.parquet) in it")
+            raise InputError(
+                f"{root}: no run (run.json), calibration (samples.parquet) or fleet "
+                "(index.json) in it"
+            )
         for folder in found:
             if (folder / "run.json").is_file():
                 runs.append(load_run(folder))
-            else:
+            elif (folder / "samples.parquet").is_file():
                 cals.append(load_calibration(folder))
-    return ReportInputs(runs=tuple(runs), calibrations=tuple(cals))
+            else:
+                fleets.append(load_fleet(folder))
+    return ReportInputs(runs=tuple(runs), calibrations=tuple(cals), fleets=tuple(fleets))

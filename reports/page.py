@@ -13,6 +13,7 @@ from servecal.reports.blocks import Section, Text
 from servecal.reports.calibration import calibration_section
 from servecal.reports.drift import drift_section
 from servecal.reports.energy import energy_section
+from servecal.reports.fleet import fleet_section
 from servecal.reports.loading import ReportInputs, discover
 from servecal.reports.render import to_html, to_markdown
 from servecal.reports.scheduling import scheduling_section
@@ -63,6 +64,8 @@ def sections(inputs: ReportInputs, preface: Sequence[str] = ()) -> list[Section]
     out = []
     if preface:
         out.append(Section("setup", "Setup", tuple(Text(p) for p in preface)))
+    if inputs.fleets:
+        out.append(fleet_section(inputs.fleets))
     out += [
         calibration_section(inputs.calibrations),
         scheduling_section(inputs.runs),
@@ -105,7 +108,7 @@ def write_pages(
 
 
 def _inputs_list(inputs: ReportInputs, limit: int = 6) -> list[str]:
-    paths = [str(c.path) for c in inputs.calibrations]
+    paths = [str(f.path) for f in inputs.fleets] + [str(c.path) for c in inputs.calibrations]
     roots = sorted({str(r.path.parent) for r in inputs.runs})
     paths += roots
     return paths if len(paths) <= limit else paths[:limit] + [f"... and {len(paths) - limit} more"]
