@@ -27,8 +27,6 @@ from servecal.profiler.fleet.tasks import (
     calibration_job,
     import_job,
     read_record,
-    tp_refusal,
-    tp_supported,
 )
 from servecal.profiler.jobs import Backend, Job, JobResult, Resources, one_line
 
@@ -211,8 +209,6 @@ def run_fleet(
                 f"{folder} finished with a different plan entry (changed: "
                 f"{', '.join(_changed(spec, record))}); rename the job or remove its folder"
             )
-        elif spec.kind == "calibrate" and spec.tp > 1 and not tp_supported():
-            reason = tp_refusal(spec.tp)
         resources = resources_for(spec, capacity)
         reason = reason or backend.infeasible(resources)
         if reason is not None:

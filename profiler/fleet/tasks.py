@@ -14,33 +14,17 @@ import json
 import time
 import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
 from servecal.costmodels.atomic import atomic_write_bytes
-from servecal.costmodels.errors import InputError
 from servecal.profiler.fleet.plan import JobSpec
 from servecal.profiler.jobs import describe_worker
 
 RECORD_FILE = "fleet-job.json"
 RECORD_SCHEMA = "servecal.fleet-job/1"
 LOG_FILE = "calibrate.log"
-
-
-def tp_supported() -> bool:
-    """Whether this servecal's calibrate takes a tensor-parallel degree (``CalibrateConfig.tp``)."""
-    from servecal.profiler.calibrate import CalibrateConfig
-
-    return "tp" in {f.name for f in fields(CalibrateConfig)}
-
-
-def tp_refusal(tp: int) -> str:
-    return (
-        f"tp {tp}: this servecal's calibrate has no tensor parallelism yet "
-        "(calibrate --tp); plan tp = 1 jobs or update servecal"
-    )
 
 
 def read_record(folder: str | Path) -> dict[str, Any] | None:
@@ -109,11 +93,6 @@ def calibration_job(
     started = time.monotonic()
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
-    extra: dict[str, Any] = {}
-    if tp_supported():
-        extra["tp"] = spec.tp
-    elif spec.tp > 1:
-        raise InputError(tp_refusal(spec.tp))
     grid_path = None
     if spec.grid is not None:
         grid_path = out / "grid.json"
@@ -135,7 +114,7 @@ def calibration_job(
         resume=ShardStore(out).exists(),
         fit=True,
         kv_layout=spec.kv_layout,
-        **extra,
+        tp=spec.tp,
     )
     with open(out / LOG_FILE, "a", encoding="utf-8") as log:
         stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
