@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -18,6 +20,7 @@ from servecal.costmodels.synthetic import SyntheticTruth, grid_points
 N_DECODE = [0, 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]
 CHUNK = [0, 16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536,
          2048, 2560, 3072]  # fmt: skip
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "costtable.schema.json"
 TRUTH = SyntheticTruth(sigma=0.05, spike_prob=0.003, spike_scale=2.0)
 
 
@@ -84,6 +87,14 @@ def test_auto_keeps_the_best_scored_candidate_and_records_every_one() -> None:
         assert c["score"] == pytest.approx(np.mean(list(c["pinball"].values())))
         assert c["fit_s"] > 0 and 0.9 < c["p99_coverage"] <= 1.0
     assert result.metrics["p50_mape"] == kept["p50_mape"]  # the kept trial's own metrics
+    # the block is what docs/costtable.schema.json describes
+    schema = json.loads(SCHEMA.read_text())["properties"]["model"]["properties"]
+    doc = json.loads(result.table.dumps())["model"]
+    assert set(doc) <= set(schema)
+    assert set(schema["selection"]["required"]) <= set(doc["selection"])
+    item = schema["selection"]["properties"]["candidates"]["items"]
+    for c in doc["selection"]["candidates"]:
+        assert set(item["required"]) <= set(c) <= set(item["properties"])
     # --model: one candidate, recorded the same way
     alone = fit_cost_table(dense, {}, model="table", seed=1)
     assert [c["name"] for c in alone.table.model["selection"]["candidates"]] == ["table"]
