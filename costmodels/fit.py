@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -119,13 +119,16 @@ def _compile(model: Any, axes: Mapping[str, Sequence[int]]) -> dict[float, np.nd
     )
 
 
-def grid_for(model: Any, axes: Mapping[str, Sequence[int]]) -> dict[str, list[int]]:
+def grid_for(
+    model: Any, axes: Mapping[str, Sequence[int]], keep: Collection[str] = ()
+) -> dict[str, list[int]]:
     """The grid a fitted model compiles onto: ``axes``, reduced to their two ends along
-    the model's ``affine_axes`` (multilinear interpolation is exact there), plus its
-    ``breakpoints`` inside them (where its surface bends or jumps), so that
-    interpolating the grid reproduces the model."""
+    the model's ``affine_axes`` (multilinear interpolation is exact there) unless they
+    are in ``keep`` (axes the user gave: a table read with the ``round_up`` rule needs
+    them), plus its ``breakpoints`` inside them (where its surface bends or jumps),
+    so that interpolating the grid reproduces the model."""
     extra = model.breakpoints() if hasattr(model, "breakpoints") else {}
-    affine = getattr(model, "affine_axes", ())
+    affine = set(getattr(model, "affine_axes", ())) - set(keep)
     out = {}
     for a in AXES:
         lo, hi = axes[a][0], axes[a][-1]
@@ -158,12 +161,13 @@ class _Fitting:
     folds: np.ndarray
     points: np.ndarray  # point id of each row
     seed: int
+    given: frozenset[str]  # axes the caller gave (``grid``): never reduced
 
     def fit(self, kind: str, rows: np.ndarray, fold: int) -> tuple[Any, dict[str, list[int]]]:
         """``kind`` fitted on ``rows`` and the grid it compiles onto."""
         seed = model_seed(self.seed, kind, fold)
         fitted = make_model(kind, self.axes, self.quantiles, seed).fit(self.X[rows], self.y[rows])
-        return fitted, grid_for(fitted, self.axes)
+        return fitted, grid_for(fitted, self.axes, self.given)
 
     def cross_validate(
         self, kind: str, say: Callable[[str], None]
@@ -192,6 +196,30 @@ class _Fitting:
         return Trial(kind, time.perf_counter() - start, metrics, point_loss=point_loss), cc
 
 
+def _run_trials(
+    fitting: _Fitting, model: str, say: Callable[[str], None]
+) -> tuple[list[Trial], dict[str, CrossConformal | None]]:
+    """Cross-validate ``model`` (or, for ``auto``, every applicable candidate; one that
+    fails is recorded as skipped with the reason) and keep each one's margin."""
+    trials: list[Trial] = []
+    conformal: dict[str, CrossConformal | None] = {}
+    for name in MODELS if model == "auto" else (model,):
+        why_not = candidate(name).not_applicable(fitting.X) if model == "auto" else None
+        if why_not is not None:
+            trials.append(Trial(name, 0.0, skipped=why_not))
+            continue
+        try:
+            trial, conformal[name] = fitting.cross_validate(name, say)
+        except InputError:
+            raise  # the samples' fault (e.g. too few rows for the margin): every model's
+        except ValueError as exc:
+            if model != "auto":
+                raise
+            trial = Trial(name, 0.0, skipped=f"failed: {exc}")  # e.g. an LP that did not solve
+        trials.append(trial)
+    return trials, conformal
+
+
 def fit_cost_table(
     frame: pd.DataFrame,
     provenance: dict[str, Any],
@@ -214,7 +242,8 @@ def fit_cost_table(
     The margin is calibrated for the highest quantile above 0.5 (the *tail*, normally
     0.99) at coverage equal to that quantile. ``grid`` overrides axis values
     (``{"chunk": [...], ...}``); other axes come from the samples. A model whose
-    surface bends or jumps between those values adds its breakpoints to the grid.
+    surface bends or jumps between those values adds its breakpoints to the grid; one
+    affine along an axis taken from the samples keeps only that axis's two ends.
     """
     say = progress or (lambda _msg: None)
     qs = _check_args(model, quantiles, holdout)
@@ -243,28 +272,11 @@ def fit_cost_table(
         folds=point_folds(ids, k, np.random.default_rng(seed)),
         points=ids,
         seed=seed,
+        given=frozenset(grid or ()),
     )
 
-    trials: list[Trial] = []
-    conformal: dict[str, CrossConformal | None] = {}
-    for name in MODELS if model == "auto" else (model,):
-        why_not = candidate(name).not_applicable(fitting.X) if model == "auto" else None
-        if why_not is not None:
-            trials.append(Trial(name, 0.0, skipped=why_not))
-            continue
-        try:
-            trial, conformal[name] = fitting.cross_validate(name, say)
-        except InputError:
-            raise  # the samples' fault (e.g. too few rows for the margin): every model's
-        except ValueError as exc:
-            if model != "auto":
-                raise
-            trial = Trial(name, 0.0, skipped=f"failed: {exc}")  # e.g. an LP that did not solve
-        trials.append(trial)
-    if model == "auto":
-        kind, reason = choose(trials)
-    else:
-        kind, reason = model, "chosen with --model"
+    trials, conformal = _run_trials(fitting, model, say)
+    kind, reason = choose(trials) if model == "auto" else (model, "chosen with --model")
     trial = next(t for t in trials if t.name == kind)
     metrics, cc = dict(trial.metrics), conformal[kind]
     if cc is not None and not cc.nested:

@@ -83,6 +83,9 @@ def test_piecewise_tables_are_monotone_and_small_along_affine_axes() -> None:
     for q in table.quantiles:
         assert all((np.diff(table.values(q), axis=k) >= 0).all() for k in range(4))
     assert table.model["coefficients"]["0.99"]["anchor_shape"] > 0  # the tail follows P50
+    ctx = [0, 1024, 4096, 8192]  # an axis the caller gives is kept (round_up needs it)
+    given = fit_cost_table(frame, {}, model="piecewise", seed=3, grid={"ctx": ctx}).table
+    assert list(given.axes["ctx"]) == ctx and len(given.axes["prefix"]) == 2
 
 
 def test_segment_knots_come_from_the_data() -> None:
