@@ -14,6 +14,7 @@ of the candidates'.
 
     python benchmarks/model_choice.py [--seeds 3] [--points 400] [--repeats 25]
                                       [--test-points 200] [--shapes smooth,step,knee]
+                                      [--tile-share 0.333]
 """
 
 from __future__ import annotations
@@ -35,10 +36,12 @@ COVERAGE = (0.975, 0.998)
 MAX_PINBALL_RATIO = 1.10
 
 
-def run_one(shape: str, seed: int, points: int, repeats: int, test_points: int) -> dict:
+def run_one(
+    shape: str, seed: int, points: int, repeats: int, test_points: int, tile_share: float
+) -> dict:
     """Every candidate and auto on one truth and seed: test metrics and fit times."""
     rng = np.random.default_rng([seed, SHAPES.index(shape)])
-    truth = shaped_truth(shape, rng)
+    truth = shaped_truth(shape, rng, tile_share)
     train = truth.draw(scattered_points(points, rng), repeats, rng)
     test = truth.draw(scattered_points(test_points, rng), TEST_REPEATS, rng)
     rows: dict[str, Any] = {}
@@ -125,17 +128,24 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=25)
     parser.add_argument("--test-points", type=int, default=200)
     parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument(
+        "--tile-share", type=float, default=1 / 3, help="step: a tile's step / its tokens' cost"
+    )
     args = parser.parse_args()
     shapes = [s for s in args.shapes.split(",") if s]
     seeds = list(range(args.seeds))
     print(
         f"{args.points} scattered points x {args.repeats} repeats to fit, "
         f"{args.test_points} other points x {TEST_REPEATS} to test; seeds {seeds}; "
+        f"tile share {args.tile_share:.3g}; "
         f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} CPUs"
     )
     verdicts = []
     for shape in shapes:
-        runs = [run_one(shape, s, args.points, args.repeats, args.test_points) for s in seeds]
+        runs = [
+            run_one(shape, s, args.points, args.repeats, args.test_points, args.tile_share)
+            for s in seeds
+        ]
         verdicts.append(print_block(shape, runs, seeds))
     print(f"\nall truths: {'PASS' if all(verdicts) else 'FAIL'}; "
           f"load average at the end {os.getloadavg()[0]:.2f}")  # fmt: skip

@@ -128,14 +128,15 @@ def scattered_points(
 SHAPES = ("smooth", "step", "knee")
 
 
-def shaped_truth(shape: str, rng: np.random.Generator) -> SyntheticTruth:
+def shaped_truth(shape: str, rng: np.random.Generator, tile_share: float = 1 / 3) -> SyntheticTruth:
     """A known truth of the model-choice study: the SPEC §1 formula plus decode
     attention (``n·ctx``) and prefill attention (``c·(prefix + c/2)``), 5% log-normal
     noise and 1% spikes of 2×, and per ``shape``:
 
     * ``smooth``: nothing more;
     * ``step``: a tile staircase, tile 128 or 256 chunk tokens (drawn), each started
-      tile costing a third of what its tokens cost (``0.002 ms × tile``);
+      tile costing ``tile_share`` of what its tokens cost (a third by default:
+      ``0.002 ms × tile``; 1 doubles the prefill's per-token cost into steps);
     * ``knee``: the prefill memory-bound below a knee drawn in [384, 1024] tokens.
 
     The tile and the knee are drawn from ``rng``, so no fixed value can be tuned to.
@@ -145,7 +146,8 @@ def shaped_truth(shape: str, rng: np.random.Generator) -> SyntheticTruth:
         return SyntheticTruth(**common)
     if shape == "step":
         tile = int(rng.choice([128, 256]))
-        return SyntheticTruth(prefill_tile=tile, tile_ms=0.002 * tile, **common)
+        tile_ms = tile_share * AnalyticPredictor().prefill_per_token * tile
+        return SyntheticTruth(prefill_tile=tile, tile_ms=tile_ms, **common)
     if shape == "knee":
         return SyntheticTruth(prefill_knee=int(rng.integers(384, 1025)), **common)
     raise ValueError(f"unknown shape {shape!r}; choose {', '.join(SHAPES)}")
