@@ -77,7 +77,8 @@ class PiecewiseQuantileRegressor:
     (``anchor_shape``): the tail follows the median's knees and steps, with eight
     coefficients instead of the median's two dozen, because a tail quantile rests
     on few rows (P99: the top 1%) and a full design fitted to them overfits (its
-    out-of-fold P99 pinball loss was 4–6% worse than ``linear``'s on known truths).
+    out-of-fold P99 pinball loss was up to 6% worse than ``linear``'s on known
+    truths, docs/results/2026-12-01-model-choice.md).
 
     ``max_rows`` caps the LP size: larger inputs are subsampled with ``rng``.
     """
