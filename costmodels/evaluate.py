@@ -28,10 +28,15 @@ from servecal.costmodels.table import CostTable
 METRIC_KEYS = ("p50_mape", "p99_coverage", "pinball", "tightness", "out_of_domain", "rows")
 
 
+def pinball_losses(y: np.ndarray, pred: np.ndarray, q: float) -> np.ndarray:
+    """Pinball (quantile) loss of ``pred`` as the ``q``-quantile of ``y``, per row."""
+    diff = y - pred
+    return np.maximum(q * diff, (q - 1.0) * diff)
+
+
 def pinball_loss(y: np.ndarray, pred: np.ndarray, q: float) -> float:
     """Mean pinball (quantile) loss of ``pred`` as the ``q``-quantile of ``y``."""
-    diff = y - pred
-    return float(np.mean(np.maximum(q * diff, (q - 1.0) * diff)))
+    return float(np.mean(pinball_losses(y, pred, q)))
 
 
 def evaluate(table: CostTable, frame: pd.DataFrame) -> dict[str, Any]:

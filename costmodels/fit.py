@@ -1,12 +1,14 @@
 """Fit a predictor on samples and compile it into a calibrated cost table (``servecal fit``).
 
-Steps: deal whole grid points into ``K`` folds; for each fold fit the chosen model
-on the other folds and predict the fold's rows (out-of-fold predictions,
-:mod:`crossval`); set the conformal margin from every out-of-fold score and
-measure the held-out metrics, each fold against a margin blind to it; then fit
-the model on every point, evaluate it on every grid cell, fill cells without data
-(lookup table only), make every quantile monotone along every axis and uncrossed,
-and attach the margin.
+Steps: deal whole grid points into ``K`` folds; for each candidate model (one with
+``--model``, every applicable one with ``auto``) and each fold, fit the model on the
+other folds, compile it into a table and predict the fold's rows (out-of-fold
+predictions, :mod:`crossval`); score each candidate on them and keep the best
+(:mod:`select`). With the kept model: set the conformal margin from every
+out-of-fold score and measure the held-out metrics, each fold against a margin
+blind to it; then fit it on every point, evaluate it on every grid cell, fill cells
+without data (lookup table only), make every quantile monotone along every axis and
+uncrossed, and attach the margin.
 
 Samples that are all medians (one row per point, ``rep == 0``, as importers write
 them) give a P50-only table: its tail cannot be learned and it carries no margin.
@@ -14,8 +16,9 @@ them) give a P50-only table: its tail cannot be learned and it carries no margin
 
 from __future__ import annotations
 
+import time
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -23,12 +26,17 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servecal.costmodels.candidates import MODELS, candidate, make_model, model_seed
 from servecal.costmodels.conformal import conformal_rho
-from servecal.costmodels.crossval import cross_conformal, folds_for, out_of_fold, point_folds
-from servecal.costmodels.empirical import EmpiricalQuantileTable
+from servecal.costmodels.crossval import (
+    CrossConformal,
+    cross_conformal,
+    folds_for,
+    out_of_fold,
+    point_folds,
+)
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.evaluate import evaluate, metrics_from_predictions
-from servecal.costmodels.gbm import GBMQuantileRegressor
+from servecal.costmodels.evaluate import evaluate, metrics_from_predictions, pinball_losses
 from servecal.costmodels.grid import (
     FEATURES,
     choose_axes,
@@ -39,18 +47,12 @@ from servecal.costmodels.grid import (
     settle_empty_iteration,
     uncross,
 )
-from servecal.costmodels.physics import PhysicsQuantileRegressor
 from servecal.costmodels.predictor import Predictor
 from servecal.costmodels.samples import POINT_COLUMNS, validate_samples
+from servecal.costmodels.select import RULE, Trial, choose, trial_record
 from servecal.costmodels.table import AXES, CostTable, Margin
 
-MODELS = ("table", "linear", "lgbm")
-#: ``auto`` uses the lookup table when at least this fraction of grid cells is measured
-#: and points have at least :data:`TABLE_MIN_REPEATS` repeats.
-TABLE_MIN_FILL = 0.8
-TABLE_MIN_REPEATS = 10
-#: ``auto`` uses LightGBM for irregular designs with at least this many points.
-LGBM_MIN_POINTS = 200
+__all__ = ["MODELS", "FitResult", "TailWarning", "compile_predictor", "fit_cost_table"]
 
 
 class TailWarning(UserWarning):
@@ -59,18 +61,21 @@ class TailWarning(UserWarning):
 
 @dataclass(frozen=True)
 class FitResult:
-    """The compiled table, its held-out metrics, which model was used, and why."""
+    """The compiled table, its held-out metrics, which model was used, and why.
+
+    ``trials``: every candidate's cross-validation (one with ``--model``)."""
 
     table: CostTable
     metrics: dict[str, Any]
     model: str
     reason: str
     notes: tuple[str, ...] = field(default_factory=tuple)
+    trials: tuple[Trial, ...] = field(default_factory=tuple)
 
 
 @dataclass(frozen=True)
 class DataShape:
-    """What the samples look like, for choosing a model."""
+    """What the samples look like (recorded with the table; no longer picks the model)."""
 
     points: int
     median_repeats: float
@@ -102,34 +107,7 @@ def describe_samples(frame: pd.DataFrame, axes: Mapping[str, Sequence[int]]) -> 
     )
 
 
-def choose_model(shape: DataShape) -> tuple[str, str]:
-    """The model ``--model auto`` picks, and a sentence saying why."""
-    regular = shape.grid_fill >= TABLE_MIN_FILL
-    if regular and (shape.medians_only or shape.median_repeats >= TABLE_MIN_REPEATS):
-        return "table", (
-            f"regular grid ({shape.grid_fill:.0%} of cells measured) with "
-            f"{shape.median_repeats:g} rows per point: empirical quantiles per point"
-        )
-    if not regular and shape.points >= LGBM_MIN_POINTS:
-        return "lgbm", (
-            f"irregular design ({shape.grid_fill:.0%} of cells measured, "
-            f"{shape.points} points): gradient-boosted quantiles"
-        )
-    return "linear", (
-        f"sparse data ({shape.points} points, {shape.median_repeats:g} rows per point): "
-        "physics-shaped quantile regression"
-    )
-
-
-def _make_model(kind: str, axes: dict[str, list[int]], quantiles: Sequence[float], seed: int):
-    if kind == "table":
-        return EmpiricalQuantileTable(axes=axes, quantiles=quantiles)
-    if kind == "linear":
-        return PhysicsQuantileRegressor(quantiles=quantiles, rng=np.random.default_rng(seed))
-    return GBMQuantileRegressor(quantiles=quantiles, seed=seed)
-
-
-def _compile(model: Any, axes: dict[str, list[int]]) -> dict[float, np.ndarray]:
+def _compile(model: Any, axes: Mapping[str, Sequence[int]]) -> dict[float, np.ndarray]:
     """Every quantile on the grid: holes filled, monotone on every axis, uncrossed."""
     shape = grid_shape(axes)
     raw = model.predict_quantiles(grid_features(axes))
@@ -141,6 +119,24 @@ def _compile(model: Any, axes: dict[str, list[int]]) -> dict[float, np.ndarray]:
     )
 
 
+def grid_for(
+    model: Any, axes: Mapping[str, Sequence[int]], keep: Collection[str] = ()
+) -> dict[str, list[int]]:
+    """The grid a fitted model compiles onto: ``axes``, reduced to their two ends along
+    the model's ``affine_axes`` (multilinear interpolation is exact there) unless they
+    are in ``keep`` (axes the user gave: a table read with the ``round_up`` rule needs
+    them), plus its ``breakpoints`` inside them (where its surface bends or jumps),
+    so that interpolating the grid reproduces the model."""
+    extra = model.breakpoints() if hasattr(model, "breakpoints") else {}
+    affine = set(getattr(model, "affine_axes", ())) - set(keep)
+    out = {}
+    for a in AXES:
+        lo, hi = axes[a][0], axes[a][-1]
+        base = (lo, hi) if a in affine else axes[a]
+        out[a] = sorted({*base, *(int(v) for v in extra.get(a, ()) if lo <= v <= hi)})
+    return out
+
+
 def _check_args(model: str, quantiles: Sequence[float], holdout: float) -> tuple[float, ...]:
     if model not in (*MODELS, "auto"):
         raise InputError(f"--model: unknown model '{model}' (choose {', '.join(MODELS)}, auto)")
@@ -150,6 +146,78 @@ def _check_args(model: str, quantiles: Sequence[float], holdout: float) -> tuple
     if not 0.0 < holdout < 1.0:
         raise InputError(f"--holdout: must be in (0, 1), got {holdout}")
     return qs
+
+
+@dataclass(frozen=True)
+class _Fitting:
+    """What every candidate's cross-validation shares: the rows, grid and folds."""
+
+    frame: pd.DataFrame
+    X: np.ndarray
+    y: np.ndarray
+    axes: dict[str, list[int]]
+    quantiles: tuple[float, ...]
+    tail: float | None
+    folds: np.ndarray
+    points: np.ndarray  # point id of each row
+    seed: int
+    given: frozenset[str]  # axes the caller gave (``grid``): never reduced
+
+    def fit(self, kind: str, rows: np.ndarray, fold: int) -> tuple[Any, dict[str, list[int]]]:
+        """``kind`` fitted on ``rows`` and the grid it compiles onto."""
+        seed = model_seed(self.seed, kind, fold)
+        fitted = make_model(kind, self.axes, self.quantiles, seed).fit(self.X[rows], self.y[rows])
+        return fitted, grid_for(fitted, self.axes, self.given)
+
+    def cross_validate(
+        self, kind: str, say: Callable[[str], None]
+    ) -> tuple[Trial, CrossConformal | None]:
+        """``kind``'s out-of-fold predictions through compiled tables, and its metrics."""
+        query = [self.X[:, k] for k in range(len(FEATURES))]  # predict()'s argument order
+        start = time.perf_counter()
+
+        def predict_fold(train: np.ndarray, test: np.ndarray):
+            fold = int(self.folds[np.flatnonzero(test)[0]])
+            fitted, axes = self.fit(kind, train, fold)
+            bare = CostTable(axes=axes, quantiles=_compile(fitted, axes))
+            return {q: bare.lookup(q, *(col[test] for col in query)) for q in self.quantiles}
+
+        oof = out_of_fold(self.folds, self.quantiles, predict_fold, lambda m: say(f"{kind}: {m}"))
+        bound = cc = None
+        if self.tail is not None:
+            tail_oof = oof.predictions[self.tail]
+            cc = cross_conformal(self.y / tail_oof - 1.0, self.folds, self.tail)
+            bound = tail_oof + cc.rho_blind * tail_oof  # as predict() + margin() add them
+        metrics = metrics_from_predictions(self.frame, oof.predictions, bound, oof.clamped)
+        row_loss = np.mean(
+            [pinball_losses(self.y, oof.predictions[q], q) for q in self.quantiles], axis=0
+        )
+        point_loss = np.bincount(self.points, weights=row_loss) / row_loss.size
+        return Trial(kind, time.perf_counter() - start, metrics, point_loss=point_loss), cc
+
+
+def _run_trials(
+    fitting: _Fitting, model: str, say: Callable[[str], None]
+) -> tuple[list[Trial], dict[str, CrossConformal | None]]:
+    """Cross-validate ``model`` (or, for ``auto``, every applicable candidate; one that
+    fails is recorded as skipped with the reason) and keep each one's margin."""
+    trials: list[Trial] = []
+    conformal: dict[str, CrossConformal | None] = {}
+    for name in MODELS if model == "auto" else (model,):
+        why_not = candidate(name).not_applicable(fitting.X) if model == "auto" else None
+        if why_not is not None:
+            trials.append(Trial(name, 0.0, skipped=why_not))
+            continue
+        try:
+            trial, conformal[name] = fitting.cross_validate(name, say)
+        except InputError:
+            raise  # the samples' fault (e.g. too few rows for the margin): every model's
+        except ValueError as exc:
+            if model != "auto":
+                raise
+            trial = Trial(name, 0.0, skipped=f"failed: {exc}")  # e.g. an LP that did not solve
+        trials.append(trial)
+    return trials, conformal
 
 
 def fit_cost_table(
@@ -164,12 +232,18 @@ def fit_cost_table(
 ) -> FitResult:
     """Fit ``model`` on ``frame`` and compile a calibrated :class:`CostTable`.
 
-    ``holdout`` is the share of points each cross-validation fold holds out
-    (``round(1 / holdout)`` folds; see :mod:`crossval`).
+    ``model="auto"`` cross-validates every applicable model of :data:`MODELS` on the
+    same folds and keeps the one with the lowest out-of-fold pinball loss
+    (:mod:`select`); its cost is the candidates' cross-validations plus one final fit,
+    never more than fitting each candidate with ``--model``. ``holdout`` is the share
+    of points each cross-validation fold holds out (``round(1 / holdout)`` folds; see
+    :mod:`crossval`).
 
     The margin is calibrated for the highest quantile above 0.5 (the *tail*, normally
     0.99) at coverage equal to that quantile. ``grid`` overrides axis values
-    (``{"chunk": [...], ...}``); other axes come from the samples.
+    (``{"chunk": [...], ...}``); other axes come from the samples. A model whose
+    surface bends or jumps between those values adds its breakpoints to the grid; one
+    affine along an axis taken from the samples keeps only that axis's two ends.
     """
     say = progress or (lambda _msg: None)
     qs = _check_args(model, quantiles, holdout)
@@ -186,41 +260,38 @@ def fit_cost_table(
         notes.append(msg)
         qs = (0.5,)
     tail = max((q for q in qs if q > 0.5), default=None)
-    kind, reason = choose_model(shape) if model == "auto" else (model, "chosen with --model")
-    rng = np.random.default_rng(seed)
     ids = frame.groupby(list(POINT_COLUMNS), sort=False).ngroup().to_numpy()
     k = folds_for(holdout, shape.points)
-    folds = point_folds(ids, k, rng)
-    X = frame[list(FEATURES)].to_numpy(dtype=float)
-    y = frame["ms"].to_numpy(dtype=float)
-    query = [X[:, k] for k in range(len(FEATURES))]  # predict()'s argument order
+    fitting = _Fitting(
+        frame=frame,
+        X=frame[list(FEATURES)].to_numpy(dtype=float),
+        y=frame["ms"].to_numpy(dtype=float),
+        axes=axes,
+        quantiles=qs,
+        tail=tail,
+        folds=point_folds(ids, k, np.random.default_rng(seed)),
+        points=ids,
+        seed=seed,
+        given=frozenset(grid or ()),
+    )
 
-    def fit_grid(rows: np.ndarray) -> dict[float, np.ndarray]:
-        fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(X[rows], y[rows])
-        return _compile(fitted, axes)
-
-    def predict_fold(train: np.ndarray, test: np.ndarray):
-        bare = CostTable(axes=axes, quantiles=fit_grid(train))
-        return {q: bare.lookup(q, *(col[test] for col in query)) for q in qs}
-
-    oof = out_of_fold(folds, qs, predict_fold, say)
-    bound = cc = None
-    if tail is not None:
-        tail_oof = oof.predictions[tail]
-        cc = cross_conformal(y / tail_oof - 1.0, folds, tail)
-        bound = tail_oof + cc.rho_blind * tail_oof  # as predict() + margin() add them
-        if not cc.nested:
-            notes.append(
-                "few rows per fold: the held-out coverage is measured with the margin of "
-                "all folds, so it is not independent of it"
-            )
-    metrics = metrics_from_predictions(frame, oof.predictions, bound, oof.clamped)
+    trials, conformal = _run_trials(fitting, model, say)
+    kind, reason = choose(trials) if model == "auto" else (model, "chosen with --model")
+    trial = next(t for t in trials if t.name == kind)
+    metrics, cc = dict(trial.metrics), conformal[kind]
+    if cc is not None and not cc.nested:
+        notes.append(
+            "few rows per fold: the held-out coverage is measured with the margin of "
+            "all folds, so it is not independent of it"
+        )
 
     say(f"fitting {kind} on all {len(frame)} rows")
-    fitted = _make_model(kind, axes, qs, int(rng.integers(2**31))).fit(X, y)
-    values = _compile(fitted, axes)
+    start = time.perf_counter()
     every = np.ones(len(frame), dtype=bool)
-    energy = _fit_energy(frame, every, kind, axes, int(rng.integers(2**31)))
+    fitted, table_axes = fitting.fit(kind, every, k)
+    values = _compile(fitted, table_axes)
+    energy = _fit_energy(frame, every, kind, table_axes, model_seed(seed, kind, k + 1))
+    final_s = time.perf_counter() - start
     info: dict[str, Any] = {
         "kind": kind,
         "reason": reason,
@@ -228,6 +299,13 @@ def fit_cost_table(
         "seed": seed,
         "holdout": holdout,
         "quantiles": list(qs),
+        "selection": {
+            "rule": RULE if model == "auto" else f"--model {model}",
+            "folds": k,
+            "points": shape.points,
+            "candidates": [trial_record(t) for t in trials],
+            "final_fit_s": round(final_s, 3),
+        },
     }
     if hasattr(fitted, "describe"):
         info["coefficients"] = fitted.describe()
@@ -249,7 +327,7 @@ def fit_cost_table(
         **_jsonable(metrics),
     }
     table = CostTable(
-        axes=axes,
+        axes=table_axes,
         quantiles=values,
         margin=margin,
         energy_j=energy,
@@ -258,7 +336,14 @@ def fit_cost_table(
         validation=validation,
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
     )
-    return FitResult(table=table, metrics=metrics, model=kind, reason=reason, notes=tuple(notes))
+    return FitResult(
+        table=table,
+        metrics=metrics,
+        model=kind,
+        reason=reason,
+        notes=tuple(notes),
+        trials=tuple(trials),
+    )
 
 
 def compile_predictor(
@@ -307,13 +392,14 @@ def compile_predictor(
 def _fit_energy(
     frame: pd.DataFrame, train: np.ndarray, kind: str, axes: dict[str, list[int]], seed: int
 ) -> np.ndarray | None:
-    """Median energy per iteration on the grid, or None when no row has a meter reading."""
+    """Median energy per iteration on ``axes`` (the time table's grid), or None when no
+    row has a meter reading."""
     energy = frame["energy_j"].to_numpy(dtype=float)
     rows = train & ~np.isnan(energy)
     if not rows.any():
         return None
     X = frame[list(FEATURES)].to_numpy(dtype=float)[rows]
-    fitted = _make_model(kind, axes, (0.5,), seed).fit(X, energy[rows])
+    fitted = make_model(kind, axes, (0.5,), seed).fit(X, energy[rows])
     return _compile(fitted, axes)[0.5]
 
 

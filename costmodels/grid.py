@@ -20,6 +20,11 @@ from servecal.costmodels.table import AXES
 FEATURES = ("n_decode", "chunk", "ctx", "prefix")
 #: An axis with more distinct values than this is thinned to quantile-spaced values.
 MAX_AXIS_VALUES = 64
+#: Axes thinned from the samples are thinned further, the longest first, until the
+#: grid has at most this many cells. A scattered design (every point its own value on
+#: every axis) would otherwise ask for 64⁴ ≈ 17 M cells: a table of hundreds of MB
+#: that takes minutes to compile. Profiler grids (a few thousand cells) are untouched.
+MAX_CELLS = 2**15
 
 
 def thin_axis(values: np.ndarray, max_values: int = MAX_AXIS_VALUES) -> list[int]:
@@ -32,9 +37,13 @@ def thin_axis(values: np.ndarray, max_values: int = MAX_AXIS_VALUES) -> list[int
 
 
 def choose_axes(
-    points: Mapping[str, np.ndarray], grid: Mapping[str, Sequence[int]] | None = None
+    points: Mapping[str, np.ndarray],
+    grid: Mapping[str, Sequence[int]] | None = None,
+    max_cells: int = MAX_CELLS,
 ) -> dict[str, list[int]]:
-    """Axis values per table axis: ``grid`` where given, else thinned from ``points``."""
+    """Axis values per table axis: ``grid`` where given, else thinned from ``points``
+    (at most :data:`MAX_AXIS_VALUES` per axis, and together at most ``max_cells`` cells:
+    the longest thinned axis loses a value at a time; given axes are kept)."""
     axes: dict[str, list[int]] = {}
     for name in AXES:
         if grid is not None and name in grid:
@@ -44,6 +53,12 @@ def choose_axes(
             axes[name] = vals
         else:
             axes[name] = thin_axis(np.asarray(points[name]))
+    thinned = [a for a in AXES if grid is None or a not in grid]
+    while np.prod([len(v) for v in axes.values()], dtype=float) > max_cells:
+        longest = max(thinned, key=lambda a: len(axes[a]), default=None)
+        if longest is None or len(axes[longest]) <= 2:
+            break
+        axes[longest] = thin_axis(np.asarray(points[longest]), len(axes[longest]) - 1)
     return axes
 
 

@@ -64,6 +64,10 @@ class PhysicsQuantileRegressor:
     ``max_rows`` caps the LP size: larger inputs are subsampled with ``rng``.
     """
 
+    #: Along these axes every quantile is affine (for fixed other inputs), so a grid
+    #: needs only their first and last values to reproduce the model exactly.
+    affine_axes = ("ctx", "prefix")
+
     def __init__(
         self,
         quantiles: Sequence[float] = (0.5, 0.99),
@@ -86,6 +90,12 @@ class PhysicsQuantileRegressor:
     def predict_quantiles(self, X: np.ndarray) -> dict[float, np.ndarray]:
         A = physics_design(X)
         return {q: A @ b for q, b in self.coef_.items()}
+
+    def breakpoints(self) -> dict[str, list[int]]:
+        """Axis values the table's grid needs to reproduce the model: the launch terms
+        jump from 0 to 1 decode / chunk token (between them a grid would ramp the
+        launch cost in over its first interval)."""
+        return {"n_decode": [0, 1], "chunk": [0, 1]}
 
     def describe(self) -> dict[str, dict[str, float]]:
         """Fitted coefficients by quantile and term (ms per unit of the term)."""

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -24,12 +26,19 @@ def parse_quantiles(text: str) -> list[float]:
 def fit(
     samples: Path = typer.Argument(..., help="Samples file (Parquet or CSV)."),
     out: Path = typer.Option(..., "--out", help="Cost table to write (JSON)."),
-    model: str = typer.Option("auto", "--model", help="table | linear | lgbm | auto."),
+    model: str = typer.Option(
+        "auto",
+        "--model",
+        help="table | linear | piecewise | lgbm | auto (cross-validate each, keep the best).",
+    ),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
     holdout: float = typer.Option(
         0.2, "--holdout", help="Share of grid points each cross-validation fold holds out (1/K)."
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the models."),
+    as_json: bool = typer.Option(
+        False, "--json", help="Print one JSON object (model block, metrics, notes, table path)."
+    ),
 ) -> None:
     """Fit a predictor, compile a monotone table, calibrate its margin, print held-out metrics."""
     from rich.console import Console
@@ -53,6 +62,16 @@ def fit(
             progress=lambda msg: status.update(msg),
         )
     result.table.save(out)
+    if as_json:
+        doc = {
+            "out": str(out),
+            "model": result.table.model,
+            "metrics": result.table.validation,
+            "notes": list(result.notes),
+        }
+        typer.echo(json.dumps(doc))
+        return
+    print_candidates(result.table.model)
     typer.echo(f"model: {result.model} ({result.reason})")
     for note in result.notes:
         typer.echo(f"note: {note}")
@@ -67,6 +86,41 @@ def fit(
     typer.echo(f"held-out metrics ({method}, each fold against a margin blind to it):")
     print_metrics(result.metrics)
     typer.echo(f"wrote {out}")
+
+
+def print_candidates(model: dict[str, Any]) -> None:
+    """One line per candidate: out-of-fold pinball per quantile and its mean (the
+    score), P50 MAPE, P_tail+δ coverage and tightness, and seconds; ``*`` = kept."""
+    selection = model.get("selection") or {}
+    rows = selection.get("candidates", [])
+    if not rows:
+        return
+
+    def pct(v: float | None) -> str:
+        return "    n/a" if v is None else f"{v:7.2%}"
+
+    qs = next((list(r["pinball"]) for r in rows if "pinball" in r), [])
+    typer.echo(
+        f"candidates ({selection['folds']}-fold cross-validation, same folds; {selection['rule']}):"
+    )
+    head = "".join(f"{'q=' + q:>9}" for q in qs)
+    cols = f"{'score':>9} {'MAPE':>7} {'cover':>7} {'tight':>7} {'fit':>7}"
+    typer.echo(f"    {'model':<10}{head}{cols}")
+    for r in rows:
+        mark = "*" if r["name"] == model["kind"] else " "
+        if "skipped" in r:
+            typer.echo(f"  {mark} {r['name']:<10}skipped: {r['skipped']}")
+            continue
+        losses = "".join(f"{r['pinball'][q]:9.4f}" for q in qs)
+        typer.echo(
+            f"  {mark} {r['name']:<10}{losses}{r['score']:9.4f} {pct(r['p50_mape'])} "
+            f"{pct(r['p99_coverage'])} {pct(r['tightness'])} {r['fit_s']:6.1f}s"
+        )
+    total = sum(r["fit_s"] for r in rows) + selection.get("final_fit_s", 0.0)
+    typer.echo(
+        f"    (pinball in ms; fit = the candidate's cross-validation; final fit of "
+        f"{model['kind']} {selection.get('final_fit_s', 0.0):.1f}s; total {total:.1f}s)"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 
 from servecal.cli import app
 from servecal.costmodels import CostTable
+from servecal.costmodels.fit import MODELS
 from servecal.costmodels.samples import write_samples
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
 from servecal.costmodels.table import FingerprintMismatchWarning
@@ -25,8 +26,29 @@ def fitted(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("fit") / "table.json"
     result = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--seed", "1"])
     assert result.exit_code == 0, result.output
-    assert "model: table" in result.output and "P99+δ coverage" in result.output
+    assert "P99+δ coverage" in result.output
+    # every candidate on its own line (the kept one starred), and the final choice
+    lines = result.output.splitlines()
+    for name in MODELS:
+        assert any(line[4:].startswith(name + " ") for line in lines), result.output
+    kept = CostTable.load(out).model["kind"]
+    assert f"  * {kept} " in result.output and f"model: {kept} (" in result.output
     return out
+
+
+def test_fit_json_reports_every_candidate(tmp_path: Path) -> None:
+    out = tmp_path / "t.json"
+    args = ["fit", str(EXAMPLE), "--out", str(out), "--seed", "1", "--json"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.stdout)
+    assert set(doc) == {"out", "model", "metrics", "notes"} and doc["out"] == str(out)
+    assert doc["model"] == CostTable.load(out).model
+    candidates = doc["model"]["selection"]["candidates"]
+    assert [c["name"] for c in candidates] == list(MODELS)
+    kept = next(c for c in candidates if c["name"] == doc["model"]["kind"])
+    assert doc["metrics"]["p50_mape"] == kept["p50_mape"]
+    assert min(c["score"] for c in candidates) >= kept["score"] / 1.05
 
 
 def test_fit_writes_a_loadable_table(fitted: Path) -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -11,13 +13,14 @@ import pytest
 from servecal.costmodels import InputError, MissingQuantileError
 from servecal.costmodels.conformal import conformal_rho
 from servecal.costmodels.crossval import cross_conformal, folds_for, point_folds
-from servecal.costmodels.fit import TailWarning, fit_cost_table
+from servecal.costmodels.fit import MODELS, TailWarning, fit_cost_table
 from servecal.costmodels.physics import TERMS, PhysicsQuantileRegressor
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
 
 N_DECODE = [0, 1, 2, 4, 8, 12, 16, 24, 32, 40, 48, 64, 80, 96, 112, 128]
 CHUNK = [0, 16, 32, 48, 64, 96, 128, 192, 256, 320, 384, 512, 640, 768, 1024, 1280, 1536,
          2048, 2560, 3072]  # fmt: skip
+SCHEMA = Path(__file__).resolve().parents[2] / "docs" / "costtable.schema.json"
 TRUTH = SyntheticTruth(sigma=0.05, spike_prob=0.003, spike_scale=2.0)
 
 
@@ -66,10 +69,41 @@ def test_medians_only_gives_a_p50_table_that_refuses_the_tail() -> None:
         table.max_chunk(4, 0, 0, 10.0, 512)
 
 
-def test_auto_picks_table_for_dense_repeats_and_linear_for_sparse() -> None:
+def test_auto_keeps_the_best_scored_candidate_and_records_every_one() -> None:
     rng = np.random.default_rng(1)
     dense = TRUTH.draw(grid_points(N_DECODE[:6], CHUNK[:8]), 20, rng)
-    assert fit_cost_table(dense, {}, seed=1).model == "table"
+    result = fit_cost_table(dense, {}, seed=1)
+    selection = result.table.model["selection"]
+    records = {c["name"]: c for c in selection["candidates"]}
+    assert list(records) == list(MODELS) and selection["folds"] == 5
+    assert result.table.model["kind"] == result.model and result.model in result.reason
+    best = min(records.values(), key=lambda c: c["score"])
+    kept = records[result.model]
+    # the best score, or tied with it and tighter
+    assert kept is best or (
+        kept["score"] <= 1.05 * best["score"] and kept["tightness"] <= best["tightness"]
+    )
+    for c in records.values():
+        assert c["score"] == pytest.approx(np.mean(list(c["pinball"].values())))
+        assert c["fit_s"] > 0 and 0.9 < c["p99_coverage"] <= 1.0
+    assert result.metrics["p50_mape"] == kept["p50_mape"]  # the kept trial's own metrics
+    # the block is what docs/costtable.schema.json describes
+    schema = json.loads(SCHEMA.read_text())["properties"]["model"]["properties"]
+    doc = json.loads(result.table.dumps())["model"]
+    assert set(doc) <= set(schema)
+    assert set(schema["selection"]["required"]) <= set(doc["selection"])
+    item = schema["selection"]["properties"]["candidates"]["items"]
+    for c in doc["selection"]["candidates"]:
+        assert set(item["required"]) <= set(c) <= set(item["properties"])
+    # --model: one candidate, recorded the same way
+    alone = fit_cost_table(dense, {}, model="table", seed=1)
+    assert [c["name"] for c in alone.table.model["selection"]["candidates"]] == ["table"]
+    assert alone.reason == "chosen with --model"
+    assert alone.metrics["p50_mape"] == records["table"]["p50_mape"]  # same folds
+
+
+def test_few_rows_per_fold_say_the_coverage_is_not_independent() -> None:
+    rng = np.random.default_rng(1)
     scattered = pd.DataFrame(
         {
             "n_decode": rng.integers(0, 128, 100),
@@ -79,10 +113,9 @@ def test_auto_picks_table_for_dense_repeats_and_linear_for_sparse() -> None:
         }
     )
     sparse = TRUTH.draw(scattered, 5, rng)
-    result = fit_cost_table(sparse, {}, seed=1)
-    assert result.model == "linear" and "physics" in result.reason
+    result = fit_cost_table(sparse, {}, model="linear", seed=1)
     assert result.metrics["rows"] == 500 and not result.notes  # every row held out once
-    few = fit_cost_table(sparse.iloc[:110], {}, seed=1)  # 88 rows per blind margin: too few
+    few = fit_cost_table(sparse.iloc[:110], {}, model="linear", seed=1)  # 88 rows per margin
     assert any("not independent" in note for note in few.notes)
 
 
@@ -92,7 +125,7 @@ def test_lgbm_on_an_irregular_design_is_monotone_and_calibrated() -> None:
         {"n_decode": rng.integers(0, 128, 250), "chunk": rng.integers(1, 3000, 250)}
     ).assign(ctx=0, prefix=0)
     frame = TRUTH.draw(scattered, 8, rng)
-    result = fit_cost_table(frame, {}, seed=2)
+    result = fit_cost_table(frame, {}, model="lgbm", seed=2)
     assert result.model == "lgbm"
     p99 = result.table.values(0.99)
     assert all((np.diff(p99, axis=k) >= 0).all() for k in range(4))
@@ -202,7 +235,7 @@ def test_analytic_predictor_compiles_into_a_table() -> None:
     assert calibrated.validation["p99_coverage"] >= 0.99
 
 
-def test_auto_picks_table_for_a_profiler_style_design() -> None:
+def test_a_profiler_style_design_is_a_full_grid() -> None:
     """ctx only matters with decodes and prefix only with a prefill: a design that
     collapses them (as the profiler's does) is still a full grid."""
     from servecal.costmodels.fit import describe_samples, meaningful_cells
@@ -220,7 +253,6 @@ def test_auto_picks_table_for_a_profiler_style_design() -> None:
     }
     assert meaningful_cells(axes) == len(pts)
     assert describe_samples(frame, axes).grid_fill == 1.0
-    result = fit_cost_table(frame, {}, seed=4)
-    assert result.model == "table"
+    result = fit_cost_table(frame, {}, model="table", seed=4)
     # n_decode = 0 ignores ctx: the unmeasured ctx cells copy the ctx = 0 value
     assert result.table.predict(0, 64, 4000, 0) == result.table.predict(0, 64, 0, 0)
