@@ -25,7 +25,7 @@ import numpy as np
 from servecal.costmodels import AnalyticPredictor, largest_fitting
 from servecal.sched.engine import Engine, EngineConfig
 from servecal.sched.plan import DECODE_ONLY, Plan
-from servecal.sched.policies import SLOWeave, TokenBudget
+from servecal.sched.policies import SLOWeave
 from servecal.sched.policies._common import room_for
 from servecal.sched.request import Request
 from servecal.sched.truth import AnalyticTruth
@@ -57,6 +57,19 @@ class NaiveSLOWeave:
         return Plan(prefill=((live.rid, c),), budget_ms=budget) if c > 0 else DECODE_ONLY
 
 
+class _SetUp:
+    """Set-up policy: prefill every request but ``late`` in one go, then decode."""
+
+    def __init__(self, late: int) -> None:
+        self.late = late
+
+    def plan(self, view, predictor) -> Plan:
+        chunks = tuple(
+            (r.rid, r.remaining_prefill) for r in view.prefill_queue() if r.rid != self.late
+        )
+        return Plan(prefill=chunks) if chunks else DECODE_ONLY
+
+
 def _state(active: int, seed: int = 0) -> Engine:
     """An engine with ``active`` decoding requests (heterogeneous D_i) and a long prompt
     waiting: the state SLOWeave decides in on every iteration of a loaded server.
@@ -67,18 +80,16 @@ def _state(active: int, seed: int = 0) -> Engine:
     rng = np.random.default_rng(seed)
     slos = rng.choice([100.0, 150.0, 200.0], size=active)
     reqs = [Request(i, 0.0, 16, 10**6, tpot_slo_ms=float(slos[i])) for i in range(active)]
+    reqs.append(Request(active, 0.001, 50_000, 10, tpot_slo_ms=25.0))  # arrives during step 1
     eng = Engine(
         reqs,
-        TokenBudget(10**9),
+        _SetUp(late=active),
         AnalyticPredictor(),
         AnalyticTruth().executor(rng),
         EngineConfig(kv_capacity=10**9),
     )
     eng.step()  # prefill all of them in one iteration
-    eng.step()  # one decode
-    late = Request(active, eng.view.now_ms, 50_000, 10, tpot_slo_ms=25.0)
-    eng._pending.append(late)  # benchmark set-up only: a prompt arrives now
-    eng._admit_arrivals()
+    eng.step()  # one decode; the long prompt has arrived and waits
     assert eng.view.n_decode == active and eng.view.next_prefill().rid == active
     return eng
 

@@ -89,7 +89,7 @@ def run_grid(
         for key in ROW_KEYS[3:]:
             row[key] = mean.get(key)
             row[f"{key}_std"] = mean.get(f"{key}_std")
-        row["preemptions"] = mean.get("preemptions")
+        row["recomputes"] = mean.get("recomputes")
         rows.append(row)
     return rows
 

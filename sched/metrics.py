@@ -42,7 +42,8 @@ REQUEST_COLUMNS = (
     "completion_ms",
     "tokens_out",
     "tpot_p99_ms",
-    "preemptions",
+    "recomputes",
+    "parks",
 )
 
 #: Summary keys whose spread over seeds is reported as ``<key>_std``.
@@ -200,7 +201,8 @@ def summarize(
         "energy_per_good_request_j": energy / n_good if energy is not None and n_good else None,
         "energy_per_output_token_j": energy / tokens if energy is not None and tokens else None,
         "iterations": len(iterations) if have_iters else None,
-        "preemptions": int(out["preemptions"].sum()),
+        "recomputes": int(out["recomputes"].sum()),
+        "parks": int(out["parks"].sum()),
         "rejected": int(_rejected(out).sum()),
         "decision_us_median": float(decision.median()) if len(decision) else None,
         "online": _online(iterations),

@@ -150,6 +150,7 @@ def summarize_run(result: RunResult) -> dict[str, Any]:
     summary["tpot_attainment"] = float(request_outcomes(result.requests)["tpot_met"].mean())
     summary["plan_calls"] = result.plan_calls
     summary["slo_exceptions"] = int(result.requests["slo_exception"].sum())
+    summary.update(result.counters)
     return summary
 
 

@@ -2,12 +2,11 @@
 multi-SLO prefill, its baselines and ablations, on an operator-level driver that
 composes the reference engine's pieces. See docs/flowprefill.md."""
 
-from servecal.sched.flowprefill.decision import Decision, PrefillPolicy, PrefillView
+from servecal.sched.flowprefill.decision import Decision, DriverView, PrefillPolicy
 from servecal.sched.flowprefill.driver import DriverConfig, OperatorDriver
 from servecal.sched.flowprefill.operators import GRANULARITIES, OperatorModel
 from servecal.sched.flowprefill.policies import Fcfs, FlowPrefill, TokenBudgetChunks
 from servecal.sched.flowprefill.priority import by_priority, priority, priority_order, slack_ms
-from servecal.sched.flowprefill.record import FlowRun
 from servecal.sched.flowprefill.registry import (
     ABLATIONS,
     BASELINES,
@@ -31,15 +30,14 @@ __all__ = [
     "GRANULARITIES",
     "Decision",
     "DriverConfig",
+    "DriverView",
     "Fcfs",
     "FlowConfig",
     "FlowPrefill",
-    "FlowRun",
     "Job",
     "OperatorDriver",
     "OperatorModel",
     "PrefillPolicy",
-    "PrefillView",
     "TokenBudgetChunks",
     "by_priority",
     "driver_policy",

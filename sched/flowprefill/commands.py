@@ -37,7 +37,8 @@ SIMULATE_KEYS = (
     "iterations",
     "decision_us_median",
     "wakeups",
-    "preemptions",
+    "parks",
+    "parked_batches",
     "p99_blocking_ms",
     "max_operator_ms",
     "by_class",
@@ -53,7 +54,7 @@ COMPARE_KEYS = (
     "p99_ttft_ms",
     "p99_tpot_ms",
     "wakeups",
-    "preemptions",
+    "parks",
     "p99_blocking_ms",
     "max_operator_ms",
     "max_goodput",
@@ -132,7 +133,7 @@ def _task(config: FlowConfig, seed: int, bracket: tuple[float, float] | None, fo
     if folder is not None:
         from servecal.sched.runfolder import write_run
 
-        write_run(folder, run.result, {**config.describe(), "seed": seed}, summary, {"seed": seed})
+        write_run(folder, run, {**config.describe(), "seed": seed}, summary, {"seed": seed})
     if bracket is not None:
         summary["max_goodput"] = max_goodput_of(replace(config, seeds=(seed,)), bracket)
     return summary
@@ -235,7 +236,7 @@ def _print(base: FlowConfig, rows: list[dict[str, Any]], ratios: list[dict[str, 
         att = None if r["attainment"] is None else 100 * r["attainment"]
         table.add_row(
             r["policy"], mg, _fmt(att), _fmt(r["p99_ttft_ms"]), _fmt(r["p99_tpot_ms"]),
-            _fmt(r["wakeups"]), _fmt(r["preemptions"]), _fmt(r["p99_blocking_ms"]),
+            _fmt(r["wakeups"]), _fmt(r["parks"]), _fmt(r["p99_blocking_ms"]),
             _fmt(r["max_operator_ms"]),
         )  # fmt: skip
     console = Console()

@@ -18,9 +18,9 @@ from servecal.costmodels.errors import InputError
 from servecal.sched.flowprefill.driver import MODES, SETTINGS, DriverConfig, OperatorDriver
 from servecal.sched.flowprefill.fitted import FIT_PREFIX, fitted_truth
 from servecal.sched.flowprefill.operators import GRANULARITIES, OperatorModel
-from servecal.sched.flowprefill.record import FlowRun
 from servecal.sched.flowprefill.registry import driver_policy, engine_policy, uses_engine
 from servecal.sched.request import Request
+from servecal.sched.result import RunResult
 from servecal.sched.simulate import check_run_fields
 
 #: The bracket ``--max-goodput`` searches by default (req/s): FlowPrefill's max TTFT
@@ -111,7 +111,7 @@ def workload_requests(config: FlowConfig, seed: int, rate: float | None = None) 
     )
 
 
-def run_requests(config: FlowConfig, requests: list[Request], seed: int) -> FlowRun:
+def run_requests(config: FlowConfig, requests: list[Request], seed: int) -> RunResult:
     """Run ``requests`` under ``config`` with the executor stream of ``seed``."""
     from servecal.sched.engine import Engine, EngineConfig
 
@@ -125,9 +125,7 @@ def run_requests(config: FlowConfig, requests: list[Request], seed: int) -> Flow
             requests, policy, predictor, executor, EngineConfig(config.kv_capacity),
             policy_name=config.policy,
         )  # fmt: skip
-        result = engine.run()
-        return FlowRun(result, result.plan_calls, float(result.iterations["decision_us"].sum()),
-                       np.empty(0), float("nan"), 0)  # fmt: skip
+        return engine.run()
     driver = OperatorDriver(
         requests,
         driver_policy(config.policy),
@@ -141,20 +139,20 @@ def run_requests(config: FlowConfig, requests: list[Request], seed: int) -> Flow
         ),
         policy_name=config.policy,
     )
-    return driver.run().result()
+    return driver.run()
 
 
-def run_seed(config: FlowConfig, seed: int, rate: float | None = None) -> FlowRun:
+def run_seed(config: FlowConfig, seed: int, rate: float | None = None) -> RunResult:
     """Draw seed ``seed``'s requests (at ``rate`` if given) and run them."""
     return run_requests(config, workload_requests(config, seed, rate), seed)
 
 
-def summarize_flow(config: FlowConfig, run: FlowRun) -> dict[str, Any]:
+def summarize_flow(config: FlowConfig, run: RunResult) -> dict[str, Any]:
     """The metrics summary (TTFT-only goodput in the prefill setting) plus counters."""
     from servecal.sched.metrics import summarize
 
-    summary = summarize(run.result.requests, run.result.iterations, slos=config.slos)
-    summary.update(run.counters())
+    summary = summarize(run.requests, run.iterations, slos=config.slos)
+    summary.update(run.counters)
     return summary
 
 
@@ -182,7 +180,7 @@ def simulate_flow(
         if out is not None:
             write_run(
                 Path(out) / f"seed-{seed}",
-                run.result,
+                run,
                 {**config.describe(), "seed": seed},
                 summary,
                 {"seed": seed, "streams": "SeedSequence(seed).spawn(2): workload, executor"},

@@ -19,7 +19,8 @@ SUMMARY_KEYS = (
     "max_goodput",
     "energy_per_good_request_j",
     "iterations",
-    "preemptions",
+    "recomputes",
+    "parks",
     "decision_us_median",
     "online",
 )

@@ -22,7 +22,7 @@ def test_simulate_writes_run_folders_and_prints_json(tmp_path):
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     for key in ("goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms", "mean_ttft_ms",
-                "energy_per_good_request_j", "iterations", "preemptions",
+                "energy_per_good_request_j", "iterations", "recomputes", "parks",
                 "decision_us_median", "online"):  # fmt: skip
         assert key in doc
     assert doc["energy_per_good_request_j"] is None
@@ -35,7 +35,7 @@ def test_simulate_writes_run_folders_and_prints_json(tmp_path):
         req = pd.read_parquet(folder / "requests.parquet")
         it = pd.read_parquet(folder / "iterations.parquet")
         assert len(req) == 60 and len(it) == run["summary"]["iterations"]
-        assert {"tpot_p99_ms", "slo_exception", "preemptions"} <= set(req.columns)
+        assert {"tpot_p99_ms", "slo_exception", "recomputes", "parks"} <= set(req.columns)
         assert {"pred_p99_ms", "margin_ms", "decision_us", "budget_ms"} <= set(it.columns)
     assert not list(tmp_path.glob("**/*.tmp"))
 

@@ -23,7 +23,8 @@ def _requests(rows: list[dict]) -> pd.DataFrame:
         "slo_class": "default",
         "tpot_mean_ms": NAN,
         "tpot_max_ms": NAN,
-        "preemptions": 0,
+        "recomputes": 0,
+        "parks": 0,
         "slo_exception": False,
     }
     return pd.DataFrame([{**base, "rid": i, **r} for i, r in enumerate(rows)])
@@ -67,7 +68,7 @@ TOY = [
         output_tokens=20,
         tokens_out=20,
         tpot_p99_ms=30.0,
-        preemptions=2,
+        recomputes=2,
     ),
     dict(
         arrival_ms=1800.0,
@@ -102,7 +103,7 @@ def test_summary_by_hand() -> None:
     assert s["p99_ttft_ms"] == pytest.approx(np.percentile(ttfts, 99))
     # Per-request TPOT figures 20, 10, 30 (NaNs skipped).
     assert s["p99_tpot_ms"] == pytest.approx(np.percentile([20.0, 10.0, 30.0], 99))
-    assert s["preemptions"] == 2
+    assert s["recomputes"] == 2 and s["parks"] == 0
     assert s["energy_per_good_request_j"] is None and s["iterations"] is None
     assert s["online"] == {"p50_mape": None, "p99_coverage": None}
     json.dumps(s)  # plain JSON: no NaN, no numpy scalars that json rejects

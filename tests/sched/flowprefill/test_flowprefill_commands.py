@@ -22,7 +22,7 @@ def test_simulate_prefill_setting_prints_the_flowprefill_keys(tmp_path):
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
-    for key in ("goodput", "attainment", "p99_ttft_ms", "wakeups", "preemptions",
+    for key in ("goodput", "attainment", "p99_ttft_ms", "wakeups", "parks", "parked_batches",
                 "p99_blocking_ms", "max_operator_ms"):  # fmt: skip
         assert key in doc
     assert doc["p99_tpot_ms"] is None  # a prefill instance emits first tokens only

@@ -55,7 +55,7 @@ def simulated_engine(reqs, policy: str, kv: int) -> Engine:
 
 def run_torch(eng: Engine, executor: TorchExecutor):
     """Run to the end, checking the KV invariant after every step; return the result."""
-    m = eng._M
+    m = eng.state.kv_capacity
     while eng.step():
         assert executor.pool.used_tokens <= m
         assert executor.pool.used_blocks <= executor.pool.n_blocks
