@@ -114,7 +114,7 @@ def decision_us(policy, active: int, repeats: int) -> tuple[float, float]:
 def iterations_per_s(policy, requests: int, workload: str = "mixed") -> tuple[float, float, int]:
     """Simulated iterations per second of wall time and of this process's CPU time, for a
     whole run (frames excluded), and the number of iterations."""
-    from servecal.sched.compare import default_rate
+    from servecal.sched.experiment import default_rate
     from servecal.sched.workloads import generate
 
     reqs = generate(

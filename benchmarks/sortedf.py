@@ -258,7 +258,7 @@ def tiny(count: int) -> None:
 def online(n: int, rate: float, memory: int) -> None:
     from servecal.costmodels import AnalyticPredictor
     from servecal.sched.engine import Engine, EngineConfig
-    from servecal.sched.policies import parse_policy
+    from servecal.sched.policies import make_policy
     from servecal.sched.request import Request
     from servecal.sched.sortedf.online import SortedFOnline
     from servecal.sched.truth import AnalyticTruth
@@ -272,8 +272,8 @@ def online(n: int, rate: float, memory: int) -> None:
     print(f"engine, {n} Poisson requests at {rate} req/s, short-long:0.8, M = {memory}")
     for name, policy in (
         ("sorted-f-online", SortedFOnline()),
-        ("budget-2048", parse_policy("budget-2048")),
-        ("full", parse_policy("full")),
+        ("budget-2048", make_policy("budget-2048")),
+        ("full", make_policy("full")),
     ):
         run = Engine(
             reqs,
@@ -285,7 +285,7 @@ def online(n: int, rate: float, memory: int) -> None:
         ).run()
         df = run.requests
         lat = (df["completion_ms"] - df["arrival_ms"]).mean()
-        print(f"  {name:<16} mean latency {lat:8.0f} ms   preemptions {run.preemptions}")
+        print(f"  {name:<16} mean latency {lat:8.0f} ms   recomputes {run.recomputes}")
 
 
 def phase2(n: int, memory: int, seeds: int) -> None:

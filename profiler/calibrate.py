@@ -18,7 +18,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import Console
 
 from servecal.costmodels.errors import InputError
 from servecal.profiler.design import Grid, Point, default_grid, design_points
@@ -28,7 +27,7 @@ from servecal.profiler.model import build_model, default_dtype
 from servecal.profiler.runner import ContiguousLayout, MeasureConfig, PointLayout
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.shards import ShardStore
-from servecal.profiler.sweep import StopFlag, SweepOutcome, run_sweep
+from servecal.profiler.sweep import StopFlag, SweepOutcome, SweepStatus, run_sweep
 from servecal.profiler.timing import LayerScale, make_clock
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -162,15 +161,23 @@ def _check_resume(
             )
 
 
+def _quiet(_: object) -> None:
+    pass
+
+
 def calibrate(
     cfg: CalibrateConfig,
-    console: Console,
     layouts: Mapping[str, Callable[[], PointLayout]] | None = None,
+    *,
+    on_message: Callable[[str], None] = _quiet,
+    on_progress: Callable[[SweepStatus], None] | None = None,
 ) -> CalibrationResult:
     """Run (or resume) a calibration into ``cfg.out``; see the module docstring for files.
 
     ``layouts`` adds KV layouts ``cfg.kv_layout`` may name to :data:`BUILTIN_LAYOUTS`
-    (the CLI adds the torch executor's ``paged`` one).
+    (the CLI adds the torch executor's ``paged`` one). ``on_message`` receives one
+    line per notice (device chosen, energy meter, what was measured);
+    ``on_progress`` the sweep's progress.
     """
     available = {**BUILTIN_LAYOUTS, **(layouts or {})}
     if cfg.kv_layout is not None and cfg.kv_layout not in available:
@@ -193,7 +200,7 @@ def calibrate(
         plan = _new_plan(cfg, device)
         store.write_plan(plan)
     if cfg.device == "auto":
-        console.print(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
+        on_message(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
 
     shape = ModelShape(**plan["shape"])
     points = [Point(*p) for p in plan["points"]]
@@ -210,7 +217,7 @@ def calibrate(
     scale = LayerScale(plan["layers_timed"], shape.n_layers)
     meter, notice = open_meter(device)
     if notice:
-        console.print(notice)
+        on_message(notice)
     provenance = fingerprint(model, scale, threads, attention_backend(model))
     provenance.update(
         energy_source=meter.source if meter is not None else None,
@@ -235,19 +242,19 @@ def calibrate(
             model,
             points,
             store,
-            scale,
-            measure,
-            make_clock(device),
-            meter,
-            cfg.budget_s,
-            stop,
-            console,
-            np.random.default_rng([plan["seed"], len(store.done())]),
-            available[layout_name](),
+            scale=scale,
+            measure=measure,
+            clock=make_clock(device),
+            meter=meter,
+            stop=stop,
+            rng=np.random.default_rng([plan["seed"], len(store.done())]),
+            budget_s=cfg.budget_s,
+            layout=available[layout_name](),
+            on_progress=on_progress,
         )
     provenance["infeasible_points"] = store.infeasible()
     provenance["points_planned"] = len(points)
-    return _finish(cfg, store, outcome, provenance, console, len(points))
+    return _finish(cfg, store, outcome, provenance, on_message, len(points))
 
 
 def _finish(
@@ -255,7 +262,7 @@ def _finish(
     store: ShardStore,
     outcome: SweepOutcome,
     provenance: dict[str, Any],
-    console: Console,
+    on_message: Callable[[str], None],
     planned: int,
 ) -> CalibrationResult:
     from servecal.costmodels.samples import write_samples
@@ -263,7 +270,7 @@ def _finish(
     frame = store.frame()
     points = 0 if frame.empty else len(frame.groupby(["n_decode", "chunk", "ctx", "prefix"]))
     result = CalibrationResult(cfg.out, outcome, points, len(frame), provenance)
-    console.print(
+    on_message(
         f"measured {points}/{planned} points, {len(frame)} timed iterations "
         f"({len(provenance['infeasible_points'])} infeasible); stopped: {outcome.stopped_by}"
     )
@@ -274,9 +281,7 @@ def _finish(
     write_samples(frame, samples_path, provenance)
     result.samples_path = samples_path
     if outcome.stopped_by == "signal":
-        console.print(
-            f"interrupted: measured points are kept; continue with --resume --out {cfg.out}"
-        )
+        on_message(f"interrupted: measured points are kept; continue with --resume --out {cfg.out}")
         return result
     if cfg.fit:
         from servecal.costmodels.fit import fit_cost_table

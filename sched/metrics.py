@@ -1,6 +1,6 @@
 """SLO metrics: the one implementation every command and report uses.
 
-Definitions (SPEC.md §Words):
+Definitions (docs/engine.md, §Metrics of docs/design.md):
 
 * TTFT = first token − arrival. A request that never produced a token is counted
   with a *censored* TTFT, end of run − arrival (a lower bound), so a policy cannot
@@ -13,7 +13,8 @@ Definitions (SPEC.md §Words):
   checked are ``slos``; with TTFT alone, as for a prefill instance, the first token
   is what counts and completion is not required).
 * Goodput = good requests / (last completion − first arrival), in req/s.
-* Max goodput = the highest rate with attainment ≥ 90% (DistServe), by bisection.
+* Max goodput = the highest rate with attainment ≥ 90% (DistServe), searched by
+  :mod:`servecal.sched.experiment.goodput`.
 * Energy per good request = run energy / good requests: servecal's own metric
   (ML.ENERGY defines energy per token, also reported).
 """
@@ -21,7 +22,7 @@ Definitions (SPEC.md §Words):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -255,44 +256,6 @@ def mean_over_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-
-def max_goodput(
-    attainment_at: Callable[[float], float],
-    lo: float,
-    hi: float,
-    target: float = 0.9,
-    rel_tol: float = 0.02,
-) -> float:
-    """The highest arrival rate (req/s) in ``[lo, hi]`` with attainment ≥ ``target``.
-
-    Bisection on the rate, assuming attainment falls as the rate rises; the answer
-    is a rate that was measured to meet the target, within ``rel_tol`` (relative to
-    the bracket's upper end) of the first rate that does not. Edge cases:
-    attainment below target already at ``lo`` → 0.0 (below the searched range);
-    at or above target at ``hi`` → ``hi`` (a lower bound: raise ``hi``).
-
-    ``attainment_at`` should draw every rate's workload from the same seeds (common
-    random numbers), so that sampling noise does not make the curve non-monotone.
-    """
-    if not 0 < lo < hi or not math.isfinite(hi):
-        raise ValueError(f"need 0 < lo < hi, got lo={lo} hi={hi}")
-    if not 0 < target <= 1:
-        raise ValueError(f"target must be in (0, 1], got {target}")
-    if not rel_tol > 0:
-        raise ValueError(f"rel_tol must be > 0, got {rel_tol}")
-    if attainment_at(hi) >= target:
-        return float(hi)
-    if attainment_at(lo) < target:
-        return 0.0
-    good, bad = float(lo), float(hi)
-    while bad - good > rel_tol * bad:
-        mid = 0.5 * (good + bad)
-        if attainment_at(mid) >= target:
-            good = mid
-        else:
-            bad = mid
-    return good
 
 
 def summarize_by_class(

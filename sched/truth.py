@@ -239,25 +239,24 @@ def parse_drift(spec: str) -> Drift:
         ) from None
 
 
-def parse_truth(spec: str) -> AnalyticTruth | SampledTruth:
-    """``analytic``, ``analytic:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300``, or
-    ``samples:PATH``."""
-    if spec.startswith("samples:"):
-        return SampledTruth.load(spec[len("samples:") :])
-    name, _, opts = spec.partition(":")
-    if name != "analytic":
-        raise InputError(f"--truth {spec!r}: expected analytic[:key=value,...] or samples:PATH")
+def analytic_truth(options: str = "") -> AnalyticTruth:
+    """``--truth analytic[:OPTIONS]``: ``OPTIONS`` like ``sigma=0.1,spike_prob=0.001,
+    spike_factor=3,power_w=300`` (any of them; none: the noiseless formula)."""
     kwargs: dict[str, float] = {}
     allowed = ("sigma", "spike_prob", "spike_factor", "power_w")
-    for item in filter(None, opts.split(",")):
+    for item in filter(None, options.split(",")):
         key, _, value = item.partition("=")
         if key not in allowed:
-            raise InputError(f"--truth {spec!r}: unknown option {key!r} (known: {allowed})")
+            raise InputError(
+                f"--truth analytic:{options}: unknown option {key!r} (known: {allowed})"
+            )
         try:
             kwargs[key] = float(value)
         except ValueError:
-            raise InputError(f"--truth {spec!r}: {key} needs a number, got {value!r}") from None
+            raise InputError(
+                f"--truth analytic:{options}: {key} needs a number, got {value!r}"
+            ) from None
     try:
         return AnalyticTruth(**kwargs)
     except ValueError as exc:
-        raise InputError(f"--truth {spec!r}: {exc}") from None
+        raise InputError(f"--truth analytic:{options}: {exc}") from None

@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.flowprefill.decision import Decision, DriverView
 from servecal.sched.flowprefill.priority import priority_order
 from servecal.sched.flowprefill.state import Job
+from servecal.sched.policies.budget import check_budget, fill_budget
 
 #: FlowPrefill batches short requests up to this many tokens (SPEC §3).
 BATCH_TOKENS = 2048
@@ -105,7 +107,7 @@ class Fcfs:
     within ``batch_tokens`` (a single longer prompt runs alone). Never preempts."""
 
     batch_tokens: int = BATCH_TOKENS
-    preemptive: bool = False
+    preemptive: ClassVar[bool] = False
 
     def decide(self, view: DriverView, predictor: Predictor) -> Decision:
         batch: list[tuple[int, int]] = []
@@ -125,18 +127,17 @@ class Fcfs:
 @dataclass(frozen=True)
 class TokenBudgetChunks:
     """vLLM-like chunked prefill: up to ``budget`` tokens per iteration, prompts taken
-    in ``order`` (``"fcfs"``: arrival; ``"edf"``: deadline ``arrival + TTFT_SLO``) and
-    split across iterations where they do not fit."""
+    in ``order`` (``"fcfs"``: arrival, started prompts first; ``"edf"``: deadline
+    ``arrival + TTFT_SLO``) and split across iterations where they do not fit; the
+    engine's :class:`~servecal.sched.policies.budget.TokenBudget` on this driver (the
+    same :func:`~servecal.sched.policies.budget.fill_budget`)."""
 
     budget: int
     order: str = "fcfs"
-    preemptive: bool = False
+    preemptive: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if self.budget < 1:
-            raise ValueError("TokenBudgetChunks.budget must be >= 1")
-        if self.order not in ("fcfs", "edf"):
-            raise ValueError("TokenBudgetChunks.order must be 'fcfs' or 'edf'")
+        check_budget(self.budget, self.order, "TokenBudgetChunks")
 
     def decide(self, view: DriverView, predictor: Predictor) -> Decision:
         jobs = list(view.jobs)
@@ -144,18 +145,14 @@ class TokenBudgetChunks:
             jobs.sort(key=lambda j: (j.deadline_ms, j.arrival_ms, j.rid))
         else:  # started prompts first (vLLM keeps running requests ahead of the queue)
             jobs.sort(key=lambda j: (not j.holds_kv, j.arrival_ms, j.rid))
-        left = self.budget
         reserved = 0
-        batch: list[tuple[int, int]] = []
-        for job in jobs:
-            if left <= 0:
-                break
-            if not _fits(view, job, reserved):
-                if self.order == "fcfs":
-                    break
-                continue
-            c = min(left, job.remaining_tokens)
-            batch.append((job.rid, c))
-            left -= c
-            reserved += view.kv_need(job)
-        return Decision(tuple(batch))
+
+        def room(job: Job, taken: int) -> int:  # a positive answer takes the job
+            nonlocal reserved
+            need = view.kv_need(job)
+            if need + reserved > view.kv_free:
+                return 0
+            reserved += need
+            return job.remaining_tokens
+
+        return Decision(fill_budget(jobs, self.budget, room, self.order == "edf"))

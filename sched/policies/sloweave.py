@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.live import LiveRequest
@@ -34,7 +35,7 @@ from servecal.sched.view import EngineView
 
 @dataclass(frozen=True)
 class SLOWeaveConfig:
-    """SLOWeave's options; each is a ``servecal simulate`` flag.
+    """SLOWeave's options; each is ``servecal simulate --opt KEY=VALUE``.
 
     * ``c_max`` (4096): largest chunk, ``C_max``.
     * ``quantile`` (0.99) and ``use_margin`` (True): plan on ``T̂_q + δ``. The P50-only
@@ -74,10 +75,13 @@ class SLOWeaveConfig:
 
 
 class SLOWeave:
-    """The SLOWeave policy."""
+    """The SLOWeave policy: ``SLOWeave(config)`` or ``SLOWeave(**options)`` (the fields
+    of :class:`SLOWeaveConfig`, as the policy registry builds it)."""
 
-    def __init__(self, config: SLOWeaveConfig | None = None) -> None:
-        self.config = config or SLOWeaveConfig()
+    def __init__(self, config: SLOWeaveConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise TypeError("SLOWeave takes a SLOWeaveConfig or its fields, not both")
+        self.config = config or SLOWeaveConfig(**options)
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
         cfg = self.config

@@ -46,8 +46,7 @@ def calibrate(
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
 
-    from rich.console import Console
-
+    from servecal.commands._runs import Bars, say
     from servecal.profiler.calibrate import CalibrateConfig
     from servecal.profiler.calibrate import calibrate as run
     from servecal.sched.torch_executor.calibration import PagedLayout
@@ -68,7 +67,13 @@ def calibrate(
         fit=fit,
         kv_layout=kv_layout,
     )
-    result = run(cfg, Console(stderr=True), layouts={PagedLayout.name: PagedLayout})
+    with Bars() as bars:
+        result = run(
+            cfg,
+            layouts={PagedLayout.name: PagedLayout},
+            on_message=say,
+            on_progress=bars.points(),
+        )
     typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")
     if result.outcome.stopped_by == "signal":
         raise typer.Exit(130)
