@@ -1,6 +1,25 @@
-"""Engine speed: SLOWeave's decision time and whole-engine iterations per second.
+"""Engine speed: SLOWeave's decision time, whole-engine iterations per second, and a
+whole ``servecal simulate`` command (startup included).
 
-Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000]``.
+Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000]
+[--baseline REV] [--table TABLE.json] [--whole-run TRACE.csv PROFILE_DIR]``.
+
+* ``--baseline REV``: the whole-engine case is also measured on the code of git
+  revision ``REV`` (extracted to a temporary folder, run in a subprocess), alternating
+  with this tree's, best of ``--runs`` each: the ratio says whether a change made the
+  engine slower, measured in one run on one machine.
+* ``--table TABLE.json``: the same engine case planned with SLOWeave-P50 on a cost
+  table and on the analytic formula (the table path must be as fast).
+* ``--whole-run TRACE PROFILE``: issue #20's case. ``servecal import aiconfigurator
+  PROFILE --model llama-3-8b``, ``servecal fit``, then the timed command
+  ``servecal simulate --workload trace:TRACE --requests 2000 --seeds 1 --policy
+  sloweave-p50 --truth samples:... --predictor TABLE --json`` in a fresh process
+  (interpreter start, imports, loading, the run, the run folder): iterations per
+  second of wall time and of the process's CPU time, and their ratio to Vidur
+  0.0.26's whole-run figure quoted in issue #20 (~2,500 iterations/s on this kind of
+  machine; Vidur itself is not run here). TRACE is the Azure LLM inference trace
+  (conversation, 2023; AzurePublicDataset), PROFILE aiconfigurator's A100 vLLM 0.14
+  tables.
 
 Each figure is printed next to a *naive* SLOWeave measured in the same run: it
 scans every ready request for the earliest deadline and calls the predictor's
@@ -16,9 +35,16 @@ ratios are measured side by side.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -111,21 +137,33 @@ def decision_us(policy, active: int, repeats: int) -> tuple[float, float]:
     return statistics.median(times) / 1000.0, cpu
 
 
-def iterations_per_s(policy, requests: int, workload: str = "mixed") -> tuple[float, float, int]:
+#: mixed's documented default rate (req/s), written out so that older revisions run it too
+MIXED_RATE = 60.0
+#: Vidur 0.0.26's whole-run iterations per second on the Azure conversation trace,
+#: as issue #20 quotes it for this kind of machine (not measured by this script).
+VIDUR_WHOLE_RUN_IT_S = 2500.0
+
+
+def iterations_per_s(
+    policy, requests: int, workload: str = "mixed", predictor=None
+) -> tuple[float, float, int]:
     """Simulated iterations per second of wall time and of this process's CPU time, for a
-    whole run (frames excluded), and the number of iterations."""
-    from servecal.sched.experiment import default_rate
+    whole run (frames excluded), and the number of iterations. Uses only the engine's
+    constructor, ``step`` and ``view`` (the same on older revisions, see --baseline)."""
     from servecal.sched.workloads import generate
 
     reqs = generate(
         workload,
-        default_rate(workload),
+        MIXED_RATE,
         n_requests=requests,
         tpot_slo_ms=25.0,
         rng=np.random.default_rng(0),
     )
     eng = Engine(
-        reqs, policy, AnalyticPredictor(), AnalyticTruth().executor(np.random.default_rng(1))
+        reqs,
+        policy,
+        predictor or AnalyticPredictor(),
+        AnalyticTruth().executor(np.random.default_rng(1)),
     )
     step = eng.step
     t0, c0 = time.perf_counter(), time.process_time()
@@ -136,12 +174,77 @@ def iterations_per_s(policy, requests: int, workload: str = "mixed") -> tuple[fl
     return n / wall, n / cpu, n
 
 
+def _tree_at(rev: str, into: Path) -> Path:
+    """The ``servecal`` package of git revision ``rev``, laid out as installed."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev], capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"error: git archive {rev}: {archive.stderr.decode().strip()}")
+    src = into / "src"
+    src.mkdir()
+    subprocess.run(["tar", "x", "-C", str(src)], input=archive.stdout, check=True)
+    pkg = into / "pkg" / "servecal"
+    shutil.copytree(src / "servecal", pkg)
+    for stage in ("profiler", "costmodels", "sched", "reports"):
+        shutil.copytree(src / stage, pkg / stage)
+    return into / "pkg"
+
+
+def _engine_in(pythonpath: Path | None, requests: int) -> tuple[float, float, int]:
+    """One whole-engine SLOWeave run in a fresh process on the code at ``pythonpath``
+    (``None``: this tree)."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)  # found before the editable install
+    out = subprocess.run(
+        [sys.executable, __file__, "--engine-only", "--requests", str(requests)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    wall, cpu, n = json.loads(out.stdout)
+    return wall, cpu, n
+
+
+def whole_run(trace: str, profile: str, policy: str = "sloweave-p50") -> dict:
+    """Issue #20's whole-run case (see the module docstring)."""
+    work = Path(tempfile.mkdtemp(prefix="servecal-bench-"))
+    try:
+        exe = [sys.executable, "-m", "servecal"]
+        samples, table = work / "a100.parquet", work / "a100.json"
+        subprocess.run([*exe, "import", "aiconfigurator", profile, "--model", "llama-3-8b",
+                        "--out", str(samples)], check=True, capture_output=True)  # fmt: skip
+        subprocess.run([*exe, "fit", str(samples), "--out", str(table)], check=True,
+                       capture_output=True)  # fmt: skip
+        command = [*exe, "simulate", "--workload", f"trace:{trace}", "--requests", "2000",
+                   "--seeds", "1", "--policy", policy, "--truth", f"samples:{samples}",
+                   "--predictor", str(table), "--tpot-slo", "100", "--out", str(work / "run"),
+                   "--json"]  # fmt: skip
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        n = int(json.loads(done.stdout)["iterations"])
+        return {"policy": policy, "iterations": n, "wall_s": wall, "cpu_s": cpu}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000, help="plan calls per size")
     parser.add_argument("--requests", type=int, default=2000, help="requests in the run")
     parser.add_argument("--runs", type=int, default=3, help="whole-engine runs (best kept)")
+    parser.add_argument("--baseline", help="git revision to compare the whole engine with")
+    parser.add_argument("--table", help="cost table JSON: SLOWeave-P50 on it vs the formula")
+    parser.add_argument("--whole-run", nargs=2, metavar=("TRACE", "PROFILE"),
+                        help="issue #20's servecal simulate case (see the module doc)")  # fmt: skip
+    parser.add_argument("--engine-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.engine_only:  # a --baseline worker: one run, JSON out
+        wall, cpu, n = iterations_per_s(SLOWeave(), args.requests)
+        print(json.dumps([wall, cpu, n]))
+        return
 
     print("SLOWeave decision time, µs per plan call (one prompt waiting):")
     print("median of wall time per call / mean CPU time per call")
@@ -168,6 +271,53 @@ def main() -> None:
     print(f"  SLOWeave       {fast[0]:>14,.0f} {fast[1]:>13,.0f} {fast[2]:>11}")
     print(f"  naive SLOWeave {slow[0]:>14,.0f} {slow[1]:>13,.0f} {slow[2]:>11}")
     print(f"  ratio          {fast[0] / slow[0]:>13.2f}x {fast[1] / slow[1]:>12.2f}x")
+    if args.baseline:
+        pairs = max(args.runs, 9)
+        print(f"\nSLOWeave, this tree vs revision {args.baseline}: {pairs} pairs of fresh "
+              "processes, back to back (order alternating); each pair's ratio, then their "
+              "median (a busy machine slows a pair's two runs alike)")  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            old_tree = _tree_at(args.baseline, Path(tmp))
+            here, there, wall_ratio, cpu_ratio = [], [], [], []
+            for k in range(pairs):
+                first, second = (None, old_tree) if k % 2 == 0 else (old_tree, None)
+                a_run, b_run = _engine_in(first, args.requests), _engine_in(second, args.requests)
+                new, old = (a_run, b_run) if first is None else (b_run, a_run)
+                here.append(new)
+                there.append(old)
+                wall_ratio.append(new[0] / old[0])
+                cpu_ratio.append(new[1] / old[1])
+        for label, runs in (("this tree", here), (args.baseline, there)):
+            best = max(runs)
+            print(f"  {label:<14} {best[0]:>14,.0f} {best[1]:>13,.0f} {best[2]:>11}  (best)")
+        print(f"  median ratio   {statistics.median(wall_ratio):>13.2f}x "
+              f"{statistics.median(cpu_ratio):>12.2f}x")  # fmt: skip
+    if args.table:
+        from servecal.costmodels import CostTable
+        from servecal.sched.policies import make_policy
+
+        table = CostTable.load(args.table)
+        print("\nSLOWeave-P50 planning on the cost table vs on the analytic formula")
+        on_table, on_formula = (0.0, 0.0, 0), (0.0, 0.0, 0)
+        for _ in range(args.runs):
+            on_table = max(on_table, iterations_per_s(make_policy("sloweave-p50"),
+                                                      args.requests, predictor=table))  # fmt: skip
+            on_formula = max(on_formula, iterations_per_s(make_policy("sloweave-p50"),
+                                                          args.requests))  # fmt: skip
+        for label, r in (("cost table", on_table), ("formula", on_formula)):
+            print(f"  {label:<14} {r[0]:>14,.0f} {r[1]:>13,.0f} {r[2]:>11}")
+        print(f"  ratio          {on_table[0] / on_formula[0]:>13.2f}x "
+              f"{on_table[1] / on_formula[1]:>12.2f}x")  # fmt: skip
+    if args.whole_run:
+        r = whole_run(*args.whole_run)
+        print(f"\nWhole command: servecal simulate, Azure conversation trace, 2000 requests, "
+              f"{r['policy']}, A100 table (samples truth), startup included")  # fmt: skip
+        print(f"  iterations {r['iterations']}, wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s")
+        wall_its, cpu_its = r["iterations"] / r["wall_s"], r["iterations"] / r["cpu_s"]
+        print(f"  {wall_its:,.0f} iterations/s (wall), {cpu_its:,.0f} iterations/s (CPU)")
+        print(f"  vs Vidur 0.0.26's ~{VIDUR_WHOLE_RUN_IT_S:,.0f} iterations/s whole run "
+              f"(quoted in issue #20, not run here): {wall_its / VIDUR_WHOLE_RUN_IT_S:.1f}x "
+              f"(wall), {cpu_its / VIDUR_WHOLE_RUN_IT_S:.1f}x (CPU)")  # fmt: skip
     load = os.getloadavg()[0]
     print(f"\nload average {load:.1f} on {os.cpu_count()} CPUs: wall figures shrink with it; "
           "CPU-time figures count only this process's time")  # fmt: skip

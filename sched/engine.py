@@ -150,6 +150,8 @@ class Engine:
             raise ValueError("request ids must be unique")
         self.state = EngineState(pending, self._config.kv_capacity)
         self.log = IterationLog()
+        self._record = self.log.rows.append  # the hot loop's one append per iteration
+        self._fail = self.fail  # bound once: handed to the plan checks every iteration
         self.view = EngineView(self.state)
         self._next = 0  # index of the next arrival in state.requests
         self._finish_at: dict[int, list[LiveRequest]] = {}  # iteration -> completions
@@ -222,7 +224,7 @@ class Engine:
             # fast path: step() already made room for every decode
             n_decode, chunks = s.n_ready, []
         else:
-            n_decode, chunks = check_plan(s, plan, self.fail)
+            n_decode, chunks = check_plan(s, plan, self._fail)
             if plan.preempt or plan.park or plan.reject or plan.exceptions:
                 self._apply_side_orders(plan)
         if plan.decode is not None or s.parked_ready:
@@ -250,7 +252,7 @@ class Engine:
         idx = len(clock.ends)
         clock.ends.append(now)
         clock.last_iter = idx
-        self.log.rows.append(
+        self._record(
             (start, duration, n_decode, chunk, len(chunks), ctx, prefix,
              math.nan if energy is None else energy, decision_us, plan.budget_ms)
         )  # fmt: skip
@@ -422,13 +424,20 @@ class Engine:
         engine's own changes, keeps every top valid, so readers only peek."""
         s = self.state
         ready = s.ready
-        for heap in (s.sync_heap, s.lag_heap):
-            while heap:
-                _, rid, hv = heap[0]
-                live = ready.get(rid)
-                if live is not None and live._hv == hv:
-                    break
-                heappop(heap)
+        heap = s.sync_heap
+        while heap:
+            top = heap[0]
+            live = ready.get(top[1])
+            if live is not None and live._hv == top[2]:
+                break
+            heappop(heap)
+        heap = s.lag_heap
+        while heap:
+            top = heap[0]
+            live = ready.get(top[1])
+            if live is not None and live._hv == top[2]:
+                break
+            heappop(heap)
         self._stale = False
 
     def _compact_heaps(self) -> None:

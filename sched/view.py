@@ -9,6 +9,7 @@ read-only properties.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterator, ValuesView
 
 from servecal.sched.live import LiveRequest
@@ -100,9 +101,15 @@ class EngineView:
 
         Requests that decoded in the last iteration share ``ℓ_i`` (its end), so the
         engine keeps them in a heap on ``D_i``, the others in a heap on ``d_i``, and
-        keeps both tops valid (:meth:`EngineState.earliest_deadline_ms`).
+        keeps both tops valid: this only peeks (the same as
+        :meth:`EngineState.earliest_deadline_ms`, written out here because SLOWeave
+        asks every iteration).
         """
-        return self._s.earliest_deadline_ms()
+        s = self._s
+        best = s.clock.ends[-1] + s.sync_heap[0][0] if s.sync_heap else math.inf
+        if s.lag_heap and s.lag_heap[0][0] < best:
+            return s.lag_heap[0][0]
+        return best
 
     # -- events since the previous plan (for event-driven policies) -----------------
     @property

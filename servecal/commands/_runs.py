@@ -29,6 +29,54 @@ def checked(make: Callable[[], Any]) -> Any:
         raise InputError(str(exc)) from None
 
 
+def make_spec(
+    *,
+    workload: str,
+    policy: Any,
+    tpot_slo: float | None,
+    rate: float | None,
+    setting: str,
+    backend: str,
+    requests: int,
+    seeds: int,
+    truth: str | None,
+    predictor: str | None,
+    kv_tokens: int,
+    slo_classes: str | None,
+    **more: Any,
+) -> Any:
+    """A checked :class:`RunSpec` from the flags ``simulate`` and ``compare`` share
+    (``more``: drift, monitor, driver/torch options); a bad value is one line."""
+    from servecal.sched import experiment as ex
+
+    return checked(
+        lambda: ex.RunSpec(
+            workload=workload,
+            policy=policy,
+            tpot_slo_ms=tpot_slo,
+            rate=rate if rate is not None else ex.default_rate(workload, setting),
+            n_requests=requests,
+            seeds=tuple(range(seeds)),
+            truth=truth or ex.DEFAULT_TRUTH,
+            predictor=predictor or ex.DEFAULT_PREDICTOR,
+            backend=backend,
+            setting=setting,
+            kv_capacity=kv_tokens,
+            slo_classes=slo_classes,
+            **more,
+        )
+    )
+
+
+def driver_options(granularity: str | None, scheduling: str | None) -> Any:
+    """The operator driver's options when either flag was given, else ``None``."""
+    from servecal.sched.experiment import DriverOptions
+
+    if granularity is None and scheduling is None:
+        return None
+    return checked(lambda: DriverOptions(granularity or "attn-mlp", scheduling or "event"))
+
+
 def fmt(value: Any, digits: int = 4) -> str:
     if value is None:
         return "-"

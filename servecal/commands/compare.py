@@ -20,7 +20,7 @@ def _rates(text: str | None, workloads: list[str], setting: str) -> dict[str, fl
     from servecal.costmodels.errors import InputError
     from servecal.sched.experiment import default_rate
 
-    rates = {w: default_rate(w, setting) for w in workloads}
+    rates: dict[str, float | None] = {w: default_rate(w, setting) for w in workloads}
     for item in split_list(text):
         name, _, value = item.rpartition("=")
         try:
@@ -94,18 +94,9 @@ def compare_command(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
-    from servecal.commands._runs import Bars, checked, split_list
+    from servecal.commands._runs import Bars, driver_options, make_spec, split_list
     from servecal.costmodels.errors import InputError
-    from servecal.sched.experiment import (
-        DEFAULT_PREDICTOR,
-        DEFAULT_TRUTH,
-        Bracket,
-        DriverOptions,
-        RunSpec,
-        check,
-        choose_backend,
-        sweep,
-    )
+    from servecal.sched import experiment as ex
     from servecal.sched.experiment.rows import ratios, row, write_summary
     from servecal.sched.experiment.spec import needs_tpot_target
     from servecal.sched.policies.registry import DRIVER, PolicySpec
@@ -115,7 +106,7 @@ def compare_command(
         raise InputError("need at least one workload and one policy")
     if rate_range is not None and not max_goodput:
         raise InputError("--rate-range applies with --max-goodput")
-    bracket = Bracket.parse(rate_range or "1:200") if max_goodput else None
+    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
     try:
         targets: list[float | None] = [float(x) for x in split_list(tpot_slo)]
     except ValueError:
@@ -130,32 +121,28 @@ def compare_command(
     per_policy = _policy_options(opt, names_p)
     specs_p = [PolicySpec.parse(p, per_policy[p]) for p in names_p]
     rate_map = _rates(rates, names_w, setting)
-    driver = None
-    if granularity is not None or scheduling is not None:
-        driver = checked(lambda: DriverOptions(granularity or "attn-mlp", scheduling or "event"))
+    driver = driver_options(granularity, scheduling)
     specs = []
     for target in targets:
         for w in names_w:
             for p in specs_p:
-                backend = choose_backend(p, setting)
-                spec = checked(
-                    lambda w=w, p=p, target=target, backend=backend: RunSpec(
-                        workload=w,
-                        policy=p,
-                        tpot_slo_ms=target,
-                        rate=rate_map[w],
-                        n_requests=requests,
-                        seeds=tuple(range(seeds)),
-                        truth=truth or DEFAULT_TRUTH,
-                        predictor=predictor or DEFAULT_PREDICTOR,
-                        backend=backend,
-                        setting=setting,
-                        kv_capacity=kv_tokens,
-                        slo_classes=slo_classes,
-                        driver=driver if backend == DRIVER else None,
-                    )
+                backend = ex.choose_backend(p, setting)
+                spec = make_spec(
+                    workload=w,
+                    policy=p,
+                    tpot_slo=target,
+                    rate=rate_map[w],
+                    setting=setting,
+                    backend=backend,
+                    requests=requests,
+                    seeds=seeds,
+                    truth=truth,
+                    predictor=predictor,
+                    kv_tokens=kv_tokens,
+                    slo_classes=slo_classes,
+                    driver=driver if backend == DRIVER else None,
                 )
-                check(spec, searching=max_goodput)
+                ex.check(spec, searching=max_goodput)
                 specs.append(spec)
     if driver is not None and not any(s.backend == DRIVER for s in specs):
         raise InputError(
@@ -164,7 +151,7 @@ def compare_command(
     folders = [out / s.workload / s.policy.label / _target_folder(s.tpot_slo_ms) for s in specs]
     total = None if max_goodput else sum(len(s.seeds) for s in specs)
     with Bars(quiet=as_json) as bars:
-        outcomes = sweep(
+        outcomes = ex.sweep(
             specs,
             folders=folders,
             goodput=bracket,

@@ -86,20 +86,9 @@ def simulate_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
-    from servecal.commands._runs import Bars, checked, say
+    from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.costmodels.errors import InputError
-    from servecal.sched.experiment import (
-        DEFAULT_PREDICTOR,
-        DEFAULT_TRUTH,
-        Bracket,
-        DriverOptions,
-        RunSpec,
-        TorchOptions,
-        check,
-        choose_backend,
-        default_rate,
-        sweep,
-    )
+    from servecal.sched import experiment as ex
     from servecal.sched.experiment.spec import TORCH
     from servecal.sched.policies.options import split_assignments
     from servecal.sched.policies.registry import PolicySpec
@@ -107,37 +96,34 @@ def simulate_command(
 
     if rate_range is not None and not max_goodput:
         raise InputError("--rate-range applies with --max-goodput")
-    bracket = Bracket.parse(rate_range or "1:200") if max_goodput else None
+    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
     policy_spec = PolicySpec.parse(policy, split_assignments(opt))
-    chosen = choose_backend(policy_spec, setting, backend)
-    spec = checked(
-        lambda: RunSpec(
-            workload=workload,
-            policy=policy_spec,
-            tpot_slo_ms=tpot_slo,
-            rate=rate if rate is not None else default_rate(workload, setting),
-            n_requests=requests,
-            seeds=tuple(range(seeds)),
-            truth=truth or DEFAULT_TRUTH,
-            predictor=predictor or DEFAULT_PREDICTOR,
-            backend=chosen,
-            setting=setting,
-            drift=drift,
-            kv_capacity=kv_tokens,
-            slo_classes=slo_classes,
-            monitor=monitor,
-            adaptive_margin=adaptive_margin,
-            driver=None
-            if granularity is None and scheduling is None
-            else DriverOptions(granularity or "attn-mlp", scheduling or "event"),
-            torch=None
-            if device is None and model is None
-            else TorchOptions(device or "auto", model),
-        )
+    chosen = ex.choose_backend(policy_spec, setting, backend)
+    torch = None
+    if device is not None or model is not None:
+        torch = checked(lambda: ex.TorchOptions(device or "auto", model))
+    spec = make_spec(
+        workload=workload,
+        policy=policy_spec,
+        tpot_slo=tpot_slo,
+        rate=rate,
+        setting=setting,
+        backend=chosen,
+        requests=requests,
+        seeds=seeds,
+        truth=truth,
+        predictor=predictor,
+        kv_tokens=kv_tokens,
+        slo_classes=slo_classes,
+        drift=drift,
+        monitor=monitor,
+        adaptive_margin=adaptive_margin,
+        driver=driver_options(granularity, scheduling),
+        torch=torch,
     )
     if chosen == TORCH and truth is not None:
         raise InputError("--truth is the simulated executor's; drop it with --backend torch")
-    check(spec, searching=max_goodput)
+    ex.check(spec, searching=max_goodput)
     label = f"{policy_spec.label} on {workload}"
     if chosen == TORCH:
         from servecal.sched.torch_executor.backend import setup_for
@@ -153,7 +139,7 @@ def simulate_command(
             )
     total = None if max_goodput else len(spec.seeds)
     with Bars(quiet=as_json) as bars:
-        (outcome,) = sweep(
+        (outcome,) = ex.sweep(
             [spec],
             folders=[out],
             goodput=bracket,
