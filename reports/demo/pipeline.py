@@ -39,7 +39,7 @@ EXTENSION_SHARE = 0.25
 #: Rows the conformal margin needs to certify 99% coverage (fit's rule), and the
 #: share of points each of fit's cross-validation folds holds out.
 MIN_HELDOUT_ROWS = 99
-HOLDOUT = 0.2
+FOLD_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -95,7 +95,7 @@ class DemoResult:
 def check_enough_rows(points: int, rows_per_point: int) -> None:
     """Refuse (InputError) a calibration too small for ``fit`` to certify the P99
     margin with each cross-validation fold tested by a margin blind to it."""
-    folds = folds_for(HOLDOUT, points)
+    folds = folds_for(FOLD_SHARE, points)
     if points * rows_per_point * (folds - 1) / folds < MIN_HELDOUT_ROWS:
         raise InputError(
             f"the calibration measured only {points} points x {rows_per_point} repeats "
@@ -183,7 +183,7 @@ def calibrate_step(config: DemoConfig, say: DemoCallbacks) -> tuple[Path, bool, 
     fitted = fit_cost_table(
         samples.frame,
         {"source": str(cal / "samples.parquet"), **samples.provenance},
-        holdout=HOLDOUT,
+        fold_share=FOLD_SHARE,
         grid={a: refine_axis(sorted(samples.frame[a].unique())) for a in POINT_AXES},
     )
     # The demo's truth replays the measured repeats of the *nearest* calibrated point:

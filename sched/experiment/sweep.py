@@ -5,8 +5,9 @@ over seeds, the max-goodput searches and progress callbacks. A *task* is one
 ``(spec, seed)`` run (written as a run folder) or one max-goodput probe (not
 written); :func:`execute` runs one and returns its summary.
 
-Where tasks execute is pluggable: pass any :class:`concurrent.futures.Executor`
-(``executor=``), e.g. one that submits :func:`execute` as a Ray task. By default
+Where tasks execute is pluggable: pass any :class:`concurrent.futures.Executor` as
+``pool=`` (e.g. one that submits :func:`execute` as a Ray task; "pool", because an
+*executor* in this project is what runs an iteration). By default
 one task runs here, in this process, and several go to a local process pool of
 ``jobs`` workers. Every task is a pure function of ``(spec, seed)``, so the
 numbers do not depend on where or in which order tasks run.
@@ -90,7 +91,7 @@ class SpecOutcome:
     mean: dict[str, Any] = field(default_factory=dict)
 
 
-def _local_executor(jobs: int | None, tasks: int, on_run_progress: RunProgress | None) -> Executor:
+def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | None) -> Executor:
     workers = max(1, min(jobs or os.cpu_count() or 1, tasks))
     if workers == 1:
         return InProcess(on_run_progress)
@@ -103,7 +104,7 @@ def sweep(
     folders: Sequence[str | Path | None] | None = None,
     goodput: Bracket | None = None,
     jobs: int | None = None,
-    executor: Executor | None = None,
+    pool: Executor | None = None,
     on_progress: Callable[[SweepProgress], None] | None = None,
     on_run_progress: RunProgress | None = None,
 ) -> list[SpecOutcome]:
@@ -115,8 +116,9 @@ def sweep(
       the mean over seeds is ``max_goodput`` (``max_goodput_std``,
       ``max_goodput_per_seed``, ``max_goodput_bound``: ``measured`` or
       ``above_cap``/``below_floor`` when any seed hit a limit).
-    * ``executor``: where tasks run (kept open); default: this process for one task
-      or ``jobs=1``, else a process pool of ``jobs`` workers (all cores).
+    * ``pool``: where tasks run, any :class:`concurrent.futures.Executor` (kept
+      open); default: this process for one task or ``jobs=1``, else a process pool of
+      ``jobs`` workers (all cores).
     * ``on_progress(SweepProgress)`` after each task; ``on_run_progress`` is passed to
       runs that report progress inside a run (in-process only).
 
@@ -134,8 +136,8 @@ def sweep(
     ]  # fmt: skip
     searches = {(i, seed): GoodputSearch(goodput) for i, seed, _ in runs} if goodput else {}
     summaries: dict[tuple[int, int], dict[str, Any]] = {}
-    own = executor is None
-    pool = executor or _local_executor(jobs, len(runs), on_run_progress)
+    own = pool is None
+    pool = pool or _local_pool(jobs, len(runs), on_run_progress)
     pending: dict[Future, tuple[int, int, float | None]] = {}
     done = 0
     total = None if searches else len(runs)

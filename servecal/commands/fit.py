@@ -26,8 +26,12 @@ def fit(
     out: Path = typer.Option(..., "--out", help="Cost table to write (JSON)."),
     model: str = typer.Option("auto", "--model", help="table | linear | lgbm | auto."),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
-    holdout: float = typer.Option(
-        0.2, "--holdout", help="Share of grid points each cross-validation fold holds out (1/K)."
+    fold_share: float = typer.Option(
+        0.2,
+        "--fold-share",
+        "--holdout",
+        help="Share of grid points each cross-validation fold holds out (1/K); --holdout is "
+        "its older name.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the models."),
 ) -> None:
@@ -48,7 +52,7 @@ def fit(
             {"source": str(samples), **data.provenance},
             model=model,
             quantiles=qs,
-            holdout=holdout,
+            fold_share=fold_share,
             seed=seed,
             progress=lambda msg: status.update(msg),
         )

@@ -42,7 +42,7 @@ def test_the_sweep_gives_the_same_numbers_in_process_in_a_pool_or_elsewhere(wher
         there = sweep(specs, jobs=2)
     else:  # any concurrent.futures executor plugs in (a Ray one would, the same way)
         with ThreadPoolExecutor(2) as pool:
-            there = sweep(specs, executor=pool)
+            there = sweep(specs, pool=pool)
     for a, b in zip(here, there, strict=True):
         for x, y in zip(a.summaries, b.summaries, strict=True):
             x.pop("decision_us_median"), y.pop("decision_us_median")
