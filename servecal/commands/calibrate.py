@@ -40,7 +40,7 @@ def calibrate(
     kv_layout: str = typer.Option(
         None,
         help="contiguous (the profiler's: every decode at ctx) or paged (the torch "
-        "executor's pool, ragged moving decode groups; for --executor torch tables). "
+        "executor's pool, ragged moving decode groups; for --backend torch tables). "
         "Default contiguous; on --resume, the run's.",
     ),
 ) -> None:
