@@ -129,3 +129,18 @@ def test_a_prompt_that_fits_only_without_the_watermark_still_runs_alone(policy):
     # M = 1000: the prompt fits, but not with the 1% watermark; alone it must still run
     run = engine([req(0, prompt=995, out=3), req(1, prompt=10, out=2)], policy, kv=1000).run()
     assert (run.requests.tokens_out == run.requests.output_tokens).all()
+
+
+def test_servecal_policies_lists_names_backends_and_options():
+    import json
+
+    from typer.testing import CliRunner
+
+    from servecal.cli import app
+
+    result = CliRunner().invoke(app, ["policies"])
+    assert result.exit_code == 0, result.output
+    assert "sloweave  [engine]" in result.output and "aging_ms: float | None" in result.output
+    assert "budget-N  [engine, operator-driver]" in result.output
+    rows = json.loads(CliRunner().invoke(app, ["policies", "--json"]).stdout)
+    assert {r["name"] for r in rows} == {e.name + ("-N" if e.number else "") for e in POLICIES}
