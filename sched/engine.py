@@ -74,22 +74,19 @@ ROW_COLUMNS = (
     "budget_ms",
 )
 
-#: Iteration columns of the frame, in order (observers may add more).
-ITERATION_COLUMNS = (
-    "start_ms",
-    "duration_ms",
-    "n_decode",
-    "chunk",
-    "n_prefills",
-    "ctx",
-    "prefix",
-    "pred_p50_ms",
-    "pred_p99_ms",
-    "margin_ms",
-    "energy_j",
-    "decision_us",
-    "budget_ms",
-)
+#: Iteration columns of the frame, in order (observers may add more): the recorded
+#: fields with the logged predictions after ``prefix``.
+ITERATION_COLUMNS = (*ROW_COLUMNS[:7], "pred_p50_ms", "pred_p99_ms", "margin_ms", *ROW_COLUMNS[7:])
+
+
+def _prune_top(heap: list[tuple[float, int, int]], ready: dict[int, LiveRequest]) -> None:
+    """Pop entries from ``heap``'s top until it names a ready request at its version."""
+    while heap:
+        top = heap[0]
+        live = ready.get(top[1])
+        if live is not None and live._hv == top[2]:
+            return
+        heappop(heap)
 
 
 def _answer(query: Callable[[], Any]) -> float:
@@ -423,21 +420,8 @@ class Engine:
         a streak (its version ``_hv`` moved on). Pruning here, at the end of the
         engine's own changes, keeps every top valid, so readers only peek."""
         s = self.state
-        ready = s.ready
-        heap = s.sync_heap
-        while heap:
-            top = heap[0]
-            live = ready.get(top[1])
-            if live is not None and live._hv == top[2]:
-                break
-            heappop(heap)
-        heap = s.lag_heap
-        while heap:
-            top = heap[0]
-            live = ready.get(top[1])
-            if live is not None and live._hv == top[2]:
-                break
-            heappop(heap)
+        _prune_top(s.sync_heap, s.ready)
+        _prune_top(s.lag_heap, s.ready)
         self._stale = False
 
     def _compact_heaps(self) -> None:

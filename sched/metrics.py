@@ -29,23 +29,16 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
+from servecal.sched.result import REQUEST_COLUMNS as RESULT_COLUMNS
 
 SLO_NAMES = ("ttft", "tpot")
 
-REQUEST_COLUMNS = (
-    "rid",
-    "arrival_ms",
-    "prompt_tokens",
-    "output_tokens",
-    "ttft_slo_ms",
-    "tpot_slo_ms",
-    "first_token_ms",
-    "completion_ms",
-    "tokens_out",
-    "tpot_p99_ms",
-    "recomputes",
-    "parks",
-)
+#: Columns of the requests frame that the metrics need (a run's frame has more:
+#: :data:`servecal.sched.result.REQUEST_COLUMNS`).
+REQUEST_COLUMNS = tuple(
+    c for c in RESULT_COLUMNS if c not in ("slo_class", "tpot_mean_ms", "tpot_max_ms",
+                                            "slo_exception", "rejected")
+)  # fmt: skip
 
 #: Summary keys whose spread over seeds is reported as ``<key>_std``.
 MAIN_METRICS = (

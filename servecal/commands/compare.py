@@ -122,26 +122,17 @@ def compare_command(
     specs_p = [PolicySpec.parse(p, per_policy[p]) for p in names_p]
     rate_map = _rates(rates, names_w, setting)
     driver = driver_options(granularity, scheduling)
+    shared = {"setting": setting, "requests": requests, "seeds": seeds, "truth": truth,
+              "predictor": predictor, "kv_tokens": kv_tokens,
+              "slo_classes": slo_classes}  # fmt: skip
     specs = []
     for target in targets:
         for w in names_w:
             for p in specs_p:
                 backend = ex.choose_backend(p, setting)
-                spec = make_spec(
-                    workload=w,
-                    policy=p,
-                    tpot_slo=target,
-                    rate=rate_map[w],
-                    setting=setting,
-                    backend=backend,
-                    requests=requests,
-                    seeds=seeds,
-                    truth=truth,
-                    predictor=predictor,
-                    kv_tokens=kv_tokens,
-                    slo_classes=slo_classes,
-                    driver=driver if backend == DRIVER else None,
-                )
+                on_driver = driver if backend == DRIVER else None
+                spec = make_spec(workload=w, policy=p, tpot_slo=target, rate=rate_map[w],
+                                 backend=backend, driver=on_driver, **shared)  # fmt: skip
                 ex.check(spec, searching=max_goodput)
                 specs.append(spec)
     if driver is not None and not any(s.backend == DRIVER for s in specs):
