@@ -16,7 +16,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -127,7 +127,3 @@ def run_torch(
     result.counters.update(wall_s=wall_s, busy_s=executor.busy_ms / 1000.0)
     return result
 
-
-def describe(spec: RunSpec) -> dict[str, Any]:
-    """What ``run.json`` records about the torch setup."""
-    return setup_for(spec).describe()
