@@ -126,4 +126,3 @@ def run_torch(
     }
     result.counters.update(wall_s=wall_s, busy_s=executor.busy_ms / 1000.0)
     return result
-
