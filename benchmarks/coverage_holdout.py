@@ -42,7 +42,7 @@ def main() -> None:
         cov, mape, tight = [], [], []
         for seed in range(args.seeds):
             frame = truth.draw(points, repeats=20, rng=np.random.default_rng(seed))
-            m = fit_cost_table(frame, {}, model="table", holdout=holdout, seed=seed).metrics
+            m = fit_cost_table(frame, {}, model="table", fold_share=holdout, seed=seed).metrics
             cov.append(m["p99_coverage"])
             mape.append(m["p50_mape"])
             tight.append(m["tightness"])
@@ -59,7 +59,7 @@ def refit(path: str, seeds: int, holdouts: list[float]) -> None:
     data = read_samples(path)
     for holdout in holdouts:
         runs = [
-            fit_cost_table(data.frame, dict(data.provenance), holdout=holdout, seed=s).metrics
+            fit_cost_table(data.frame, dict(data.provenance), fold_share=holdout, seed=s).metrics
             for s in range(seeds)
         ]
         mape = [100 * m["p50_mape"] for m in runs]

@@ -28,8 +28,10 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.evaluate import evaluate
+from servecal.sched import experiment as ex
 from servecal.sched.device_truth import DeviceTruth
-from servecal.sched.simulate import SimulationConfig, load_predictor, run_seed, summarize_run
+from servecal.sched.fitted_table import fitted_predictor
+from servecal.sched.policies.registry import PolicySpec
 
 HELD_OUT_SEED = 1616
 RUNS = (  # workload, policy, rate (req/s), TPOT SLO (ms)
@@ -67,7 +69,7 @@ def offline(name: str, truth: DeviceTruth, points: pd.DataFrame, rng: np.random.
     exact = truth.median(*cols)
     rcols = [rows[c].to_numpy(dtype=float) for c in COLUMNS]
     for predictor in ("fitted", "fitted-grid"):
-        table = load_predictor(predictor, truth)
+        table = fitted_predictor(truth, predictor)
         m = evaluate(table, rows)
         err = np.abs(np.asarray(table.predict(*cols), dtype=float) - exact) / exact
         print(
@@ -89,7 +91,7 @@ def main() -> None:
     t0 = time.time()
     print(f"truth: {truth}")
     for name in ("fitted", "fitted-grid"):
-        table = load_predictor(name, truth)
+        table = fitted_predictor(truth, name)
         print(f"{name}: {table}, margin rho {table.margin_info.rho:.4f}")
     print(f"  5-fold validation on grid points: {table.validation}")
 
@@ -101,13 +103,13 @@ def main() -> None:
     visited = []
     for workload, policy, rate, tpot in RUNS:
         for predictor in PREDICTORS:
-            cfg = SimulationConfig(
-                workload=workload, policy=policy, tpot_slo_ms=tpot, rate=rate,
+            spec = ex.RunSpec(
+                workload=workload, policy=PolicySpec.parse(policy), tpot_slo_ms=tpot, rate=rate,
                 n_requests=args.requests, seeds=tuple(range(args.seeds)),
                 truth="device", predictor=predictor,
             )  # fmt: skip
-            runs = [run_seed(cfg, s) for s in cfg.seeds]
-            sums = [summarize_run(r) for r in runs]
+            runs = [ex.run(spec, s) for s in spec.seeds]
+            sums = [ex.summarize(spec, r) for r in runs]
             if predictor == "fitted":
                 visited += [r.iterations for r in runs]
             print(

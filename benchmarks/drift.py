@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rich.progress import Progress
 
 from servecal.costmodels.drift import DriftConfig, NoiseProfile
 from servecal.costmodels.drift.detectors import StreamBank
@@ -136,19 +135,30 @@ def delays(
     }
 
 
+class _Progress:
+    """``label: done/total`` on stderr, rewritten in place (no UI library here)."""
+
+    def __init__(self, label: str, total: int) -> None:
+        self.label, self.total, self.done = label, total, 0
+
+    def advance(self, n: int = 1) -> None:
+        self.done += n
+        end = "\n" if self.done >= self.total else ""
+        print(f"\r{self.label}: {self.done}/{self.total}", end=end, file=sys.stderr, flush=True)
+
+
 def _finite(x: float) -> float | str:
     return float(x) if math.isfinite(x) else "> horizon"
 
 
 def false_alarms(src: Source, profile: NoiseProfile, th, rng, streams: int, length: int) -> dict:
     bank = StreamBank(th, streams)
-    with Progress(transient=True) as bar:
-        task = bar.add_task("stationary streams", total=length)
-        for start in range(0, length, BLOCK):
-            n = min(BLOCK, length - start)
-            r = src.draw(rng, (n, streams))
-            bank.feed(profile.standardise(r), r > src.q99)
-            bar.update(task, advance=n)
+    bar = _Progress("stationary streams", length)
+    for start in range(0, length, BLOCK):
+        n = min(BLOCK, length - start)
+        r = src.draw(rng, (n, streams))
+        bank.feed(profile.standardise(r), r > src.q99)
+        bar.advance(n)
     total = streams * length
     alarms = sum(bank.alarms.values())
     upper = 3.0 if alarms == 0 else alarms + 2.0 * math.sqrt(alarms) + 2.0  # ~95% Poisson
@@ -167,10 +177,9 @@ def sloweave_under_drift(seeds: int, n_requests: int, sigma: float, factor: floa
     starts at half of it. Then the drifted run without and with adaptive margins.
     """
     from servecal.costmodels.drift import AdaptiveMargin, DriftMonitor
-    from servecal.sched.compare import default_rate
     from servecal.sched.engine import Engine, EngineConfig
-    from servecal.sched.policies import SLOWeaveConfig, parse_policy
-    from servecal.sched.simulate import summarize_run
+    from servecal.sched.experiment import RunSpec, default_rate, summarize
+    from servecal.sched.policies import PolicySpec, make_policy
     from servecal.sched.truth import AnalyticTruth, Drift
     from servecal.sched.workloads import generate
 
@@ -183,26 +192,26 @@ def sloweave_under_drift(seeds: int, n_requests: int, sigma: float, factor: floa
                         rng=np.random.default_rng(ws))  # fmt: skip
         monitor = DriftMonitor(profile)
         pred = AdaptiveMargin(truth.oracle(), monitor) if adaptive else truth.oracle()
-        engine = Engine(reqs, parse_policy("sloweave", SLOWeaveConfig()), pred,
+        engine = Engine(reqs, make_policy("sloweave"), pred,
                         truth.executor(np.random.default_rng(es), drift), EngineConfig(),
                         observers=[monitor], policy_name="sloweave")  # fmt: skip
         res = engine.run()
         alarms = res.observers["DriftMonitor"]["drift"]["alarms"]
-        return res, summarize_run(res), alarms
+        spec = RunSpec("mixed", PolicySpec("sloweave"), 25.0, default_rate("mixed"))
+        return res, summarize(spec, res), alarms
 
     rows: dict[str, list[dict[str, float]]] = {"no_drift": [], "drift": [], "drift_adaptive": []}
-    with Progress(transient=True) as bar:
-        task = bar.add_task("SLOWeave runs", total=3 * seeds)
-        for seed in range(seeds):
-            res, s, alarms = one(seed, None, False)
-            at = float(res.iterations["start_ms"].iloc[-1]) / 2
-            rows["no_drift"].append({**_pick(s), "false_alarms": len(alarms)})
-            bar.advance(task)
-            for name, adaptive in (("drift", False), ("drift_adaptive", True)):
-                _, s, alarms = one(seed, Drift(at, factor), adaptive)
-                first = min((a["time_ms"] for a in alarms), default=math.nan)
-                rows[name].append({**_pick(s), "detected_after_ms": first - at})
-                bar.advance(task)
+    bar = _Progress("SLOWeave runs", 3 * seeds)
+    for seed in range(seeds):
+        res, s, alarms = one(seed, None, False)
+        at = float(res.iterations["start_ms"].iloc[-1]) / 2
+        rows["no_drift"].append({**_pick(s), "false_alarms": len(alarms)})
+        bar.advance()
+        for name, adaptive in (("drift", False), ("drift_adaptive", True)):
+            _, s, alarms = one(seed, Drift(at, factor), adaptive)
+            first = min((a["time_ms"] for a in alarms), default=math.nan)
+            rows[name].append({**_pick(s), "detected_after_ms": first - at})
+            bar.advance()
     means = {k: {m: float(np.mean([r[m] for r in v])) for m in v[0]} for k, v in rows.items()}
     return {"seeds": seeds, "requests": n_requests, "sigma": sigma, "factor": factor,
             "mean_over_seeds": means, "per_seed": rows}  # fmt: skip

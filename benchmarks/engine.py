@@ -1,16 +1,32 @@
-"""Engine speed: SLOWeave's decision time and whole-engine iterations per second.
+"""Engine speed: SLOWeave's decision time, whole-engine iterations per second, and a
+whole ``servecal simulate`` command (startup included).
 
-Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000]``.
+Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000]
+[--baseline REV] [--table TABLE.json] [--whole-run TRACE.csv PROFILE_DIR]``.
+
+* ``--baseline REV``: the whole-engine case is also measured on the code of git
+  revision ``REV`` (extracted to a temporary folder, run in a subprocess), alternating
+  with this tree's, best of ``--runs`` each: the ratio says whether a change made the
+  engine slower, measured in one run on one machine.
+* ``--table TABLE.json``: the same engine case planned with SLOWeave-P50 on a cost
+  table and on the analytic formula (the table path must be as fast).
+* ``--whole-run TRACE PROFILE``: issue #20's case. ``servecal import aiconfigurator
+  PROFILE --model llama-3-8b``, ``servecal fit``, then the timed command
+  ``servecal simulate --workload trace:TRACE --requests 2000 --seeds 1 --policy
+  sloweave-p50 --truth samples:... --predictor TABLE --json`` in a fresh process
+  (interpreter start, imports, loading, the run, the run folder): iterations per
+  second of wall time and of the process's CPU time, and their ratio to Vidur
+  0.0.26's whole-run figure quoted in issue #20 (~2,500 iterations/s on this kind of
+  machine; Vidur itself is not run here). TRACE is the Azure LLM inference trace
+  (conversation, 2023; AzurePublicDataset), PROFILE aiconfigurator's A100 vLLM 0.14
+  tables.
 
 Each figure is printed next to a *naive* SLOWeave measured in the same run: it
 scans every ready request for the earliest deadline and calls the predictor's
 public ``predict`` + ``margin`` at every probe of its own binary search, instead
 of reading the engine's deadline heap and calling ``max_chunk`` once. Targets
 (issue 4): median decision ≤ 20 µs at 256 active requests; ≥ 50,000 simulated
-iterations/s on the analytic truth, and on the device truth (issue 16; its row runs
-the same SLOWeave and predictor, so the ratio is what the truth costs; a last row
-plans on the ``fitted`` table instead, the default predictor for it). Numbers
-depend on the machine and its load:
+iterations/s on the analytic truth. Numbers depend on the machine and its load:
 throughput is given per second of wall time and per second of this process's CPU
 time (the latter is what a busy shared machine does not take away), and the
 ratios are measured side by side.
@@ -19,18 +35,23 @@ ratios are measured side by side.
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import resource
+import shutil
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 import numpy as np
 
 from servecal.costmodels import AnalyticPredictor, largest_fitting
-from servecal.sched.device_truth import DeviceTruth
 from servecal.sched.engine import Engine, EngineConfig
-from servecal.sched.fitted import fitted_predictor
 from servecal.sched.plan import DECODE_ONLY, Plan
-from servecal.sched.policies import SLOWeave, TokenBudget
+from servecal.sched.policies import SLOWeave
 from servecal.sched.policies._common import room_for
 from servecal.sched.request import Request
 from servecal.sched.truth import AnalyticTruth
@@ -62,6 +83,19 @@ class NaiveSLOWeave:
         return Plan(prefill=((live.rid, c),), budget_ms=budget) if c > 0 else DECODE_ONLY
 
 
+class _SetUp:
+    """Set-up policy: prefill every request but ``late`` in one go, then decode."""
+
+    def __init__(self, late: int) -> None:
+        self.late = late
+
+    def plan(self, view, predictor) -> Plan:
+        chunks = tuple(
+            (r.rid, r.remaining_prefill) for r in view.prefill_queue() if r.rid != self.late
+        )
+        return Plan(prefill=chunks) if chunks else DECODE_ONLY
+
+
 def _state(active: int, seed: int = 0) -> Engine:
     """An engine with ``active`` decoding requests (heterogeneous D_i) and a long prompt
     waiting: the state SLOWeave decides in on every iteration of a loaded server.
@@ -72,18 +106,16 @@ def _state(active: int, seed: int = 0) -> Engine:
     rng = np.random.default_rng(seed)
     slos = rng.choice([100.0, 150.0, 200.0], size=active)
     reqs = [Request(i, 0.0, 16, 10**6, tpot_slo_ms=float(slos[i])) for i in range(active)]
+    reqs.append(Request(active, 0.001, 50_000, 10, tpot_slo_ms=25.0))  # arrives during step 1
     eng = Engine(
         reqs,
-        TokenBudget(10**9),
+        _SetUp(late=active),
         AnalyticPredictor(),
         AnalyticTruth().executor(rng),
         EngineConfig(kv_capacity=10**9),
     )
     eng.step()  # prefill all of them in one iteration
-    eng.step()  # one decode
-    late = Request(active, eng.view.now_ms, 50_000, 10, tpot_slo_ms=25.0)
-    eng._pending.append(late)  # benchmark set-up only: a prompt arrives now
-    eng._admit_arrivals()
+    eng.step()  # one decode; the long prompt has arrived and waits
     assert eng.view.n_decode == active and eng.view.next_prefill().rid == active
     return eng
 
@@ -105,26 +137,36 @@ def decision_us(policy, active: int, repeats: int) -> tuple[float, float]:
     return statistics.median(times) / 1000.0, cpu
 
 
+#: mixed's documented default rate (req/s), written out so that older revisions run it too
+MIXED_RATE = 60.0
+#: Vidur 0.0.26's whole-run iterations per second on the Azure conversation trace,
+#: as issue #20 quotes it for this kind of machine (not measured by this script).
+VIDUR_WHOLE_RUN_IT_S = 2500.0
+
+
 def iterations_per_s(
-    policy, requests: int, workload: str = "mixed", truth=None, predictor=None
+    policy, requests: int, workload: str = "mixed", predictor=None, truth=None
 ) -> tuple[float, float, int]:
     """Simulated iterations per second of wall time and of this process's CPU time, for a
-    whole run (frames excluded), and the number of iterations. ``truth`` defaults to the
-    noiseless analytic formula, ``predictor`` to the analytic formula (so a change of
-    truth alone changes only what the executor costs)."""
-    from servecal.sched.compare import default_rate
+    whole run (frames excluded), and the number of iterations. Uses only the engine's
+    constructor, ``step`` and ``view`` (the same on older revisions, see --baseline).
+    ``truth`` defaults to the noiseless analytic formula, ``predictor`` to the analytic
+    formula (so a change of truth alone changes only what the executor costs)."""
     from servecal.sched.workloads import generate
 
     reqs = generate(
         workload,
-        default_rate(workload),
+        MIXED_RATE,
         n_requests=requests,
         tpot_slo_ms=25.0,
         rng=np.random.default_rng(0),
     )
-    truth = truth or AnalyticTruth()
-    predictor = predictor or AnalyticPredictor()
-    eng = Engine(reqs, policy, predictor, truth.executor(np.random.default_rng(1)))
+    eng = Engine(
+        reqs,
+        policy,
+        predictor or AnalyticPredictor(),
+        (truth or AnalyticTruth()).executor(np.random.default_rng(1)),
+    )
     step = eng.step
     t0, c0 = time.perf_counter(), time.process_time()
     while step():
@@ -134,12 +176,77 @@ def iterations_per_s(
     return n / wall, n / cpu, n
 
 
+def _tree_at(rev: str, into: Path) -> Path:
+    """The ``servecal`` package of git revision ``rev``, laid out as installed."""
+    root = Path(__file__).resolve().parents[1]
+    archive = subprocess.run(["git", "-C", str(root), "archive", rev], capture_output=True)
+    if archive.returncode:
+        raise SystemExit(f"error: git archive {rev}: {archive.stderr.decode().strip()}")
+    src = into / "src"
+    src.mkdir()
+    subprocess.run(["tar", "x", "-C", str(src)], input=archive.stdout, check=True)
+    pkg = into / "pkg" / "servecal"
+    shutil.copytree(src / "servecal", pkg)
+    for stage in ("profiler", "costmodels", "sched", "reports"):
+        shutil.copytree(src / stage, pkg / stage)
+    return into / "pkg"
+
+
+def _engine_in(pythonpath: Path | None, requests: int) -> tuple[float, float, int]:
+    """One whole-engine SLOWeave run in a fresh process on the code at ``pythonpath``
+    (``None``: this tree)."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)  # found before the editable install
+    out = subprocess.run(
+        [sys.executable, __file__, "--engine-only", "--requests", str(requests)],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    wall, cpu, n = json.loads(out.stdout)
+    return wall, cpu, n
+
+
+def whole_run(trace: str, profile: str, policy: str = "sloweave-p50") -> dict:
+    """Issue #20's whole-run case (see the module docstring)."""
+    work = Path(tempfile.mkdtemp(prefix="servecal-bench-"))
+    try:
+        exe = [sys.executable, "-m", "servecal"]
+        samples, table = work / "a100.parquet", work / "a100.json"
+        subprocess.run([*exe, "import", "aiconfigurator", profile, "--model", "llama-3-8b",
+                        "--out", str(samples)], check=True, capture_output=True)  # fmt: skip
+        subprocess.run([*exe, "fit", str(samples), "--out", str(table)], check=True,
+                       capture_output=True)  # fmt: skip
+        command = [*exe, "simulate", "--workload", f"trace:{trace}", "--requests", "2000",
+                   "--seeds", "1", "--policy", policy, "--truth", f"samples:{samples}",
+                   "--predictor", str(table), "--tpot-slo", "100", "--out", str(work / "run"),
+                   "--json"]  # fmt: skip
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.perf_counter()
+        done = subprocess.run(command, check=True, capture_output=True, text=True)
+        wall = time.perf_counter() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        n = int(json.loads(done.stdout)["iterations"])
+        return {"policy": policy, "iterations": n, "wall_s": wall, "cpu_s": cpu}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000, help="plan calls per size")
     parser.add_argument("--requests", type=int, default=2000, help="requests in the run")
     parser.add_argument("--runs", type=int, default=3, help="whole-engine runs (best kept)")
+    parser.add_argument("--baseline", help="git revision to compare the whole engine with")
+    parser.add_argument("--table", help="cost table JSON: SLOWeave-P50 on it vs the formula")
+    parser.add_argument("--whole-run", nargs=2, metavar=("TRACE", "PROFILE"),
+                        help="issue #20's servecal simulate case (see the module doc)")  # fmt: skip
+    parser.add_argument("--engine-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.engine_only:  # a --baseline worker: one run, JSON out
+        wall, cpu, n = iterations_per_s(SLOWeave(), args.requests)
+        print(json.dumps([wall, cpu, n]))
+        return
 
     print("SLOWeave decision time, µs per plan call (one prompt waiting):")
     print("median of wall time per call / mean CPU time per call")
@@ -159,23 +266,76 @@ def main() -> None:
     print(f"{'':16} {'iter/s (wall)':>14} {'iter/s (CPU)':>13} {'iterations':>11}")
     # best of --runs runs each, interleaved: contention from other processes only ever
     # slows a run down, so the fastest run is the least disturbed one
-    fast, slow, device, fitted = (0.0, 0.0, 0), (0.0, 0.0, 0), (0.0, 0.0, 0), (0.0, 0.0, 0)
-    noisy_device = DeviceTruth.load()  # the device truth: context, steps, jitter, stalls
-    table = fitted_predictor(noisy_device)  # the table planned on by default with it
+    fast, slow = (0.0, 0.0, 0), (0.0, 0.0, 0)
     for _ in range(args.runs):
         fast = max(fast, iterations_per_s(SLOWeave(), args.requests))
         slow = max(slow, iterations_per_s(NaiveSLOWeave(), args.requests))
-        device = max(device, iterations_per_s(SLOWeave(), args.requests, truth=noisy_device))
-        fitted = max(
-            fitted, iterations_per_s(SLOWeave(), args.requests, truth=noisy_device, predictor=table)
-        )
     print(f"  SLOWeave       {fast[0]:>14,.0f} {fast[1]:>13,.0f} {fast[2]:>11}")
     print(f"  naive SLOWeave {slow[0]:>14,.0f} {slow[1]:>13,.0f} {slow[2]:>11}")
     print(f"  ratio          {fast[0] / slow[0]:>13.2f}x {fast[1] / slow[1]:>12.2f}x")
+    from servecal.sched.device_truth import DeviceTruth
+    from servecal.sched.fitted_table import fitted_predictor
+
+    device_truth = DeviceTruth.load()  # the device truth: context, steps, jitter, stalls
+    table = fitted_predictor(device_truth)  # the table planned on by default with it
+    device, fitted = (0.0, 0.0, 0), (0.0, 0.0, 0)
+    for _ in range(args.runs):
+        device = max(device, iterations_per_s(SLOWeave(), args.requests, truth=device_truth))
+        fitted = max(
+            fitted,
+            iterations_per_s(SLOWeave(), args.requests, truth=device_truth, predictor=table),
+        )
     print("SLOWeave on the device truth (its own stream of requests and iterations):")
     print(f"  analytic pred. {device[0]:>14,.0f} {device[1]:>13,.0f} {device[2]:>11}")
     print(f"  vs analytic    {device[0] / fast[0]:>13.2f}x {device[1] / fast[1]:>12.2f}x")
     print(f"  fitted table   {fitted[0]:>14,.0f} {fitted[1]:>13,.0f} {fitted[2]:>11}")
+    if args.baseline:
+        pairs = max(args.runs, 9)
+        print(f"\nSLOWeave, this tree vs revision {args.baseline}: {pairs} pairs of fresh "
+              "processes, back to back (order alternating); each pair's ratio, then their "
+              "median (a busy machine slows a pair's two runs alike)")  # fmt: skip
+        with tempfile.TemporaryDirectory() as tmp:
+            old_tree = _tree_at(args.baseline, Path(tmp))
+            here, there, wall_ratio, cpu_ratio = [], [], [], []
+            for k in range(pairs):
+                first, second = (None, old_tree) if k % 2 == 0 else (old_tree, None)
+                a_run, b_run = _engine_in(first, args.requests), _engine_in(second, args.requests)
+                new, old = (a_run, b_run) if first is None else (b_run, a_run)
+                here.append(new)
+                there.append(old)
+                wall_ratio.append(new[0] / old[0])
+                cpu_ratio.append(new[1] / old[1])
+        for label, runs in (("this tree", here), (args.baseline, there)):
+            best = max(runs)
+            print(f"  {label:<14} {best[0]:>14,.0f} {best[1]:>13,.0f} {best[2]:>11}  (best)")
+        print(f"  median ratio   {statistics.median(wall_ratio):>13.2f}x "
+              f"{statistics.median(cpu_ratio):>12.2f}x")  # fmt: skip
+    if args.table:
+        from servecal.costmodels import CostTable
+        from servecal.sched.policies import make_policy
+
+        table = CostTable.load(args.table)
+        print("\nSLOWeave-P50 planning on the cost table vs on the analytic formula")
+        on_table, on_formula = (0.0, 0.0, 0), (0.0, 0.0, 0)
+        for _ in range(args.runs):
+            on_table = max(on_table, iterations_per_s(make_policy("sloweave-p50"),
+                                                      args.requests, predictor=table))  # fmt: skip
+            on_formula = max(on_formula, iterations_per_s(make_policy("sloweave-p50"),
+                                                          args.requests))  # fmt: skip
+        for label, r in (("cost table", on_table), ("formula", on_formula)):
+            print(f"  {label:<14} {r[0]:>14,.0f} {r[1]:>13,.0f} {r[2]:>11}")
+        print(f"  ratio          {on_table[0] / on_formula[0]:>13.2f}x "
+              f"{on_table[1] / on_formula[1]:>12.2f}x")  # fmt: skip
+    if args.whole_run:
+        r = whole_run(*args.whole_run)
+        print(f"\nWhole command: servecal simulate, Azure conversation trace, 2000 requests, "
+              f"{r['policy']}, A100 table (samples truth), startup included")  # fmt: skip
+        print(f"  iterations {r['iterations']}, wall {r['wall_s']:.2f} s, CPU {r['cpu_s']:.2f} s")
+        wall_its, cpu_its = r["iterations"] / r["wall_s"], r["iterations"] / r["cpu_s"]
+        print(f"  {wall_its:,.0f} iterations/s (wall), {cpu_its:,.0f} iterations/s (CPU)")
+        print(f"  vs Vidur 0.0.26's ~{VIDUR_WHOLE_RUN_IT_S:,.0f} iterations/s whole run "
+              f"(quoted in issue #20, not run here): {wall_its / VIDUR_WHOLE_RUN_IT_S:.1f}x "
+              f"(wall), {cpu_its / VIDUR_WHOLE_RUN_IT_S:.1f}x (CPU)")  # fmt: skip
     load = os.getloadavg()[0]
     print(f"\nload average {load:.1f} on {os.cpu_count()} CPUs: wall figures shrink with it; "
           "CPU-time figures count only this process's time")  # fmt: skip

@@ -30,11 +30,11 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 
 from servecal.sched.sortedf import algorithms as alg  # noqa: E402
+from servecal.sched.sortedf.admission import admit_by_group, admit_in_order  # noqa: E402
 from servecal.sched.sortedf.batching import as_list, form_batches  # noqa: E402
-from servecal.sched.sortedf.executor import execute_groups, execute_order  # noqa: E402
 from servecal.sched.sortedf.generate import short_long  # noqa: E402
 from servecal.sched.sortedf.lp import lp_order, lp_relaxation  # noqa: E402
-from servecal.sched.sortedf.model import Segments, simulate  # noqa: E402
+from servecal.sched.sortedf.model import Segments, score_schedule  # noqa: E402
 from servecal.sched.sortedf.runner import OfflineConfig, run_instance  # noqa: E402
 
 BUDGET_S = 10.0
@@ -66,7 +66,7 @@ def timings(n: int, memory: int, seeds: int) -> None:
     # The executor is compiled by numba on its first call (or loaded from the cache);
     # timed apart so that the rows below are steady-state.
     _, first = _timed(
-        execute_order, short_long(4, 0.8, memory, np.random.default_rng(0)), [0, 1, 2, 3]
+        admit_in_order, short_long(4, 0.8, memory, np.random.default_rng(0)), [0, 1, 2, 3]
     )
     print(f"executor's first call (numba compile, or load from its cache): {first:.2f} s")
 
@@ -79,15 +79,15 @@ def timings(n: int, memory: int, seeds: int) -> None:
         batches, t = _timed(form_batches, inst.s, inst.o, inst.memory, "auto")
         add("sorted-f phase 1 (auto solver by n)", t)
         order, group = as_list(batches)
-        starts, t = _timed(execute_groups, inst, order, group)
+        starts, t = _timed(admit_by_group, inst, order, group)
         add("sorted-f phase 2 'batch' (skip within a batch)", t)
-        _, t = _timed(execute_groups, inst, order, group, 1)
+        _, t = _timed(admit_by_group, inst, order, group, 1)
         add("sorted-f phase 2 'batch', lookahead 1", t)
         _, t = _timed(alg.sorted_f, inst)
         add(SOLVER_TOTAL, t)
-        _, t = _timed(execute_order, inst, order)
+        _, t = _timed(admit_in_order, inst, order)
         add("sorted-f phase 2, head-of-line rule", t)
-        _, t = _timed(simulate, inst, Segments.from_starts(starts, inst.o))
+        _, t = _timed(score_schedule, inst, Segments.from_starts(starts, inst.o))
         add("simulator (every step checked)", t)
         _, t = _timed(alg.fcfs, inst)
         add("fcfs", t)
@@ -96,7 +96,7 @@ def timings(n: int, memory: int, seeds: int) -> None:
         horizon = alg.default_horizon(inst)
         lp, t = _timed(lp_relaxation, inst, horizon)
         add("LP relaxation (HiGHS)", t)
-        _, t = _timed(execute_order, inst, lp_order(inst, lp))
+        _, t = _timed(admit_in_order, inst, lp_order(inst, lp))
         add("sorted-lp phase 2", t)
         _, t = _timed(alg.sorted_f_amin, inst, np.random.default_rng(seed), 0.5)
         add("sorted-f+amin (plan + execute)", t)
@@ -178,12 +178,14 @@ def gap(
                     ("sorted-f+1", alg.sorted_f(inst, phase2="batch", lookahead=1)),
                     ("sorted-f-head", alg.sorted_f(inst, phase2="head")),
                 ):
-                    gaps.setdefault(name, []).append(simulate(inst, seg).mean_latency / oc.lp.mean)
+                    gaps.setdefault(name, []).append(
+                        score_schedule(inst, seg).mean_latency / oc.lp.mean
+                    )
                 if polish:
                     seg, t = _timed(alg.sorted_f, inst, "auto", "best", 0, polish, seed)
                     polish_s.append(t)
                     gaps.setdefault("sorted-f-polished", []).append(
-                        simulate(inst, seg).mean_latency / oc.lp.mean
+                        score_schedule(inst, seg).mean_latency / oc.lp.mean
                     )
             cells = "   ".join(f"{k} {np.mean(v):.3f} {np.max(v):.3f}" for k, v in gaps.items())
             polished = (
@@ -243,7 +245,7 @@ def tiny(count: int) -> None:
             ("sorted-f-head", alg.sorted_f(inst, phase2="head")),
             ("sorted-lp", alg.sorted_lp(inst)),
         ):
-            ratio.setdefault(name, []).append(simulate(inst, seg).total_latency / opt)
+            ratio.setdefault(name, []).append(score_schedule(inst, seg).total_latency / opt)
     print(f"{count} random instances, n <= 6, o <= 6, s <= 8: ratio to the exact optimum")
     for name, vals in ratio.items():
         v = np.asarray(vals)
@@ -258,7 +260,7 @@ def tiny(count: int) -> None:
 def online(n: int, rate: float, memory: int) -> None:
     from servecal.costmodels import AnalyticPredictor
     from servecal.sched.engine import Engine, EngineConfig
-    from servecal.sched.policies import parse_policy
+    from servecal.sched.policies import make_policy
     from servecal.sched.request import Request
     from servecal.sched.sortedf.online import SortedFOnline
     from servecal.sched.truth import AnalyticTruth
@@ -272,8 +274,8 @@ def online(n: int, rate: float, memory: int) -> None:
     print(f"engine, {n} Poisson requests at {rate} req/s, short-long:0.8, M = {memory}")
     for name, policy in (
         ("sorted-f-online", SortedFOnline()),
-        ("budget-2048", parse_policy("budget-2048")),
-        ("full", parse_policy("full")),
+        ("budget-2048", make_policy("budget-2048")),
+        ("full", make_policy("full")),
     ):
         run = Engine(
             reqs,
@@ -285,7 +287,7 @@ def online(n: int, rate: float, memory: int) -> None:
         ).run()
         df = run.requests
         lat = (df["completion_ms"] - df["arrival_ms"]).mean()
-        print(f"  {name:<16} mean latency {lat:8.0f} ms   preemptions {run.preemptions}")
+        print(f"  {name:<16} mean latency {lat:8.0f} ms   recomputes {run.recomputes}")
 
 
 def phase2(n: int, memory: int, seeds: int) -> None:
@@ -298,17 +300,17 @@ def phase2(n: int, memory: int, seeds: int) -> None:
         batches = form_batches(inst.s, inst.o, inst.memory, "auto")
         order, group = as_list(batches)
         runs = {
-            "head": execute_order(inst, order),
-            "batch": execute_groups(inst, order, group),
-            "batch+1": execute_groups(inst, order, group, 1),
-            "batch+2": execute_groups(inst, order, group, 2),
-            "list": execute_groups(inst, order, np.zeros(inst.n, dtype=np.int64)),
+            "head": admit_in_order(inst, order),
+            "batch": admit_by_group(inst, order, group),
+            "batch+1": admit_by_group(inst, order, group, 1),
+            "batch+2": admit_by_group(inst, order, group, 2),
+            "list": admit_by_group(inst, order, np.zeros(inst.n, dtype=np.int64)),
         }
         cells = [
-            f"{k} {simulate(inst, Segments.from_starts(v, inst.o)).mean_latency:8.1f}"
+            f"{k} {score_schedule(inst, Segments.from_starts(v, inst.o)).mean_latency:8.1f}"
             for k, v in runs.items()
         ]
-        lp = simulate(inst, alg.sorted_lp(inst)).mean_latency
+        lp = score_schedule(inst, alg.sorted_lp(inst)).mean_latency
         print(f"  seed {seed}: " + "  ".join(cells) + f"  | sorted-lp {lp:8.1f}", flush=True)
 
 

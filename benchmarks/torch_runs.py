@@ -49,7 +49,7 @@ def row(run: Path) -> str:
         f"| {run.name} | {summary['wall_s']:.1f} | {len(it)} | {online['p99_coverage']:.1%} "
         f"| {online['p50_mape']:.1%} | {hindsight_mape(it):.1%} "
         f"| {ratio.median():.2f} | {ratio[big].median():.2f} "
-        f"| {summary['attainment']:.1%} | {summary['preemptions']} "
+        f"| {summary['attainment']:.1%} | {summary['recomputes']} "
         f"| {(decode & changed).mean():.1%} | {change_cost:.2f} |"
     )
 

@@ -22,7 +22,7 @@ _LAZY = {
     "Samples": "servecal.costmodels.samples",
     "read_samples": "servecal.costmodels.samples",
     "write_samples": "servecal.costmodels.samples",
-    "validate_samples": "servecal.costmodels.samples",
+    "check_samples": "servecal.costmodels.samples",
     "fit_cost_table": "servecal.costmodels.fit",
     "FitResult": "servecal.costmodels.fit",
 }

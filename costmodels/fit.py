@@ -48,7 +48,7 @@ from servecal.costmodels.grid import (
     uncross,
 )
 from servecal.costmodels.predictor import Predictor
-from servecal.costmodels.samples import POINT_COLUMNS, validate_samples
+from servecal.costmodels.samples import POINT_COLUMNS, check_samples
 from servecal.costmodels.select import RULE, Trial, choose, trial_record
 from servecal.costmodels.table import AXES, CostTable, Margin
 
@@ -137,14 +137,14 @@ def grid_for(
     return out
 
 
-def _check_args(model: str, quantiles: Sequence[float], holdout: float) -> tuple[float, ...]:
+def _check_args(model: str, quantiles: Sequence[float], fold_share: float) -> tuple[float, ...]:
     if model not in (*MODELS, "auto"):
         raise InputError(f"--model: unknown model '{model}' (choose {', '.join(MODELS)}, auto)")
     qs = tuple(sorted({float(q) for q in quantiles}))
     if not qs or not all(0.0 < q < 1.0 for q in qs):
         raise InputError(f"--quantiles: each quantile must be in (0, 1), got {list(quantiles)}")
-    if not 0.0 < holdout < 1.0:
-        raise InputError(f"--holdout: must be in (0, 1), got {holdout}")
+    if not 0.0 < fold_share < 1.0:
+        raise InputError(f"--fold-share: must be in (0, 1), got {fold_share}")
     return qs
 
 
@@ -225,7 +225,7 @@ def fit_cost_table(
     provenance: dict[str, Any],
     model: str = "auto",
     quantiles: Sequence[float] = (0.5, 0.99),
-    holdout: float = 0.2,
+    fold_share: float = 0.2,
     seed: int = 0,
     grid: Mapping[str, Sequence[int]] | None = None,
     progress: Callable[[str], None] | None = None,
@@ -235,9 +235,9 @@ def fit_cost_table(
     ``model="auto"`` cross-validates every applicable model of :data:`MODELS` on the
     same folds and keeps the one with the lowest out-of-fold pinball loss
     (:mod:`select`); its cost is the candidates' cross-validations plus one final fit,
-    never more than fitting each candidate with ``--model``. ``holdout`` is the share
-    of points each cross-validation fold holds out (``round(1 / holdout)`` folds; see
-    :mod:`crossval`).
+    never more than fitting each candidate with ``--model``. ``fold_share`` is the
+    share of grid points each cross-validation fold holds out (``round(1 / fold_share)``
+    folds; see :mod:`crossval`); every point is held out by exactly one fold.
 
     The margin is calibrated for the highest quantile above 0.5 (the *tail*, normally
     0.99) at coverage equal to that quantile. ``grid`` overrides axis values
@@ -246,10 +246,10 @@ def fit_cost_table(
     affine along an axis taken from the samples keeps only that axis's two ends.
     """
     say = progress or (lambda _msg: None)
-    qs = _check_args(model, quantiles, holdout)
+    qs = _check_args(model, quantiles, fold_share)
     source = str(provenance.get("source", "samples"))
     provenance = {k: v for k, v in provenance.items() if k != "source"}
-    frame = validate_samples(frame, source)
+    frame = check_samples(frame, source)
     points = {a: frame[a].to_numpy() for a in AXES}
     axes = choose_axes(points, grid)
     shape = describe_samples(frame, axes)
@@ -261,7 +261,7 @@ def fit_cost_table(
         qs = (0.5,)
     tail = max((q for q in qs if q > 0.5), default=None)
     ids = frame.groupby(list(POINT_COLUMNS), sort=False).ngroup().to_numpy()
-    k = folds_for(holdout, shape.points)
+    k = folds_for(fold_share, shape.points)
     fitting = _Fitting(
         frame=frame,
         X=frame[list(FEATURES)].to_numpy(dtype=float),
@@ -297,7 +297,7 @@ def fit_cost_table(
         "reason": reason,
         "samples": source,
         "seed": seed,
-        "holdout": holdout,
+        "holdout": fold_share,  # the JSON key of tables since 0.1 (the fold share)
         "quantiles": list(qs),
         "selection": {
             "rule": RULE if model == "auto" else f"--model {model}",
@@ -378,7 +378,7 @@ def compile_predictor(
     tail = max((q for q in values if q > 0.5), default=None)
     if calibration is None or tail is None:
         return CostTable(**common)
-    frame = validate_samples(calibration, "calibration samples")
+    frame = check_samples(calibration, "calibration samples")
     bare = CostTable(**common)
     tail_values, _ = bare.lookup(tail, *(frame[c].to_numpy(dtype=float) for c in FEATURES))
     scores = frame["ms"].to_numpy() / tail_values - 1.0

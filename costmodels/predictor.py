@@ -24,6 +24,10 @@ from numpy.typing import ArrayLike
 
 #: Quantile a deadline-aware policy plans on by default.
 PLAN_QUANTILE = 0.99
+#: The tail quantile a run logs beside every iteration (``pred_p99_ms``), whose
+#: calibrated bound ``P99 + margin`` the online coverage checks, whatever quantile a
+#: policy planned on.
+TAIL_QUANTILE = 0.99
 
 
 @runtime_checkable

@@ -70,7 +70,7 @@ def _numeric(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     return values.to_numpy(dtype=float, na_value=np.nan)
 
 
-def validate_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
+def check_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     """Check ``frame`` against the samples contract; return it with canonical dtypes.
 
     Counts become ``int64``, ``ms`` and ``energy_j`` ``float64`` (``energy_j`` may be
@@ -206,7 +206,7 @@ def read_samples(path: str | os.PathLike[str]) -> Samples:
         prov = sidecar
     prov = dict(prov or {})
     prov.pop("schema", None)
-    return Samples(frame=validate_samples(frame, str(p)), provenance=prov)
+    return Samples(frame=check_samples(frame, str(p)), provenance=prov)
 
 
 def write_samples(
@@ -217,7 +217,7 @@ def write_samples(
     import pyarrow.parquet as pq
 
     p = Path(path)
-    clean = validate_samples(frame, str(p))
+    clean = check_samples(frame, str(p))
     ordered = list(SAMPLE_COLUMNS) + [c for c in clean.columns if c not in SAMPLE_COLUMNS]
     table = pa.Table.from_pandas(clean[ordered], preserve_index=False)
     prov_json = json.dumps(provenance, sort_keys=True, default=str)

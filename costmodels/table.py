@@ -383,7 +383,8 @@ class CostTable:
         prefix: ArrayLike = 0,
         q: float = 0.5,
     ) -> float | np.ndarray:
-        """The ``q``-quantile of iteration time in ms (round up between grid points)."""
+        """The ``q``-quantile of iteration time in ms, between grid points by the table's
+        ``between`` rule (multilinear interpolation by default, or round up)."""
         lst = self._flat.get(q)
         if lst is None:
             lst = self._flat.get(float(q))

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from rich.console import Console
 
 from servecal.costmodels.errors import InputError
 from servecal.profiler.collective import SINGLE_DEVICE, Collective
@@ -30,7 +29,7 @@ from servecal.profiler.model import build_model, default_dtype
 from servecal.profiler.runner import ContiguousLayout, MeasureConfig, PointLayout
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.shards import ShardStore
-from servecal.profiler.sweep import StopFlag, SweepOutcome, run_sweep
+from servecal.profiler.sweep import StopFlag, SweepOutcome, SweepStatus, run_sweep
 from servecal.profiler.tensor_parallel import (
     RankSpec,
     TensorParallelLayout,
@@ -185,15 +184,23 @@ def _check_resume(
             )
 
 
+def _quiet(_: object) -> None:
+    pass
+
+
 def calibrate(
     cfg: CalibrateConfig,
-    console: Console,
     layouts: Mapping[str, Callable[[], PointLayout]] | None = None,
+    *,
+    on_message: Callable[[str], None] = _quiet,
+    on_progress: Callable[[SweepStatus], None] | None = None,
 ) -> CalibrationResult:
     """Run (or resume) a calibration into ``cfg.out``; see the module docstring for files.
 
     ``layouts`` adds KV layouts ``cfg.kv_layout`` may name to :data:`BUILTIN_LAYOUTS`
-    (the CLI adds the torch executor's ``paged`` one).
+    (the CLI adds the torch executor's ``paged`` one). ``on_message`` receives one
+    line per notice (device chosen, energy meter, what was measured);
+    ``on_progress`` the sweep's progress.
     """
     available = {**BUILTIN_LAYOUTS, **(layouts or {})}
     if cfg.kv_layout is not None and cfg.kv_layout not in available:
@@ -216,7 +223,7 @@ def calibrate(
         plan = _new_plan(cfg, device)
         store.write_plan(plan)
     if cfg.device == "auto":
-        console.print(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
+        on_message(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
 
     shape = ModelShape(**plan["shape"])
     points = [Point(*p) for p in plan["points"]]
@@ -242,13 +249,13 @@ def calibrate(
                 layout=available[layout_name],
             )  # fmt: skip
             group = ranks.enter_context(start_group(template, rank_devices(device, tp)))
-            console.print(f"tensor parallel: {tp} ranks over {group.backend}, rank 0 times")
+            on_message(f"tensor parallel: {tp} ranks over {group.backend}, rank 0 times")
             collective, layout = group.collective, TensorParallelLayout(layout, group)
         model = build_model(shape, device, dtype, layers, plan["seed"], collective)
         scale = LayerScale(layers, shape.n_layers)
         meter, notice = open_meter(device, devices=tp)
         if notice:
-            console.print(notice)
+            on_message(notice)
         provenance = fingerprint(model, scale, threads, attention_backend(model))
         provenance.update(
             energy_source=meter.source if meter is not None else None,
@@ -273,19 +280,19 @@ def calibrate(
                 model,
                 points,
                 store,
-                scale,
-                measure,
-                make_clock(device),
-                meter,
-                cfg.budget_s,
-                stop,
-                console,
-                np.random.default_rng([plan["seed"], len(store.done())]),
-                layout,
+                scale=scale,
+                measure=measure,
+                clock=make_clock(device),
+                meter=meter,
+                stop=stop,
+                rng=np.random.default_rng([plan["seed"], len(store.done())]),
+                budget_s=cfg.budget_s,
+                layout=layout,
+                on_progress=on_progress,
             )
     provenance["infeasible_points"] = store.infeasible()
     provenance["points_planned"] = len(points)
-    return _finish(cfg, store, outcome, provenance, console, len(points))
+    return _finish(cfg, store, outcome, provenance, on_message, len(points))
 
 
 def _finish(
@@ -293,7 +300,7 @@ def _finish(
     store: ShardStore,
     outcome: SweepOutcome,
     provenance: dict[str, Any],
-    console: Console,
+    on_message: Callable[[str], None],
     planned: int,
 ) -> CalibrationResult:
     from servecal.costmodels.samples import write_samples
@@ -301,7 +308,7 @@ def _finish(
     frame = store.frame()
     points = 0 if frame.empty else len(frame.groupby(["n_decode", "chunk", "ctx", "prefix"]))
     result = CalibrationResult(cfg.out, outcome, points, len(frame), provenance)
-    console.print(
+    on_message(
         f"measured {points}/{planned} points, {len(frame)} timed iterations "
         f"({len(provenance['infeasible_points'])} infeasible); stopped: {outcome.stopped_by}"
     )
@@ -312,9 +319,7 @@ def _finish(
     write_samples(frame, samples_path, provenance)
     result.samples_path = samples_path
     if outcome.stopped_by == "signal":
-        console.print(
-            f"interrupted: measured points are kept; continue with --resume --out {cfg.out}"
-        )
+        on_message(f"interrupted: measured points are kept; continue with --resume --out {cfg.out}")
         return result
     if cfg.fit:
         from servecal.costmodels.fit import fit_cost_table

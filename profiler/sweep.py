@@ -14,20 +14,12 @@ from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
 import torch
-from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-)
 
 from servecal.profiler.design import Point
 from servecal.profiler.energy import EnergyMeter
@@ -72,87 +64,92 @@ class SweepOutcome:
     elapsed_s: float
 
 
+@dataclass(frozen=True)
+class SweepStatus:
+    """What the progress callback sees: ``done`` of ``planned`` points have a shard,
+    ``label`` is the block being measured (or ``calibrated``/``stopped`` at the end),
+    ``left_s`` the budget left (``None``: no budget)."""
+
+    done: int
+    planned: int
+    label: str
+    left_s: float | None
+
+
 def run_sweep(
     model: Transformer,
     plan: list[Point],
     store: ShardStore,
+    *,
     scale: LayerScale,
-    cfg: MeasureConfig,
+    measure: MeasureConfig,
     clock: CpuClock | CudaClock,
     meter: EnergyMeter | None,
-    budget_s: float | None,
     stop: StopFlag,
-    console: Console,
     rng: np.random.Generator,
+    budget_s: float | None = None,
     layout: PointLayout | None = None,
+    on_progress: Callable[[SweepStatus], None] | None = None,
 ) -> SweepOutcome:
-    """Measure every planned point without a shard, in plan order (``layout``: see
-    :func:`~servecal.profiler.runner.measure_block`)."""
+    """Measure every planned point of ``model`` without a shard in ``store``, in plan
+    order (``layout``: see :func:`~servecal.profiler.runner.measure_block`);
+    ``on_progress`` is called before each block and at the end."""
     done = store.done()
     todo = [i for i in range(len(plan)) if i not in done]
     start = time.monotonic()
     measured = infeasible = 0
     stopped_by = "complete"
+    cfg = measure
 
-    def left() -> str:
-        if budget_s is None:
-            return "no budget"
-        return f"{max(0.0, budget_s - (time.monotonic() - start)):.0f} s left"
+    def report(label: str) -> None:
+        if on_progress is not None:
+            left = None if budget_s is None else max(0.0, budget_s - (time.monotonic() - start))
+            on_progress(SweepStatus(len(store.done()), len(plan), label, left))
 
-    columns = (
-        TextColumn("[progress.description]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("points · {task.fields[left]}"),
-        TimeElapsedColumn(),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("calibrating", total=len(plan), completed=len(done), left=left())
-        first = 0
-        per_point_s: float | None = None  # running mean, to keep blocks inside the budget
-        while first < len(todo):
-            if stop.signal is not None:
-                stopped_by = "signal"
+    report("calibrating")
+    first = 0
+    per_point_s: float | None = None  # running mean, to keep blocks inside the budget
+    while first < len(todo):
+        if stop.signal is not None:
+            stopped_by = "signal"
+            break
+        size = cfg.block
+        if budget_s is not None and per_point_s is not None:  # the first block always runs
+            remaining_s = budget_s - (time.monotonic() - start)
+            size = min(size, int(remaining_s / per_point_s))  # shrink to what still fits
+            if remaining_s <= 0 or size < 1:
+                stopped_by = "budget"
                 break
-            size = cfg.block
-            if budget_s is not None and per_point_s is not None:  # the first block always runs
-                remaining_s = budget_s - (time.monotonic() - start)
-                size = min(size, int(remaining_s / per_point_s))  # shrink to what still fits
-                if remaining_s <= 0 or size < 1:
-                    stopped_by = "budget"
-                    break
-            block = todo[first : first + size]
-            first += len(block)
-            points = [plan[i] for i in block]
-            block_start = time.monotonic()
-            label = points[0].label() + (f" +{len(points) - 1}" if len(points) > 1 else "")
-            bar.update(task, description=label, left=left())
-            results = measure_block(
-                model,
-                points,
-                scale,
-                cfg,
-                clock,
-                meter,
-                rng,
-                lambda: stop.signal is not None,
-                layout,
-            )
-            if model.device.type == "cuda":  # hand back the block's KV before the next sizes
-                torch.cuda.empty_cache()
-            seconds = (time.monotonic() - block_start) / len(block)
-            per_point_s = seconds if per_point_s is None else 0.7 * per_point_s + 0.3 * seconds
-            for index, point, result in zip(block, points, results, strict=True):
-                if result is None:  # abandoned by a stop signal: not measured
-                    continue
-                if isinstance(result, PointInfeasible):
-                    store.write_infeasible(index, point, str(result))
-                    infeasible += 1
-                else:
-                    store.write_rows(index, result)
-                    measured += 1
-            bar.update(task, completed=len(store.done()), left=left())
-        bar.update(task, description="calibrated" if stopped_by == "complete" else "stopped")
+        block = todo[first : first + size]
+        first += len(block)
+        points = [plan[i] for i in block]
+        block_start = time.monotonic()
+        report(points[0].label() + (f" +{len(points) - 1}" if len(points) > 1 else ""))
+        results = measure_block(
+            model,
+            points,
+            scale,
+            cfg,
+            clock,
+            meter,
+            rng,
+            lambda: stop.signal is not None,
+            layout,
+        )
+        if model.device.type == "cuda":  # hand back the block's KV before the next sizes
+            torch.cuda.empty_cache()
+        seconds = (time.monotonic() - block_start) / len(block)
+        per_point_s = seconds if per_point_s is None else 0.7 * per_point_s + 0.3 * seconds
+        for index, point, result in zip(block, points, results, strict=True):
+            if result is None:  # abandoned by a stop signal: not measured
+                continue
+            if isinstance(result, PointInfeasible):
+                store.write_infeasible(index, point, str(result))
+                infeasible += 1
+            else:
+                store.write_rows(index, result)
+                measured += 1
+    report("calibrated" if stopped_by == "complete" else "stopped")
     remaining = len(plan) - len(store.done())
     if stopped_by == "complete" and remaining:
         stopped_by = "signal" if stop.signal is not None else "budget"

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from servecal.reports.loading import RunData
-from servecal.sched.policies import is_static
+from servecal.sched.policies import is_baseline
 
 WORKLOAD_ORDER = {"chat": 0, "mixed": 1, "long": 2, "bursty": 3}
 
@@ -20,7 +20,7 @@ WORKLOAD_ORDER = {"chat": 0, "mixed": 1, "long": 2, "bursty": 3}
 def policy_order(policy: str) -> tuple[int, int, str]:
     """Static baselines first (by chunk size), then the adaptive policies."""
     digits = "".join(ch for ch in policy if ch.isdigit())
-    return (0 if is_static(policy) else 1, int(digits) if digits else 10**9, policy)
+    return (0 if is_baseline(policy) else 1, int(digits) if digits else 10**9, policy)
 
 
 @dataclass(frozen=True)
@@ -82,7 +82,7 @@ def best_static(cs: Sequence[Cell], tpot: float, workload: str) -> Cell | None:
     """The static policy with the highest mean goodput at this target and workload."""
     static = [
         c for c in cs
-        if c.tpot_slo_ms == tpot and c.workload == workload and is_static(c.policy)
+        if c.tpot_slo_ms == tpot and c.workload == workload and is_baseline(c.policy)
         and not math.isnan(c.get("goodput"))
     ]  # fmt: skip
     return max(static, key=lambda c: c.get("goodput"), default=None)

@@ -184,6 +184,9 @@ def load_run(folder: Path) -> RunData:
     drift = info.get("drift") or _observer_drift(info.get("observers"))
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
     requests = _read_parquet(folder / "requests.parquet", REQUEST_COLUMNS)
+    if "preemptions" in requests.columns and "recomputes" not in requests.columns:
+        # a run folder written before 0.2 named recompute preemptions "preemptions"
+        requests = requests.rename(columns={"preemptions": "recomputes"}).assign(parks=0)
     if not summary:  # an older or hand-made run: the one metrics implementation fills it in
         from servecal.sched.metrics import summarize
 

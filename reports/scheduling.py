@@ -16,7 +16,7 @@ from servecal.reports.aggregate import (
     Cell,
     best_static,
     cells,
-    is_static,
+    is_baseline,
     targets,
     workload_order,
     workloads,
@@ -25,6 +25,12 @@ from servecal.reports.blocks import Figure, Section, Table, Text, fmt, pct
 from servecal.reports.loading import RunData
 
 MAX_TIMELINE_POINTS = 4000
+
+
+def _recomputes(c: Cell) -> float:
+    """Recompute preemptions per seed (runs before 0.2 summarised them as "preemptions")."""
+    value = c.get("recomputes")
+    return c.get("preemptions") if math.isnan(value) else value
 
 
 def _pm(cell: Cell, key: str, scale: float = 1.0, percent: bool = False) -> str:
@@ -80,7 +86,7 @@ def _target_table(cs: Sequence[Cell], tpot: float) -> Table:
 
 
 def _ratio_table(cs: Sequence[Cell]) -> Table | None:
-    adaptive = sorted({c.policy for c in cs if not is_static(c.policy)})
+    adaptive = sorted({c.policy for c in cs if not is_baseline(c.policy)})
     rows = []
     for policy in adaptive:
         for tpot in targets(cs):
@@ -198,7 +204,7 @@ def _events_table(cs: Sequence[Cell]) -> Table:
                 fmt(c.tpot_slo_ms),
                 c.workload,
                 c.policy,
-                fmt(c.get("preemptions")),
+                fmt(_recomputes(c)),
                 fmt(exceptions),
                 fmt(float(np.mean([len(r.iterations) for r in c.runs]))),
                 fmt(float(np.mean(decision))) if decision else "—",
@@ -206,11 +212,11 @@ def _events_table(cs: Sequence[Cell]) -> Table:
         )
     return Table(
         "Preemptions and SLO exceptions",
-        ("TPOT target (ms)", "workload", "policy", "preemptions (mean/seed)",
+        ("TPOT target (ms)", "workload", "policy", "recomputes (mean/seed)",
          "SLO exceptions (all seeds)", "iterations (mean/seed)", "decision (µs, median)"),
         tuple(rows),
         "SLO exceptions are deadlines a policy broke on purpose (SLOWeave's aging rule) and "
-        "recorded as such; preemptions are recompute evictions when KV memory ran out.",
+        "recorded as such; recomputes are preemptions by recompute when KV memory ran out.",
     )  # fmt: skip
 
 

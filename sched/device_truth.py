@@ -16,7 +16,7 @@ number comes from ``sched/data/device_a100.json``, written by
 figure came from which file.
 
 Unlike the ``analytic`` truth this is not any predictor's formula: the default predictor
-for it is a cost table fitted on samples of it (:mod:`servecal.sched.fitted`).
+for it is a cost table fitted on samples of it (:mod:`servecal.sched.fitted_table`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
-from servecal.sched.truth import Drift, _Draws
+from servecal.sched.truth import Drift, _Draws, truth_options
 
 DEVICE_SCHEMA = "servecal.device_truth/1"
 PROFILE_PATH = Path(__file__).resolve().parent / "data" / "device_a100.json"
@@ -365,3 +365,13 @@ def step_edges(truth: DeviceTruth, lo: int, hi: int, min_jump: float) -> list[in
     dense = truth._dense
     hi = min(hi, len(dense) - 1)
     return [t for t in range(lo + 1, hi + 1) if dense[t] - dense[t - 1] > min_jump]
+
+
+def device_truth(options: str = "") -> DeviceTruth:
+    """``--truth device[:OPTIONS]``: the shipped A100-shaped truth, any parameter of
+    :data:`OPTIONS` overridden (``device:sigma=0.05,spike_prob=0.002``)."""
+    kwargs = truth_options("device", options, OPTIONS)
+    try:
+        return DeviceTruth.load(**kwargs)
+    except ValueError as exc:
+        raise InputError(f"--truth device:{options}: {exc}") from None

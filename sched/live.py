@@ -55,7 +55,8 @@ class LiveRequest:
         "_first_ms",
         "_done_ms",
         "_streaks",
-        "_preemptions",
+        "_recomputes",
+        "_parks",
         "_parked",
         "_exception",
         "_hv",
@@ -78,7 +79,8 @@ class LiveRequest:
         self._first_ms = math.nan
         self._done_ms = math.nan
         self._streaks: list[tuple[int, int]] = []  # closed (first, last) token iterations
-        self._preemptions = 0
+        self._recomputes = 0
+        self._parks = 0
         self._parked = False
         self._exception = False
         self._hv = 0  # version for lazy deletion from the engine's deadline heaps
@@ -156,12 +158,35 @@ class LiveRequest:
         return self._admit_seq
 
     @property
-    def preemptions(self) -> int:
-        return self._preemptions
+    def completion_ms(self) -> float:
+        """When its last token came out (NaN while unfinished)."""
+        return self._done_ms
+
+    @property
+    def recomputes(self) -> int:
+        """Times it was preempted by recompute (KV freed, prefill redone)."""
+        return self._recomputes
+
+    @property
+    def parks(self) -> int:
+        """Times a plan parked it (KV and progress kept)."""
+        return self._parks
 
     @property
     def parked(self) -> bool:
         return self._parked
+
+    @property
+    def slo_exception(self) -> bool:
+        """A plan knowingly broke one of its deadlines (SLOWeave's aging rule)."""
+        return self._exception
+
+    def streaks(self) -> list[tuple[int, int]]:
+        """``(first, last)`` iteration indices of each run of consecutive token
+        emissions, the current one included."""
+        if self._streaking:
+            return [*self._streaks, (self._sync_iter, self._clock.last_iter)]
+        return list(self._streaks)
 
     def __repr__(self) -> str:
         return (

@@ -1,6 +1,6 @@
 """SLO metrics: the one implementation every command and report uses.
 
-Definitions (SPEC.md §Words):
+Definitions (docs/engine.md, §Metrics of docs/design.md):
 
 * TTFT = first token − arrival. A request that never produced a token is counted
   with a *censored* TTFT, end of run − arrival (a lower bound), so a policy cannot
@@ -13,7 +13,8 @@ Definitions (SPEC.md §Words):
   checked are ``slos``; with TTFT alone, as for a prefill instance, the first token
   is what counts and completion is not required).
 * Goodput = good requests / (last completion − first arrival), in req/s.
-* Max goodput = the highest rate with attainment ≥ 90% (DistServe), by bisection.
+* Max goodput = the highest rate with attainment ≥ 90% (DistServe), searched by
+  :mod:`servecal.sched.experiment.goodput`.
 * Energy per good request = run energy / good requests: servecal's own metric
   (ML.ENERGY defines energy per token, also reported).
 """
@@ -21,29 +22,23 @@ Definitions (SPEC.md §Words):
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
+from servecal.sched.result import REQUEST_COLUMNS as RESULT_COLUMNS
 
 SLO_NAMES = ("ttft", "tpot")
 
-REQUEST_COLUMNS = (
-    "rid",
-    "arrival_ms",
-    "prompt_tokens",
-    "output_tokens",
-    "ttft_slo_ms",
-    "tpot_slo_ms",
-    "first_token_ms",
-    "completion_ms",
-    "tokens_out",
-    "tpot_p99_ms",
-    "preemptions",
-)
+#: Columns of the requests frame that the metrics need (a run's frame has more:
+#: :data:`servecal.sched.result.REQUEST_COLUMNS`).
+REQUEST_COLUMNS = tuple(
+    c for c in RESULT_COLUMNS if c not in ("slo_class", "tpot_mean_ms", "tpot_max_ms",
+                                            "slo_exception", "rejected")
+)  # fmt: skip
 
 #: Summary keys whose spread over seeds is reported as ``<key>_std``.
 MAIN_METRICS = (
@@ -201,7 +196,8 @@ def summarize(
         "energy_per_good_request_j": energy / n_good if energy is not None and n_good else None,
         "energy_per_output_token_j": energy / tokens if energy is not None and tokens else None,
         "iterations": len(iterations) if have_iters else None,
-        "preemptions": int(out["preemptions"].sum()),
+        "recomputes": int(out["recomputes"].sum()),
+        "parks": int(out["parks"].sum()),
         "rejected": int(_rejected(out).sum()),
         "decision_us_median": float(decision.median()) if len(decision) else None,
         "online": _online(iterations),
@@ -256,44 +252,6 @@ def mean_over_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
-
-
-def max_goodput(
-    attainment_at: Callable[[float], float],
-    lo: float,
-    hi: float,
-    target: float = 0.9,
-    rel_tol: float = 0.02,
-) -> float:
-    """The highest arrival rate (req/s) in ``[lo, hi]`` with attainment ≥ ``target``.
-
-    Bisection on the rate, assuming attainment falls as the rate rises; the answer
-    is a rate that was measured to meet the target, within ``rel_tol`` (relative to
-    the bracket's upper end) of the first rate that does not. Edge cases:
-    attainment below target already at ``lo`` → 0.0 (below the searched range);
-    at or above target at ``hi`` → ``hi`` (a lower bound: raise ``hi``).
-
-    ``attainment_at`` should draw every rate's workload from the same seeds (common
-    random numbers), so that sampling noise does not make the curve non-monotone.
-    """
-    if not 0 < lo < hi or not math.isfinite(hi):
-        raise ValueError(f"need 0 < lo < hi, got lo={lo} hi={hi}")
-    if not 0 < target <= 1:
-        raise ValueError(f"target must be in (0, 1], got {target}")
-    if not rel_tol > 0:
-        raise ValueError(f"rel_tol must be > 0, got {rel_tol}")
-    if attainment_at(hi) >= target:
-        return float(hi)
-    if attainment_at(lo) < target:
-        return 0.0
-    good, bad = float(lo), float(hi)
-    while bad - good > rel_tol * bad:
-        mid = 0.5 * (good + bad)
-        if attainment_at(mid) >= target:
-            good = mid
-        else:
-            bad = mid
-    return good
 
 
 def summarize_by_class(

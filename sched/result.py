@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.predictor import PLAN_QUANTILE
+from servecal.costmodels.predictor import TAIL_QUANTILE
 from servecal.sched.live import LiveRequest, Phase
 from servecal.sched.request import Request
 
@@ -38,7 +38,8 @@ REQUEST_COLUMNS = (
     "tpot_p99_ms",
     "tpot_mean_ms",
     "tpot_max_ms",
-    "preemptions",
+    "recomputes",
+    "parks",
     "slo_exception",
     "rejected",
 )
@@ -46,14 +47,27 @@ REQUEST_COLUMNS = (
 
 @dataclass(frozen=True)
 class RunResult:
-    """Frames plus the counters and observer summaries that go into ``run.json``."""
+    """One finished run, whatever ran it: the requests and iterations frames, the
+    policy's ``plan_calls``, where energy came from, the backend's own ``counters``
+    (e.g. the operator-level driver's wake-ups and blocking times) and the
+    observers' summaries. All of it goes into the run folder."""
 
     requests: pd.DataFrame
     iterations: pd.DataFrame
-    preemptions: int
     plan_calls: int
     energy_source: str
+    counters: dict[str, Any] = field(default_factory=dict)
     observers: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def recomputes(self) -> int:
+        """Recompute preemptions over the run (KV freed, prefill redone)."""
+        return int(self.requests["recomputes"].sum())
+
+    @property
+    def parks(self) -> int:
+        """Times requests were parked (KV and progress kept), over the run."""
+        return int(self.requests["parks"].sum())
 
 
 def p99(values: np.ndarray) -> float:
@@ -66,7 +80,7 @@ def p99(values: np.ndarray) -> float:
     return float(part[lo] + (part[hi] - part[lo]) * (pos - lo))
 
 
-def _gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray, last: int) -> np.ndarray:
+def _gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray) -> np.ndarray:
     """Inter-token gaps of ``live``.
 
     Inside a streak the iterations run back to back, so a gap *is* the next
@@ -75,9 +89,7 @@ def _gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray, last: int)
     met exactly. Between streaks (skipped decodes, a recompute) the gap is the
     difference of the two token times.
     """
-    spans = list(live._streaks)
-    if live._streaking:
-        spans.append((live._sync_iter, last))
+    spans = live.streaks()
     if not spans:
         return ends[:0]
     if len(spans) == 1:
@@ -99,7 +111,8 @@ def append_request_row(
     done_ms: float,
     tokens_out: int,
     gaps: np.ndarray,
-    preemptions: int,
+    recomputes: int,
+    parks: int,
     slo_exception: bool,
     rejected: bool,
 ) -> None:
@@ -120,30 +133,36 @@ def append_request_row(
     rows["tpot_p99_ms"].append(p99(gaps) if gaps.size else math.nan)
     rows["tpot_mean_ms"].append(float(gaps.mean()) if gaps.size else math.nan)
     rows["tpot_max_ms"].append(float(gaps.max()) if gaps.size else math.nan)
-    rows["preemptions"].append(preemptions)
+    rows["recomputes"].append(recomputes)
+    rows["parks"].append(parks)
     rows["slo_exception"].append(slo_exception)
     rows["rejected"].append(rejected)
 
 
 def _request_rows(engine: Engine) -> dict[str, list[Any]]:
-    ends = np.asarray(engine._clock.ends, dtype=float)
-    durations = np.array([row[1] for row in engine._rows], dtype=float)
-    last = engine._clock.last_iter
+    state = engine.state
+    ends = np.asarray(state.clock.ends, dtype=float)
+    durations = np.array([row[1] for row in engine.log.rows], dtype=float)
     rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
-    live_by_rid = engine._live
-    for req in engine._pending:
-        live = live_by_rid.get(req.rid)
-        gaps = _gaps(live, ends, durations, last) if live is not None else ends[:0]
+    for req in state.requests:
+        live = state.live.get(req.rid)
+        if live is None:  # never arrived (the run stopped at its horizon)
+            append_request_row(
+                rows, req, first_ms=math.nan, done_ms=math.nan, tokens_out=0, gaps=ends[:0],
+                recomputes=0, parks=0, slo_exception=False, rejected=False,
+            )  # fmt: skip
+            continue
         append_request_row(
             rows,
             req,
-            first_ms=live._first_ms if live is not None else math.nan,
-            done_ms=live._done_ms if live is not None else math.nan,
-            tokens_out=live.tokens_out if live is not None else 0,
-            gaps=gaps,
-            preemptions=live._preemptions if live is not None else 0,
-            slo_exception=bool(live._exception) if live is not None else False,
-            rejected=live is not None and live._phase == Phase.REJECTED,
+            first_ms=live.first_token_ms,
+            done_ms=live.completion_ms,
+            tokens_out=live.tokens_out,
+            gaps=_gaps(live, ends, durations),
+            recomputes=live.recomputes,
+            parks=live.parks,
+            slo_exception=live.slo_exception,
+            rejected=live.phase == Phase.REJECTED,
         )
     return rows
 
@@ -162,22 +181,23 @@ def _logged(n: int, query: Callable[[], Any]) -> np.ndarray:
 def _iterations(engine: Engine) -> pd.DataFrame:
     from servecal.sched.engine import ITERATION_COLUMNS, ROW_COLUMNS
 
-    n = len(engine._rows)
-    table = np.array(engine._rows, dtype=float).reshape(n, len(ROW_COLUMNS))
+    log = engine.log
+    n = len(log.rows)
+    table = np.array(log.rows, dtype=float).reshape(n, len(ROW_COLUMNS))
     cols: dict[str, Any] = {name: table[:, k] for k, name in enumerate(ROW_COLUMNS)}
     for name in ("n_decode", "chunk", "n_prefills"):
         cols[name] = cols[name].astype(np.int64)
-    if len(engine._pred_rows) == n and n:
-        pred = np.array(engine._pred_rows, dtype=float)
+    if len(log.predictions) == n and n:
+        pred = np.array(log.predictions, dtype=float)
         cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = pred.T
     else:  # no observers: one vectorised predictor call per column, at the end
-        p = engine._predictor
+        p = engine.predictor
         args = (cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
         cols["pred_p50_ms"] = _logged(n, lambda: p.predict(*args, q=0.5))
-        cols["pred_p99_ms"] = _logged(n, lambda: p.predict(*args, q=PLAN_QUANTILE))
+        cols["pred_p99_ms"] = _logged(n, lambda: p.predict(*args, q=TAIL_QUANTILE))
         cols["margin_ms"] = _logged(n, lambda: p.margin(*args))
     frame = pd.DataFrame({name: cols[name] for name in ITERATION_COLUMNS})
-    for key, values in engine._extra.items():
+    for key, values in log.extra.items():
         frame[key] = values + [None] * (n - len(values))
     return frame
 
@@ -187,15 +207,14 @@ def build_result(engine: Engine) -> RunResult:
     iterations = _iterations(engine)
     requests = pd.DataFrame(_request_rows(engine))
     summaries: dict[str, Any] = {}
-    for obs in engine._observers:
+    for obs in engine.observers:
         summary = getattr(obs, "summary", None)
         if callable(summary):
             summaries[type(obs).__name__] = summary()
     return RunResult(
         requests=requests,
         iterations=iterations,
-        preemptions=engine.preemptions,
-        plan_calls=engine.plan_calls,
-        energy_source=getattr(engine._executor, "energy_source", "none"),
+        plan_calls=engine.state.plan_calls,
+        energy_source=getattr(engine.executor, "energy_source", "none"),
         observers=summaries,
     )

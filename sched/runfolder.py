@@ -1,4 +1,4 @@
-"""Write a run folder (DESIGN.md §Engine): ``iterations.parquet``, ``requests.parquet``,
+"""Write a run folder (docs/engine.md): ``iterations.parquet``, ``requests.parquet``,
 ``run.json``, all or nothing.
 
 The folder is written under a temporary name beside the target and renamed into
@@ -53,8 +53,8 @@ def write_run(
             "seeds": seeds,
             "summary": summary,
             "energy_source": result.energy_source,
-            "preemptions": result.preemptions,
             "plan_calls": result.plan_calls,
+            "counters": result.counters,
             "observers": result.observers,
         }
         (tmp / "run.json").write_text(json.dumps(_plain(doc), indent=2) + "\n")

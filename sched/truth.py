@@ -16,18 +16,14 @@ scalar iteration costs no numpy call.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from bisect import bisect_left
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
-
-if TYPE_CHECKING:
-    from servecal.sched.device_truth import DeviceTruth
 
 _BLOCK = 4096
 
@@ -150,19 +146,77 @@ class _AnalyticExecutor:
         return t, (None if self._power is None else self._power * t / 1000.0)
 
 
+class NearestPoint:
+    """The measured point nearest to an iteration's shape, without a numpy call.
+
+    Nearness is Euclidean in ``log1p`` of ``(n_decode, chunk, ctx, prefix)``. That
+    distance is a sum over the axes, and measured points lie on a grid (a few values
+    per axis), so the nearest grid *cell* is the nearest value on each axis on its
+    own: a bisection per axis (answers cached per value). When that cell was
+    measured it is the nearest point; when it was not (an infeasible or unmeasured
+    cell) a scan over every point answers, once per distinct shape. Built once per
+    truth, so a run's iterations cost a few dictionary look-ups each.
+    """
+
+    def __init__(self, points: np.ndarray) -> None:
+        self._coords = np.log1p(np.asarray(points, dtype=float))
+        self._mids: list[list[float]] = []
+        self._values: list[list[float]] = []
+        for axis in range(self._coords.shape[1]):
+            logs = sorted(set(self._coords[:, axis].tolist()))
+            self._values.append(logs)
+            self._mids.append([(a + b) / 2 for a, b in zip(logs, logs[1:], strict=False)])
+        self._axis_cache: list[dict[float, int]] = [{} for _ in self._mids]
+        self._cell: dict[tuple[int, ...], int] = {}
+        for i, row in enumerate(self._coords.tolist()):
+            key = tuple(self._values[a].index(v) for a, v in enumerate(row))
+            self._cell.setdefault(key, i)
+        self._scanned: dict[tuple[float, ...], int] = {}
+
+    def _on_axis(self, axis: int, value: float) -> int:
+        cache = self._axis_cache[axis]
+        k = cache.get(value)
+        if k is None:
+            k = cache[value] = bisect_left(self._mids[axis], math.log1p(value))
+        return k
+
+    def index(self, n_decode: float, chunk: float, ctx: float, prefix: float) -> int:
+        """Row of ``points`` nearest to the shape."""
+        on = self._on_axis
+        cell = (on(0, n_decode), on(1, chunk), on(2, ctx), on(3, prefix))
+        i = self._cell.get(cell)
+        if i is not None:
+            return i
+        key = (n_decode, chunk, ctx, prefix)
+        i = self._scanned.get(key)
+        if i is None:
+            q = np.log1p(np.asarray(key, dtype=float))
+            i = self._scanned[key] = int(np.argmin(((self._coords - q) ** 2).sum(axis=1)))
+        return i
+
+
 @dataclass(frozen=True)
 class SampledTruth:
     """Bootstrap: an iteration's duration (and energy) is a measured row, drawn at random
     among the rows of the grid point nearest to its shape.
 
     Nearness is Euclidean in ``log1p`` of ``(n_decode, chunk, ctx, prefix)``, since
-    profiling grids are roughly geometric. Answers per shape are cached.
+    profiling grids are roughly geometric; :class:`NearestPoint` finds it, built once
+    per truth and shared by every run that draws from it.
     """
 
     path: str
     points: np.ndarray = field(repr=False)  # (P, 4) grid points
     ms: tuple[np.ndarray, ...] = field(repr=False)  # per point
     energy: tuple[np.ndarray, ...] | None = field(repr=False)  # per point, or None
+    nearest: NearestPoint = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "nearest", NearestPoint(self.points))
+        # plain lists: a draw indexes them per iteration, without numpy scalars
+        object.__setattr__(self, "_ms_lists", tuple(m.tolist() for m in self.ms))
+        e = None if self.energy is None else tuple(x.tolist() for x in self.energy)
+        object.__setattr__(self, "_energy_lists", e)
 
     @classmethod
     def load(cls, path: str | Path) -> SampledTruth:
@@ -190,29 +244,22 @@ class SampledTruth:
 
 class _SampledExecutor:
     def __init__(self, truth: SampledTruth, rng: np.random.Generator, drift: Drift | None):
-        self._truth = truth
-        self._coords = np.log1p(truth.points)
-        self._cache: dict[tuple[int, int, int, int], int] = {}
+        self._index = truth.nearest.index
+        self._ms: tuple[list[float], ...] = truth._ms_lists  # type: ignore[attr-defined]
+        self._energy: tuple[list[float], ...] | None = truth._energy_lists  # type: ignore[attr-defined]
         self._draws = _Draws(rng)
         self._drift = drift
         self.energy_source = truth.energy_source
 
-    def _nearest(self, key: tuple[int, int, int, int]) -> int:
-        idx = self._cache.get(key)
-        if idx is None:
-            d = ((self._coords - np.log1p(np.array(key, dtype=float))) ** 2).sum(axis=1)
-            idx = self._cache[key] = int(np.argmin(d))
-        return idx
-
     def execute(
         self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
     ) -> tuple[float, float | None]:
-        i = self._nearest((n_decode, chunk, int(round(ctx)), int(round(prefix))))
-        rows = self._truth.ms[i]
+        i = self._index(n_decode, chunk, int(round(ctx)), int(round(prefix)))
+        rows = self._ms[i]
         _, u = self._draws.next()
-        j = min(int(u * rows.size), rows.size - 1)
-        t = float(rows[j])
-        e = None if self._truth.energy is None else float(self._truth.energy[i][j])
+        j = min(int(u * len(rows)), len(rows) - 1)
+        t = rows[j]
+        e = None if self._energy is None else self._energy[i][j]
         if self._drift is not None and self._drift.applies(n_decode, chunk, now_ms):
             t *= self._drift.factor
             e = None if e is None else e * self._drift.factor
@@ -246,56 +293,27 @@ def parse_drift(spec: str) -> Drift:
         ) from None
 
 
-def _options(spec: str, opts: str, allowed: tuple[str, ...]) -> dict[str, float]:
+def truth_options(name: str, options: str, allowed: tuple[str, ...]) -> dict[str, float]:
     """``key=value,...`` → numbers; unknown keys and non-numbers are one-line InputErrors."""
     kwargs: dict[str, float] = {}
-    for item in filter(None, opts.split(",")):
+    for item in filter(None, options.split(",")):
         key, _, value = item.partition("=")
         if key not in allowed:
-            raise InputError(f"--truth {spec!r}: unknown option {key!r} (known: {allowed})")
+            raise InputError(f"--truth {name}:{options}: unknown option {key!r} (known: {allowed})")
         try:
             kwargs[key] = float(value)
         except ValueError:
-            raise InputError(f"--truth {spec!r}: {key} needs a number, got {value!r}") from None
+            raise InputError(
+                f"--truth {name}:{options}: {key} needs a number, got {value!r}"
+            ) from None
     return kwargs
 
 
-def _analytic(options: dict[str, float]) -> AnalyticTruth:
-    return AnalyticTruth(**options)  # type: ignore[arg-type]
-
-
-def _device(options: dict[str, float]) -> DeviceTruth:
-    from servecal.sched.device_truth import DeviceTruth
-
-    return DeviceTruth.load(**options)
-
-
-def _device_options() -> tuple[str, ...]:
-    from servecal.sched.device_truth import OPTIONS
-
-    return OPTIONS
-
-
-#: ``--truth NAME[:key=value,...]``: name → (constructor from options, allowed options).
-TRUTHS: dict[str, tuple[Callable[[dict[str, float]], Any], Callable[[], tuple[str, ...]]]] = {
-    "analytic": (_analytic, lambda: ("sigma", "spike_prob", "spike_factor", "power_w")),
-    "device": (_device, _device_options),
-}
-
-
-def parse_truth(spec: str) -> AnalyticTruth | SampledTruth | DeviceTruth:
-    """``analytic[:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300]``,
-    ``device[:sigma=...,spike_prob=...,power_w=...]`` (docs/truth.md) or ``samples:PATH``."""
-    if spec.startswith("samples:"):
-        return SampledTruth.load(spec[len("samples:") :])
-    name, _, opts = spec.partition(":")
-    if name not in TRUTHS:
-        raise InputError(
-            f"--truth {spec!r}: expected {'|'.join(TRUTHS)}[:key=value,...] or samples:PATH"
-        )
-    build, allowed = TRUTHS[name]
-    kwargs = _options(spec, opts, allowed())
+def analytic_truth(options: str = "") -> AnalyticTruth:
+    """``--truth analytic[:OPTIONS]``: ``OPTIONS`` like ``sigma=0.1,spike_prob=0.001,
+    spike_factor=3,power_w=300`` (any of them; none: the noiseless formula)."""
+    kwargs = truth_options("analytic", options, ("sigma", "spike_prob", "spike_factor", "power_w"))
     try:
-        return build(kwargs)
+        return AnalyticTruth(**kwargs)
     except ValueError as exc:
-        raise InputError(f"--truth {spec!r}: {exc}") from None
+        raise InputError(f"--truth analytic:{options}: {exc}") from None

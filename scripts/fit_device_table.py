@@ -8,7 +8,7 @@ point, ``SeedSequence(FIT_ENTROPY)``: no run draws from it), fits it with
 writes ``sched/data/device_a100_fitted.json`` with its values rounded to 0.1 µs (the
 file stays near 100 kB; rounding is monotone, so the table stays monotone). The
 fit is deterministic: rerunning gives the same values (``--check`` verifies that).
-Rerun it whenever the truth's file or the recipe in ``sched/fitted.py`` changes; the
+Rerun it whenever the truth's file or the recipe in ``sched/fitted_table.py`` changes; the
 test suite fails until then (``fit_key`` no longer matches).
 """
 
@@ -20,7 +20,7 @@ from pathlib import Path
 
 from servecal.costmodels.table import CostTable
 from servecal.sched.device_truth import DeviceTruth
-from servecal.sched.fitted import SHIPPED_PATH, fit_table
+from servecal.sched.fitted_table import SHIPPED_PATH, fit_table
 
 DIGITS = 4  # ms → 0.1 µs
 

@@ -65,18 +65,14 @@ def _finish(spec: JobSpec, folder: Path, started: float, body: dict[str, Any]) -
 
 
 def _calibrate(cfg: Any, log: IO[str], layouts: Mapping[str, Callable[[], Any]]) -> Any:
-    """The fleet's one call into the profiler: ``calibrate(cfg, console, layouts=...)``.
-
-    calibrate still reports through a rich Console (to be replaced by progress
-    callbacks); until then this is the only line that knows, and it points the
-    console at the job's log file.
-    """
-    from rich.console import Console
-
+    """The fleet's one call into the profiler: calibrate's notices go to the job's log."""
     from servecal.profiler.calibrate import calibrate
 
-    console = Console(file=log, width=110, force_terminal=False, no_color=True, soft_wrap=True)
-    return calibrate(cfg, console, layouts=layouts)
+    def note(line: str) -> None:
+        log.write(line + "\n")
+        log.flush()
+
+    return calibrate(cfg, layouts=layouts, on_message=note)
 
 
 def calibration_job(

@@ -11,11 +11,10 @@ import json
 import math
 import shutil
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from typing import Any
 
 from servecal.costmodels.crossval import folds_for
 from servecal.costmodels.errors import InputError
@@ -29,7 +28,7 @@ from servecal.reports.demo.setting import (
     refine_axis,
     token_scale,
 )
-from servecal.reports.demo.simulation import Inputs, plan_runs, run_all
+from servecal.reports.demo.simulation import plan_runs, run_all
 
 #: Share of the budget the calibration sweep may use; simulation and report follow.
 CALIBRATION_SHARE = 0.45
@@ -40,7 +39,7 @@ EXTENSION_SHARE = 0.25
 #: Rows the conformal margin needs to certify 99% coverage (fit's rule), and the
 #: share of points each of fit's cross-validation folds holds out.
 MIN_HELDOUT_ROWS = 99
-HOLDOUT = 0.2
+FOLD_SHARE = 0.2
 
 
 @dataclass(frozen=True)
@@ -69,6 +68,20 @@ class DemoConfig:
             raise InputError("demo needs seeds >= 1, n_requests >= 10 and repeats >= 2")
 
 
+def _quiet(_: object) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class DemoCallbacks:
+    """How the demo reports: ``message`` one line at a time; ``calibration`` the
+    profiler's sweep status; ``simulation`` the experiment sweep's progress."""
+
+    message: Callable[[str], None] = _quiet
+    calibration: Callable[[Any], None] | None = None
+    simulation: Callable[[Any], None] | None = None
+
+
 @dataclass(frozen=True)
 class DemoResult:
     report: Path
@@ -82,7 +95,7 @@ class DemoResult:
 def check_enough_rows(points: int, rows_per_point: int) -> None:
     """Refuse (InputError) a calibration too small for ``fit`` to certify the P99
     margin with each cross-validation fold tested by a margin blind to it."""
-    folds = folds_for(HOLDOUT, points)
+    folds = folds_for(FOLD_SHARE, points)
     if points * rows_per_point * (folds - 1) / folds < MIN_HELDOUT_ROWS:
         raise InputError(
             f"the calibration measured only {points} points x {rows_per_point} repeats "
@@ -92,7 +105,7 @@ def check_enough_rows(points: int, rows_per_point: int) -> None:
 
 
 def _measure(
-    config: DemoConfig, device: str, budget_s: float, grid: dict | None, console: Console
+    config: DemoConfig, device: str, budget_s: float, grid: dict | None, say: DemoCallbacks
 ) -> None:
     """One budgeted sweep into ``OUT/calibration`` (resuming one that was started)."""
     from servecal.profiler.calibrate import CalibrateConfig, calibrate
@@ -113,7 +126,8 @@ def _measure(
             resume=resume,
             fit=False,
         ),
-        console,
+        on_message=say.message,
+        on_progress=say.calibration,
     ).outcome
     if outcome.stopped_by == "signal":
         raise KeyboardInterrupt
@@ -126,7 +140,7 @@ def _point_sizes(cal: Path):  # noqa: ANN202 - a pandas Series
     return samples, samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
 
 
-def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, dict]:
+def calibrate_step(config: DemoConfig, say: DemoCallbacks) -> tuple[Path, bool, dict]:
     """Measure (or resume, or reuse) the calibration and fit its table.
 
     If the budget ran out before enough iterations were timed to certify the P99
@@ -141,11 +155,11 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
     cal = config.out / "calibration"
     table_path = cal / "costtable.json"
     if table_path.is_file():
-        console.print(f"reusing the calibration in {cal} (delete it to measure again)")
+        say.message(f"reusing the calibration in {cal} (delete it to measure again)")
         return cal, on_gpu, {}
     grid = grid_for(on_gpu, token_scale(on_gpu, config.token_scale))
     if not (cal / "samples.parquet").is_file():
-        _measure(config, str(device), CALIBRATION_SHARE * config.budget_s, grid, console)
+        _measure(config, str(device), CALIBRATION_SHARE * config.budget_s, grid, say)
     samples, sizes = _point_sizes(cal)
     for extension in range(MAX_EXTENSIONS + 1):
         try:
@@ -155,23 +169,23 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
             if extension == MAX_EXTENSIONS or not (cal / "shards").is_dir():
                 raise
             extra = EXTENSION_SHARE * config.budget_s
-            console.print(
+            say.message(
                 f"{int(sizes.sum())} timed iterations are too few to certify the P99 margin; "
                 f"measuring {extra:.0f} s more (this machine is slower or busier than the "
                 "budget assumed)"
             )
             before = int(sizes.sum())
-            _measure(config, str(device), extra, grid, console)
+            _measure(config, str(device), extra, grid, say)
             samples, sizes = _point_sizes(cal)
             if int(sizes.sum()) == before:  # the grid is exhausted: more time cannot help
                 raise
-    with console.status("fitting the cost table"):
-        fitted = fit_cost_table(
-            samples.frame,
-            {"source": str(cal / "samples.parquet"), **samples.provenance},
-            holdout=HOLDOUT,
-            grid={a: refine_axis(sorted(samples.frame[a].unique())) for a in POINT_AXES},
-        )
+    say.message("fitting the cost table")
+    fitted = fit_cost_table(
+        samples.frame,
+        {"source": str(cal / "samples.parquet"), **samples.provenance},
+        fold_share=FOLD_SHARE,
+        grid={a: refine_axis(sorted(samples.frame[a].unique())) for a in POINT_AXES},
+    )
     # The demo's truth replays the measured repeats of the *nearest* calibrated point:
     # a step function of the chunk. Interpolating the table between grid points would
     # price a chunk just past a step below the time the truth then draws, and SLOWeave,
@@ -181,7 +195,7 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
     table = CostTable.from_json({**fitted.table.to_json(), "between": "round_up"})
     table.save(table_path)
     m = fitted.metrics
-    console.print(
+    say.message(
         f"cost table: {fitted.model}; held-out P50 MAPE {100 * m['p50_mape']:.1f}%, "
         f"P99+δ coverage {100 * m['p99_coverage']:.1f}%"
     )
@@ -189,11 +203,9 @@ def calibrate_step(config: DemoConfig, console: Console) -> tuple[Path, bool, di
 
 
 def simulate_step(
-    config: DemoConfig, cal: Path, on_gpu: bool, console: Console
+    config: DemoConfig, cal: Path, on_gpu: bool, say: DemoCallbacks
 ) -> tuple[Path, DemoSetting]:
     """Derive targets and rates from the table; run the scheduler grid."""
-    import pandas as pd
-
     from servecal.costmodels import CostTable
 
     table = CostTable.load(cal / "costtable.json")
@@ -205,75 +217,52 @@ def simulate_step(
         config.workloads,
     )
     for line in setting.describe():
-        console.print(line)
+        say.message(line)
     runs = config.out / "runs"
     shutil.rmtree(runs, ignore_errors=True)  # runs of an earlier setting must not mix in
-    frame = pd.read_parquet(cal / "samples.parquet", columns=["n_decode", "chunk", "ctx", "prefix"])
-    points = tuple(tuple(int(v) for v in p) for p in frame.drop_duplicates().to_numpy())
-    inputs = Inputs(
-        str(cal / "costtable.json"),
-        str(cal / "samples.parquet"),
-        setting.token_scale,
-        setting.time_dilation,
-        setting.c_max,
-        setting.aging_ms,
-        setting.aging_chunk,
-        points,
-    )
-    specs = plan_runs(setting, runs, config.seeds, config.n_requests)
-    columns = (
-        TextColumn("simulating"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TextColumn("runs"),
-        TimeElapsedColumn(),
-        TextColumn("{task.description}"),
-    )
-    with Progress(*columns, console=console, transient=False) as bar:
-        task = bar.add_task("", total=len(specs))
-
-        def done(spec) -> None:  # noqa: ANN001 - a RunSpec
-            bar.update(task, advance=1, description=f"{spec.workload} {spec.policy}")
-
-        run_all(specs, inputs, config.jobs, done)
+    specs, folders = plan_runs(
+        setting, runs, config.seeds, config.n_requests, cal / "costtable.json",
+        cal / "samples.parquet",
+    )  # fmt: skip
+    run_all(specs, folders, config.jobs, say.simulation)
     return runs, setting
 
 
-def run_demo(config: DemoConfig, console: Console | None = None) -> DemoResult:
+def run_demo(config: DemoConfig, say: DemoCallbacks | None = None) -> DemoResult:
     """The whole demo; ``KeyboardInterrupt`` propagates after the pool is shut down."""
     from servecal.reports.page import build_report
 
-    console = console or Console(stderr=True)
+    say = say or DemoCallbacks()
     config.out.mkdir(parents=True, exist_ok=True)
     clock = {"start": time.perf_counter()}
-    cal, on_gpu, _ = calibrate_step(config, console)
+    cal, on_gpu, _ = calibrate_step(config, say)
     clock["calibrated"] = time.perf_counter()
-    runs, setting = simulate_step(config, cal, on_gpu, console)
+    runs, setting = simulate_step(config, cal, on_gpu, say)
     clock["simulated"] = time.perf_counter()
-    with console.status("writing the report"):
-        seconds = {
-            "calibrate + fit": clock["calibrated"] - clock["start"],
-            "simulate": clock["simulated"] - clock["calibrated"],
-        }
-        preface = [
-            "This report was written by `servecal demo`: it calibrated this device, fitted "
-            "a cost table, and simulated the schedulers with that table as the predictor and "
-            "the measured samples as the truth (each iteration's time drawn from the "
-            "measured repeats of the nearest calibrated point).",
-            "The cost table is compiled on a grid finer than the measured one (steps of at "
-            "most 1.5x between neighbours on every axis, the fitted model filling in) and "
-            "answers between grid points by rounding up (the truth replays the nearest "
-            "measured point, a step function that interpolation would under-price), so a "
-            "coarse grid would make SLOWeave pay for the next measured chunk size. The P99 "
-            "margin is still calibrated and tested on held-out measured points.",
-            *setting.describe(),
-            f"{config.seeds} seed(s) per cell, {config.n_requests} requests per run. "
-            + "Time spent: "
-            + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
-            + ".",
-        ]
-        files = build_report(
-            [cal, runs], config.out / "report", title="servecal demo report", preface=preface
-        )
+    say.message("writing the report")
+    seconds = {
+        "calibrate + fit": clock["calibrated"] - clock["start"],
+        "simulate": clock["simulated"] - clock["calibrated"],
+    }
+    preface = [
+        "This report was written by `servecal demo`: it calibrated this device, fitted "
+        "a cost table, and simulated the schedulers with that table as the predictor and "
+        "the measured samples as the truth (each iteration's time drawn from the "
+        "measured repeats of the nearest calibrated point).",
+        "The cost table is compiled on a grid finer than the measured one (steps of at "
+        "most 1.5x between neighbours on every axis, the fitted model filling in) and "
+        "answers between grid points by rounding up (the truth replays the nearest "
+        "measured point, a step function that interpolation would under-price), so a "
+        "coarse grid would make SLOWeave pay for the next measured chunk size. The P99 "
+        "margin is still calibrated and tested on held-out measured points.",
+        *setting.describe(),
+        f"{config.seeds} seed(s) per cell, {config.n_requests} requests per run. "
+        + "Time spent: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())
+        + ".",
+    ]
+    files = build_report(
+        [cal, runs], config.out / "report", title="servecal demo report", preface=preface
+    )
     seconds["report"] = time.perf_counter() - clock["simulated"]
     return DemoResult(files.html, files.markdown, cal, runs, setting, seconds)

@@ -162,7 +162,7 @@ def derive_setting(
     table: Predictor, axes: Axes, scale: float, workloads: tuple[str, ...] = WORKLOADS
 ) -> DemoSetting:
     """The demo's targets, rates and policies for the calibrated ``table``."""
-    from servecal.sched.compare import default_rate
+    from servecal.sched.experiment import default_rate
 
     spec = AnalyticPredictor()
     ref_batch = max((n for n in axes.n_values if n <= SPEC_REF_BATCH), default=axes.n_max)

@@ -1,4 +1,4 @@
-"""What an operator-level prefill policy reads (:class:`PrefillView`) and returns
+"""What an operator-level prefill policy reads (:class:`DriverView`) and returns
 (:class:`Decision`).
 
 A policy is any object with ``decide(view, predictor) -> Decision`` and a
@@ -13,12 +13,15 @@ arrival to an idle device), like an iteration-level engine.
 
 from __future__ import annotations
 
-from collections.abc import Sequence, ValuesView
+from collections.abc import Callable, Sequence, ValuesView
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.flowprefill.state import Job
+
+if TYPE_CHECKING:
+    from servecal.sched.flowprefill.driver import OperatorDriver
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,39 +41,55 @@ class Decision:
         return self.run[0][0] if self.run else None
 
 
-class PrefillView(Protocol):
-    """The read-only driver state a policy plans from."""
+class DriverView:
+    """The read-only driver state a policy plans from: reads only, changes nothing.
+
+    Its methods are the driver's own, bound once (no indirection per call): the
+    driver keeps its prediction memos itself.
+    """
+
+    __slots__ = ("_d", "kv_need", "remaining_ms", "batch_ms")
+
+    def __init__(self, driver: OperatorDriver) -> None:
+        self._d = driver
+        #: ``kv_need(job)``: KV tokens ``job`` must reserve to start (0 when it holds its KV).
+        self.kv_need: Callable[[Job], int] = driver.kv_need
+        #: ``remaining_ms(job)``: predicted time to finish ``job``'s prefill alone from now.
+        self.remaining_ms: Callable[[Job], float] = driver.remaining_ms
+        #: ``batch_ms(tokens, prefixes)``: predicted time of one prefill iteration of
+        #: these fresh chunks.
+        self.batch_ms: Callable[[Sequence[int], Sequence[int]], float] = driver.batch_ms
 
     @property
-    def now_ms(self) -> float: ...
+    def now_ms(self) -> float:
+        return self._d.now_ms
 
     @property
-    def kv_capacity(self) -> int: ...
+    def kv_capacity(self) -> int:
+        return self._d.kv_capacity
 
     @property
-    def kv_free(self) -> int: ...
+    def kv_used(self) -> int:
+        return self._d.kv_used
+
+    @property
+    def kv_free(self) -> int:
+        return self._d.kv_capacity - self._d.kv_used
+
+    @property
+    def kv_decoding(self) -> int:
+        """KV reserved by requests that finished their prefill and decode (colocated)."""
+        return self._d.kv_decoding
 
     @property
     def jobs(self) -> ValuesView[Job]:
-        """Every request with prefill left (running, parked, waiting), by arrival."""
-        ...
+        """Every request with prefill left (on the device, parked, waiting), by arrival."""
+        return self._d.jobs
 
     @property
-    def running(self) -> tuple[Job, ...]:
+    def on_device(self) -> tuple[Job, ...]:
         """The batch on the device now (empty when the device is free)."""
-        ...
-
-    def kv_need(self, job: Job) -> int:
-        """KV tokens ``job`` must reserve to start (0 when it already holds its KV)."""
-        ...
-
-    def remaining_ms(self, job: Job) -> float:
-        """Predicted time to finish ``job``'s prefill if it ran alone from now."""
-        ...
-
-    def batch_ms(self, tokens: Sequence[int], prefixes: Sequence[int]) -> float:
-        """Predicted time of one prefill iteration of these fresh chunks."""
-        ...
+        return self._d.on_device
 
 
 @runtime_checkable
@@ -79,4 +98,4 @@ class PrefillPolicy(Protocol):
 
     preemptive: bool
 
-    def decide(self, view: PrefillView, predictor: Predictor) -> Decision: ...
+    def decide(self, view: DriverView, predictor: Predictor) -> Decision: ...

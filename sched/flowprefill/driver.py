@@ -42,12 +42,13 @@ import numpy as np
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.executor import Executor
-from servecal.sched.flowprefill.decision import Decision, PrefillPolicy
+from servecal.sched.flowprefill.decision import Decision, DriverView, PrefillPolicy
 from servecal.sched.flowprefill.operators import OperatorModel
 from servecal.sched.flowprefill.record import Recorder
 from servecal.sched.flowprefill.state import Job
 from servecal.sched.plan import PlanError
 from servecal.sched.request import Request
+from servecal.sched.result import RunResult
 
 SETTINGS = ("prefill", "colocated")
 MODES = ("event", "iteration")
@@ -89,7 +90,10 @@ class _Segment:
 
 
 class OperatorDriver:
-    """One run: ``OperatorDriver(requests, policy, predictor, executor, config).run()``."""
+    """One run: ``OperatorDriver(requests, policy, predictor, executor, config).run()``
+    → :class:`~servecal.sched.result.RunResult` (its ``counters``: wake-ups, parked
+    batches, blocking and operator times). The policy reads a :class:`DriverView`;
+    ``recorder`` keeps every park's blocking time after the run."""
 
     def __init__(
         self,
@@ -119,6 +123,7 @@ class OperatorDriver:
         self._event = False  # something happened since the last wake-up
         self._pred_cache: dict[tuple[int, int], float] = {}
         self.rec = Recorder(self._pending, executor)
+        self.view = DriverView(self)
         # colocated decodes: every decoding request decodes in every decode iteration
         self._ready: dict[int, tuple[Request, int]] = {}  # rid -> (request, first decode idx)
         self._finish_at: dict[int, list[int]] = {}  # decode idx -> rids finishing there
@@ -126,7 +131,7 @@ class OperatorDriver:
         self._kv_ready = 0  # KV of the decoding requests (for ctx)
         self._kv_of: dict[int, int] = {}  # KV reserved by each decoding request
 
-    # -- the view a policy reads ----------------------------------------------------------
+    # -- what the view reads (DriverView) --------------------------------------------------
     @property
     def now_ms(self) -> float:
         return self._now
@@ -140,10 +145,6 @@ class OperatorDriver:
         return self._kv_used
 
     @property
-    def kv_free(self) -> int:
-        return self.config.kv_capacity - self._kv_used
-
-    @property
     def kv_decoding(self) -> int:
         """KV reserved by requests that finished their prefill and decode (colocated)."""
         return sum(self._kv_of.values())
@@ -153,7 +154,7 @@ class OperatorDriver:
         return self._jobs.values()
 
     @property
-    def running(self) -> tuple[Job, ...]:
+    def on_device(self) -> tuple[Job, ...]:
         return tuple(self._seg.jobs) if self._seg is not None else ()
 
     def kv_need(self, job: Job) -> int:
@@ -170,6 +171,8 @@ class OperatorDriver:
         return ms
 
     def remaining_ms(self, job: Job) -> float:
+        """Predicted time to finish ``job``'s prefill alone from now (memoised by the
+        driver per job until its progress changes)."""
         if job.chunk:
             left = 1.0 - self._ops.done_fraction(job.chunk, job.tokens_done, job.ops_done)
             rest = job.remaining_tokens - job.chunk
@@ -186,12 +189,17 @@ class OperatorDriver:
         return float(self._predictor.predict(0, total, 0, prefix))
 
     # -- the loop -----------------------------------------------------------------------------
-    def run(self) -> Recorder:
-        """Run until every request is done; return the recorder (frames via ``result``)."""
+    def run(self) -> RunResult:
+        """Run until every request is done; return the run."""
         self._admit()
         while self._step():
             pass
         self.rec.close(self._now)
+        return self.rec.result()
+
+    @property
+    def recorder(self) -> Recorder:
+        """What was recorded (e.g. ``recorder.blocking_ms``, every park's blocking time)."""
         return self.rec
 
     def _step(self) -> bool:
@@ -267,7 +275,7 @@ class OperatorDriver:
     # -- wake-ups --------------------------------------------------------------------------
     def _wake(self) -> Decision:
         t0 = perf_counter_ns()
-        decision = self._policy.decide(self, self._predictor)
+        decision = self._policy.decide(self.view, self._predictor)
         self.rec.wake((perf_counter_ns() - t0) / 1000.0)
         self._event = False
         self._check(decision)
@@ -297,8 +305,9 @@ class OperatorDriver:
             need += self.kv_need(job)
         if len(ops) > 1:
             raise self._fail("batches requests parked at different operators")
-        if need > self.kv_free:
-            raise self._fail(f"needs {need} KV tokens; {self.kv_free} free")
+        free = self.config.kv_capacity - self._kv_used
+        if need > free:
+            raise self._fail(f"needs {need} KV tokens; {free} free")
 
     # -- segments ----------------------------------------------------------------------------
     def _start(self, decision: Decision) -> None:
@@ -310,7 +319,7 @@ class OperatorDriver:
                 job.holds_kv = True
                 self._kv_used += job.kv_tokens
             job.chunk = t
-            job.running = True
+            job.on_device = True
         if self._ready and self._now + self._decode_pred() >= self._dec_deadline:
             self._decode_iteration()  # a decode is due before the first operator
         first = jobs[0].ops_done
@@ -346,14 +355,14 @@ class OperatorDriver:
         share = seg.durs[: seg.i].sum() / seg.total_ms if seg.total_ms else 0.0
         self.rec.segment(seg, share, parked, self._predictor)
         for job in seg.jobs:
-            job.running = False
+            job.on_device = False
         self._seg = None
         self._event = True
 
     def _park(self, seg: _Segment) -> None:
         self.rec.park(self._now - seg.decided, len(seg.jobs))
         for job in seg.jobs:
-            job.preemptions += 1
+            job.parks += 1
         self._close(seg, parked=True)
 
     def _complete(self, seg: _Segment) -> None:

@@ -17,11 +17,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from servecal.costmodels.predictor import Predictor
-from servecal.sched.flowprefill.decision import Decision, PrefillView
+from servecal.sched.flowprefill.decision import Decision, DriverView
 from servecal.sched.flowprefill.priority import priority_order
 from servecal.sched.flowprefill.state import Job
+from servecal.sched.policies.budget import check_budget, fill_budget
 
 #: FlowPrefill batches short requests up to this many tokens (SPEC §3).
 BATCH_TOKENS = 2048
@@ -29,7 +31,7 @@ BATCH_TOKENS = 2048
 KEEP_SLACK = 0.10
 
 
-def _fits(view: PrefillView, job: Job, reserved: int = 0) -> bool:
+def _fits(view: DriverView, job: Job, reserved: int = 0) -> bool:
     return view.kv_need(job) + reserved <= view.kv_free
 
 
@@ -52,19 +54,19 @@ class FlowPrefill:
         if not 0 <= self.keep_slack < 1:
             raise ValueError("FlowPrefill.keep_slack must be in [0, 1)")
 
-    def _ordered(self, view: PrefillView) -> list[Job]:
+    def _ordered(self, view: DriverView) -> list[Job]:
         if self.order == "srpt":
             return sorted(view.jobs, key=lambda j: (view.remaining_ms(j), j.arrival_ms, j.rid))
         return priority_order(view.jobs, view.now_ms, view.remaining_ms)
 
-    def decide(self, view: PrefillView, predictor: Predictor) -> Decision:
+    def decide(self, view: DriverView, predictor: Predictor) -> Decision:
         ranked = self._ordered(view)
         # KV-aware admission: the highest-priority request that holds or fits its KV.
         top = next((j for j in ranked if _fits(view, j)), None)
         if top is None:
             return Decision()
-        if top.running:  # keep the batch on the device
-            return Decision(tuple((j.rid, j.chunk) for j in view.running))
+        if top.on_device:  # keep the batch on the device
+            return Decision(tuple((j.rid, j.chunk) for j in view.on_device))
         if top.in_flight:  # parked mid-prefill: resume alone from its operator
             return Decision(((top.rid, top.chunk),))
         batch = [(top.rid, top.remaining_tokens)]
@@ -72,7 +74,7 @@ class FlowPrefill:
             batch = self._batch(view, ranked, top)
         return Decision(tuple(batch))
 
-    def _batch(self, view: PrefillView, ranked: list[Job], top: Job) -> list[tuple[int, int]]:
+    def _batch(self, view: DriverView, ranked: list[Job], top: Job) -> list[tuple[int, int]]:
         """SLO-aware batching: add waiting requests in priority order while the batch
         stays within the token cap, fits in KV and leaves the top request ≥ 10% of its
         TTFT SLO as slack after the predicted batch time; a candidate that would break
@@ -85,7 +87,7 @@ class FlowPrefill:
         for job in ranked:
             if sum(tokens) >= self.batch_tokens:
                 break
-            if job is top or job.running or job.ops_done:
+            if job is top or job.on_device or job.ops_done:
                 continue
             t = job.remaining_tokens
             if sum(tokens) + t > self.batch_tokens or not _fits(view, job, reserved):
@@ -105,9 +107,9 @@ class Fcfs:
     within ``batch_tokens`` (a single longer prompt runs alone). Never preempts."""
 
     batch_tokens: int = BATCH_TOKENS
-    preemptive: bool = False
+    preemptive: ClassVar[bool] = False
 
-    def decide(self, view: PrefillView, predictor: Predictor) -> Decision:
+    def decide(self, view: DriverView, predictor: Predictor) -> Decision:
         batch: list[tuple[int, int]] = []
         total = reserved = 0
         for job in view.jobs:  # arrival order
@@ -125,37 +127,32 @@ class Fcfs:
 @dataclass(frozen=True)
 class TokenBudgetChunks:
     """vLLM-like chunked prefill: up to ``budget`` tokens per iteration, prompts taken
-    in ``order`` (``"fcfs"``: arrival; ``"edf"``: deadline ``arrival + TTFT_SLO``) and
-    split across iterations where they do not fit."""
+    in ``order`` (``"fcfs"``: arrival, started prompts first; ``"edf"``: deadline
+    ``arrival + TTFT_SLO``) and split across iterations where they do not fit; the
+    engine's :class:`~servecal.sched.policies.budget.TokenBudget` on this driver (the
+    same :func:`~servecal.sched.policies.budget.fill_budget`)."""
 
     budget: int
     order: str = "fcfs"
-    preemptive: bool = False
+    preemptive: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
-        if self.budget < 1:
-            raise ValueError("TokenBudgetChunks.budget must be >= 1")
-        if self.order not in ("fcfs", "edf"):
-            raise ValueError("TokenBudgetChunks.order must be 'fcfs' or 'edf'")
+        check_budget(self.budget, self.order, "TokenBudgetChunks")
 
-    def decide(self, view: PrefillView, predictor: Predictor) -> Decision:
+    def decide(self, view: DriverView, predictor: Predictor) -> Decision:
         jobs = list(view.jobs)
         if self.order == "edf":
             jobs.sort(key=lambda j: (j.deadline_ms, j.arrival_ms, j.rid))
         else:  # started prompts first (vLLM keeps running requests ahead of the queue)
             jobs.sort(key=lambda j: (not j.holds_kv, j.arrival_ms, j.rid))
-        left = self.budget
         reserved = 0
-        batch: list[tuple[int, int]] = []
-        for job in jobs:
-            if left <= 0:
-                break
-            if not _fits(view, job, reserved):
-                if self.order == "fcfs":
-                    break
-                continue
-            c = min(left, job.remaining_tokens)
-            batch.append((job.rid, c))
-            left -= c
-            reserved += view.kv_need(job)
-        return Decision(tuple(batch))
+
+        def room(job: Job, taken: int) -> int:  # a positive answer takes the job
+            nonlocal reserved
+            need = view.kv_need(job)
+            if need + reserved > view.kv_free:
+                return 0
+            reserved += need
+            return job.remaining_tokens
+
+        return Decision(fill_budget(jobs, self.budget, room, self.order == "edf"))

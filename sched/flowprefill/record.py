@@ -6,21 +6,20 @@ writer take them unchanged. An *iteration* row here is a segment: a prefill batc
 running a contiguous range of its operators (``ops_from``..``ops_to``, ``parked``
 when it stopped at a boundary), or a colocated decode iteration (``chunk = 0``).
 
-Beyond the engine's counters it keeps FlowPrefill's own: scheduler wake-ups and
-their decision time, every park's *blocking time* (decided → running batch
-parked) and the longest single operator run.
+Beyond the engine's counters it keeps FlowPrefill's own (``RunResult.counters``):
+scheduler wake-ups and their decision time, every park's *blocking time*
+(decided → running batch parked) and the longest single operator run.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
+from servecal.costmodels.predictor import TAIL_QUANTILE, Predictor
 from servecal.sched.engine import ITERATION_COLUMNS
 from servecal.sched.executor import Executor
 from servecal.sched.flowprefill.state import Job
@@ -29,31 +28,6 @@ from servecal.sched.result import REQUEST_COLUMNS, RunResult, append_request_row
 
 if TYPE_CHECKING:
     from servecal.sched.flowprefill.driver import _Segment
-
-
-@dataclass(frozen=True)
-class FlowRun:
-    """A finished run: the engine-compatible :class:`RunResult` plus FlowPrefill's
-    counters (``preemptions`` here are operator-level parks; nothing is recomputed)."""
-
-    result: RunResult
-    wakeups: int
-    decision_us_total: float
-    blocking_ms: np.ndarray
-    max_operator_ms: float
-    parks: int
-
-    def counters(self) -> dict[str, Any]:
-        """``wakeups``, ``preemptions``, ``p99_blocking_ms``, ``max_operator_ms``, ..."""
-        b = self.blocking_ms
-        return {
-            "wakeups": self.wakeups,
-            "decision_us_total": self.decision_us_total,
-            "preemptions": self.parks,
-            "p99_blocking_ms": p99(b) if b.size else None,
-            "max_blocking_ms": float(b.max()) if b.size else None,
-            "max_operator_ms": self.max_operator_ms,
-        }
 
 
 class Recorder:
@@ -93,7 +67,7 @@ class Recorder:
 
     def first_token(self, job: Job, now: float) -> None:
         self._first[job.rid] = now
-        self._parks_of[job.rid] = job.preemptions
+        self._parks_of[job.rid] = job.parks
         self._decode_from[job.rid] = len(self._decode_ends)
 
     def finish(self, rid: int, now: float) -> None:
@@ -121,7 +95,7 @@ class Recorder:
             ctx=0.0,
             prefix=seg.prefix,
             pred_p50_ms=float(p.predict(0, total, 0, seg.prefix, q=0.5)) * share,
-            pred_p99_ms=float(p.predict(0, total, 0, seg.prefix, q=PLAN_QUANTILE)) * share,
+            pred_p99_ms=float(p.predict(0, total, 0, seg.prefix, q=TAIL_QUANTILE)) * share,
             margin_ms=float(p.margin(0, total, 0, seg.prefix)) * share,
             energy_j=math.nan if seg.energy is None else seg.energy * share,
             decision_us=seg.decision_us,
@@ -146,7 +120,7 @@ class Recorder:
             ctx=ctx,
             prefix=0.0,
             pred_p50_ms=float(p.predict(n, 0, ctx, 0, q=0.5)),
-            pred_p99_ms=float(p.predict(n, 0, ctx, 0, q=PLAN_QUANTILE)),
+            pred_p99_ms=float(p.predict(n, 0, ctx, 0, q=TAIL_QUANTILE)),
             margin_ms=float(p.margin(n, 0, ctx, 0)),
             energy_j=math.nan if energy is None else energy,
             decision_us=math.nan,
@@ -182,13 +156,33 @@ class Recorder:
                 done_ms=done,
                 tokens_out=tokens,
                 gaps=gaps,
-                preemptions=self._parks_of.get(req.rid, 0),
+                recomputes=0,
+                parks=self._parks_of.get(req.rid, 0),
                 slo_exception=False,
                 rejected=req.rid in self._rejected,
             )
         return pd.DataFrame(rows)
 
-    def result(self) -> FlowRun:
+    @property
+    def blocking_ms(self) -> np.ndarray:
+        """Every park's blocking time: decided → the running batch parked, ms."""
+        return np.asarray(self._blocking, dtype=float)
+
+    def counters(self) -> dict[str, Any]:
+        """The driver's own counters (beside the engine's): ``wakeups``,
+        ``decision_us_total``, ``parked_batches``, ``p99_blocking_ms``,
+        ``max_blocking_ms`` and ``max_operator_ms``."""
+        b = self.blocking_ms
+        return {
+            "wakeups": self.wakeups,
+            "decision_us_total": self.decision_us,
+            "parked_batches": int(b.size),
+            "p99_blocking_ms": p99(b) if b.size else None,
+            "max_blocking_ms": float(b.max()) if b.size else None,
+            "max_operator_ms": self._max_op,
+        }
+
+    def result(self) -> RunResult:
         cols = self._cols
         iterations = pd.DataFrame({k: np.asarray(v, dtype=object) for k, v in cols.items()})
         for key in ("n_decode", "chunk", "n_prefills", "ops_from", "ops_to"):
@@ -198,18 +192,10 @@ class Recorder:
         ints = {"n_decode", "chunk", "n_prefills", "ops_from", "ops_to", "parked", "rids"}
         for key in set(cols) - ints:
             iterations[key] = iterations[key].astype(float)
-        run = RunResult(
+        return RunResult(
             requests=self._requests_frame(),
             iterations=iterations,
-            preemptions=len(self._blocking),
             plan_calls=self.wakeups,
             energy_source=self._energy_source,
-        )
-        return FlowRun(
-            result=run,
-            wakeups=self.wakeups,
-            decision_us_total=self.decision_us,
-            blocking_ms=np.asarray(self._blocking, dtype=float),
-            max_operator_ms=self._max_op,
-            parks=len(self._blocking),
+            counters=self.counters(),
         )

@@ -31,8 +31,8 @@ class Job:
         "kv_tokens",
         "pred_rest_ms",
         "first_ms",
-        "preemptions",
-        "running",
+        "parks",
+        "on_device",
     )
 
     def __init__(self, request: Request) -> None:
@@ -50,8 +50,8 @@ class Job:
         self.kv_tokens = 0  # KV reserved for this request now
         self.pred_rest_ms = math.nan  # cached prediction of the rest (no chunk in flight)
         self.first_ms = math.nan
-        self.preemptions = 0  # times parked at an operator boundary
-        self.running = False
+        self.parks = 0  # times parked at an operator boundary
+        self.on_device = False  # in the batch the device runs now
 
     @property
     def remaining_tokens(self) -> int:
@@ -60,7 +60,7 @@ class Job:
 
     @property
     def in_flight(self) -> bool:
-        """A chunk is partly run: the request is parked mid-chunk (or running)."""
+        """A chunk is partly run: the request is parked mid-chunk (or on the device)."""
         return self.ops_done > 0
 
     @property
@@ -71,5 +71,5 @@ class Job:
     def __repr__(self) -> str:
         return (
             f"Job(rid={self.rid}, done={self.tokens_done}/{self.prompt_tokens}, "
-            f"chunk={self.chunk}, ops_done={self.ops_done}, running={self.running})"
+            f"chunk={self.chunk}, ops_done={self.ops_done}, on_device={self.on_device})"
         )

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.live import LiveRequest
@@ -34,7 +35,7 @@ from servecal.sched.view import EngineView
 
 @dataclass(frozen=True)
 class SLOWeaveConfig:
-    """SLOWeave's options; each is a ``servecal simulate`` flag.
+    """SLOWeave's options; each is ``servecal simulate --opt KEY=VALUE``.
 
     * ``c_max`` (4096): largest chunk, ``C_max``.
     * ``quantile`` (0.99) and ``use_margin`` (True): plan on ``T̂_q + δ``. The P50-only
@@ -73,11 +74,52 @@ class SLOWeaveConfig:
             raise ValueError("SLOWeaveConfig.max_prefills must be >= 1")
 
 
-class SLOWeave:
-    """The SLOWeave policy."""
+def deadline_chunk(
+    predictor: Predictor,
+    config: SLOWeaveConfig,
+    n_decode: int,
+    ctx: float,
+    prefix: int,
+    limit: int,
+    now_ms: float,
+    earliest_deadline_ms: float,
+    waited_ms: float,
+) -> tuple[int, float, bool]:
+    """SLOWeave's decision for the oldest prompt, as a pure function of numbers.
 
-    def __init__(self, config: SLOWeaveConfig | None = None) -> None:
-        self.config = config or SLOWeaveConfig()
+    ``limit`` is the most tokens the prompt may get (``C_max``, its remainder and the
+    KV room); ``waited_ms`` how long it has waited since arrival. Returns ``(chunk,
+    budget_ms, aged)``: with no decode (``n_decode == 0``) no deadline binds and the
+    chunk is ``limit`` (budget ``inf``); otherwise ``budget = max(0, min_i d_i − now)``
+    and the chunk is the predictor's ``max_chunk`` on the configured quantile (and
+    margin); ``aged`` is true when the aging rule raised it to ``aging_chunk``,
+    knowingly breaking deadlines. The engine policy below and any other scheduler
+    (a vLLM plug-in) call this one function, so they decide alike.
+    """
+    if n_decode == 0:
+        return limit, math.inf, False
+    budget = max(0.0, earliest_deadline_ms - now_ms)
+    c = predictor.max_chunk(
+        n_decode, ctx, prefix, budget, limit, q=config.quantile, use_margin=config.use_margin
+    )
+    if (
+        c < config.aging_chunk
+        and config.aging_ms is not None
+        and waited_ms >= config.aging_ms
+        and limit > c
+    ):
+        return min(config.aging_chunk, limit), budget, True
+    return c, budget, False
+
+
+class SLOWeave:
+    """The SLOWeave policy: ``SLOWeave(config)`` or ``SLOWeave(**options)`` (the fields
+    of :class:`SLOWeaveConfig`, as the policy registry builds it)."""
+
+    def __init__(self, config: SLOWeaveConfig | None = None, **options: Any) -> None:
+        if config is not None and options:
+            raise TypeError("SLOWeave takes a SLOWeaveConfig or its fields, not both")
+        self.config = config or SLOWeaveConfig(**options)
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
         cfg = self.config
@@ -95,19 +137,15 @@ class SLOWeave:
                 chunks = self._fill(view, predictor, chunks, math.inf, reject)
             return Plan(prefill=chunks, reject=reject) if chunks or reject else DECODE_ONLY
         now = view.now_ms
-        budget = max(0.0, view.earliest_deadline_ms() - now)
         ctx = view.ctx_mean
-        c = predictor.max_chunk(
-            n, ctx, live.prefilled, budget, limit, q=cfg.quantile, use_margin=cfg.use_margin
-        )
+        # positional: this runs every iteration (n_decode, ctx, prefix, limit, now_ms,
+        # earliest_deadline_ms, waited_ms)
+        c, budget, aged = deadline_chunk(
+            predictor, cfg, n, ctx, live.prefilled, limit, now,
+            view.earliest_deadline_ms(), now - live.arrival_ms,
+        )  # fmt: skip
         exceptions: tuple[int, ...] = ()
-        if (
-            c < cfg.aging_chunk
-            and cfg.aging_ms is not None
-            and now - live.arrival_ms >= cfg.aging_ms
-            and limit > c
-        ):
-            c = min(cfg.aging_chunk, limit)
+        if aged:
             exceptions = self._broken(view, predictor, n, c, ctx, live.prefilled)
         if c <= 0:
             return Plan(reject=reject, budget_ms=budget)

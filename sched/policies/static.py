@@ -1,4 +1,5 @@
-"""The static baselines: fixed chunk, vLLM token budget, full prefill.
+"""Two static baselines: a fixed chunk, and full prefill (the token budget is in
+:mod:`.budget`).
 
 All decode every ready request every iteration and prefill the oldest incomplete
 prompt first (started prompts before waiting ones).
@@ -10,13 +11,13 @@ from dataclasses import dataclass
 
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.plan import DECODE_ONLY, Plan
-from servecal.sched.policies._common import fill_token_budget, room_for
+from servecal.sched.policies._common import room_for
 from servecal.sched.view import EngineView
 
 
 @dataclass(frozen=True)
 class FixedChunk:
-    """``fixed-C``: a prefill chunk of ``min(C, remaining)`` alongside all decodes
+    """``fixed-C``: a prefill chunk of ``min(chunk, remaining)`` alongside all decodes
     (Sarathi-style)."""
 
     chunk: int
@@ -31,22 +32,6 @@ class FixedChunk:
             return DECODE_ONLY
         c = min(self.chunk, room_for(view, live))
         return Plan(prefill=((live.rid, c),)) if c > 0 else DECODE_ONLY
-
-
-@dataclass(frozen=True)
-class TokenBudget:
-    """``budget-C``: vLLM's ``max_num_batched_tokens``. Decodes first, then prefill tokens
-    from the queue in order, several prompts if needed, up to ``C`` tokens in all."""
-
-    budget: int
-
-    def __post_init__(self) -> None:
-        if self.budget < 1:
-            raise ValueError("TokenBudget.budget must be >= 1")
-
-    def plan(self, view: EngineView, predictor: Predictor) -> Plan:
-        chunks = fill_token_budget(view, view.prefill_queue(), self.budget)
-        return Plan(prefill=chunks) if chunks else DECODE_ONLY
 
 
 @dataclass(frozen=True)

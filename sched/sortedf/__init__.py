@@ -1,11 +1,11 @@
 """Memory-constrained batch scheduling: Sorted-F, MC-SF, FCFS, Sorted-LP, Amin, exact.
 
 The discrete-time model of SPEC §2 and its step semantics are in docs/sortedf.md;
-:func:`simulate` scores every schedule. Typical use::
+:func:`score_schedule` scores every schedule. Typical use::
 
-    from servecal.sched.sortedf import Instance, simulate, sorted_f
+    from servecal.sched.sortedf import Instance, score_schedule, sorted_f
     inst = Instance(s=[900, 3000, 120], o=[40, 12, 300], memory=8192)
-    print(simulate(inst, sorted_f(inst)).mean_latency)
+    print(score_schedule(inst, sorted_f(inst)).mean_latency)
 """
 
 from servecal.sched.sortedf.algorithms import (
@@ -18,7 +18,13 @@ from servecal.sched.sortedf.algorithms import (
     sorted_lp,
 )
 from servecal.sched.sortedf.lp import LPResult, lp_relaxation
-from servecal.sched.sortedf.model import InfeasibleSchedule, Instance, Segments, SimResult, simulate
+from servecal.sched.sortedf.model import (
+    InfeasibleSchedule,
+    Instance,
+    ScheduleScore,
+    Segments,
+    score_schedule,
+)
 from servecal.sched.sortedf.online import SortedFOnline
 from servecal.sched.sortedf.runner import ALGOS, OfflineConfig, Outcome, run_instance
 
@@ -30,14 +36,14 @@ __all__ = [
     "OfflineConfig",
     "Outcome",
     "Segments",
-    "SimResult",
+    "ScheduleScore",
     "SortedFOnline",
     "fcfs",
     "lp_relaxation",
     "mc_sf",
     "optimum",
     "run_instance",
-    "simulate",
+    "score_schedule",
     "sorted_f",
     "sorted_f_amin",
     "sorted_f_order",

@@ -1,17 +1,17 @@
-"""The schedulers compared by ``servecal offline``, each returning segments to simulate.
+"""The schedulers compared by ``servecal offline``, each returning segments to score.
 
 Every function takes an :class:`~.model.Instance` and returns
-:class:`~.model.Segments`; none of them scores itself: :func:`~.model.simulate` does.
+:class:`~.model.Segments`; none of them scores itself: :func:`~.model.score_schedule` does.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from servecal.sched.sortedf.admission import admit_by_group, admit_in_order
 from servecal.sched.sortedf.amin import predict_lower_bounds, run_with_estimates
 from servecal.sched.sortedf.batching import as_list, form_batches
 from servecal.sched.sortedf.exact import exact_optimum
-from servecal.sched.sortedf.executor import execute_groups, execute_order
 from servecal.sched.sortedf.fcfs import run_fcfs
 from servecal.sched.sortedf.lp import LPResult, lp_order, lp_relaxation
 from servecal.sched.sortedf.model import Instance, Segments
@@ -25,7 +25,7 @@ def mc_sf_order(inst: Instance) -> np.ndarray:
 
 def mc_sf(inst: Instance) -> Segments:
     """MC-SF (Jaillet et al.): shortest output first, future-peak admission."""
-    return Segments.from_starts(execute_order(inst, mc_sf_order(inst)), inst.o)
+    return Segments.from_starts(admit_in_order(inst, mc_sf_order(inst)), inst.o)
 
 
 def sorted_f_order(inst: Instance, solver: str = "auto") -> np.ndarray:
@@ -73,17 +73,17 @@ def sorted_f(
     if phase2 == "best":
         return Segments.from_starts(best_starts(inst, order, group, lookahead), inst.o)
     if phase2 == "head":
-        return Segments.from_starts(execute_order(inst, order), inst.o)
+        return Segments.from_starts(admit_in_order(inst, order), inst.o)
     if phase2 == "list":
         group = np.zeros(order.size, dtype=np.int64)
-    return Segments.from_starts(execute_groups(inst, order, group, lookahead), inst.o)
+    return Segments.from_starts(admit_by_group(inst, order, group, lookahead), inst.o)
 
 
 def sorted_lp(inst: Instance, lp: LPResult | None = None) -> Segments:
     """Sorted-LP: continuous batching in the LP relaxation's completion order."""
     if lp is None:
         lp = lp_relaxation(inst, horizon=default_horizon(inst))
-    return Segments.from_starts(execute_order(inst, lp_order(inst, lp)), inst.o)
+    return Segments.from_starts(admit_in_order(inst, lp_order(inst, lp)), inst.o)
 
 
 def sorted_f_amin(
@@ -108,5 +108,5 @@ def optimum(inst: Instance) -> Segments:
 
 def default_horizon(inst: Instance) -> int:
     """A horizon for the LP's intervals: the makespan of MC-SF (any value is valid)."""
-    starts = execute_order(inst, mc_sf_order(inst))
+    starts = admit_in_order(inst, mc_sf_order(inst))
     return int((starts + inst.o).max()) if inst.n else 1

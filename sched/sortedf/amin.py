@@ -25,7 +25,7 @@ import heapq
 
 import numpy as np
 
-from servecal.sched.sortedf.executor import _earliest_fit, future_peak
+from servecal.sched.sortedf.admission import _earliest_fit, future_peak
 from servecal.sched.sortedf.model import Instance, Segments
 
 

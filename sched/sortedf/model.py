@@ -13,7 +13,7 @@ Step semantics (docs/sortedf.md has the long version):
 
 Every algorithm's output is a list of *segments* ``(rid, start, length, done)``: a
 request that is evicted (recompute preemption) leaves an aborted segment and is
-started again later. :func:`simulate` scores them all, checking every step.
+started again later. :func:`score_schedule` scores them all, checking every step.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class Segments:
 
 
 @dataclass(frozen=True)
-class SimResult:
+class ScheduleScore:
     """What the simulator measured for one schedule (times in steps)."""
 
     completion: np.ndarray
@@ -125,7 +125,7 @@ def memory_profile(inst: Instance, seg: Segments) -> np.ndarray:
     return usage[1 : horizon + 1]
 
 
-def simulate(inst: Instance, seg: Segments) -> SimResult:
+def score_schedule(inst: Instance, seg: Segments) -> ScheduleScore:
     """Check a schedule against the model and score it; raise :class:`InfeasibleSchedule`."""
     n = inst.n
     if seg.rid.size and (seg.rid.min() < 0 or seg.rid.max() >= n):
@@ -159,7 +159,7 @@ def simulate(inst: Instance, seg: Segments) -> SimResult:
         raise InfeasibleSchedule(f"memory {peak} > M = {inst.memory} at step {t}")
     total = int(completion.sum())
     makespan = int(completion.max()) if n else 0
-    return SimResult(
+    return ScheduleScore(
         completion=completion,
         total_latency=total,
         mean_latency=total / n if n else 0.0,

@@ -28,8 +28,8 @@ import numpy as np
 from servecal.costmodels.predictor import Predictor
 from servecal.sched.live import LiveRequest
 from servecal.sched.plan import DECODE_ONLY, Plan
+from servecal.sched.sortedf.admission import future_peak
 from servecal.sched.sortedf.batching import SOLVERS, form_batches
-from servecal.sched.sortedf.executor import future_peak
 from servecal.sched.view import EngineView
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from servecal.sched.sortedf.executor import execute_groups, execute_order
+from servecal.sched.sortedf.admission import admit_by_group, admit_in_order
 from servecal.sched.sortedf.model import Instance
 
 #: Look-ahead depths the ``best`` Phase 2 tries beyond the one asked for (on the gap
@@ -35,8 +35,8 @@ def _run(inst: Instance, order: np.ndarray, group: np.ndarray, rule: int | None)
     """Start boundaries of one Phase-2 rule: ``batch`` with ``rule`` batches of
     look-ahead, or head-of-line (``None``)."""
     if rule is None:
-        return execute_order(inst, order)
-    return execute_groups(inst, order, group, rule)
+        return admit_in_order(inst, order)
+    return admit_by_group(inst, order, group, rule)
 
 
 def _best(

@@ -11,7 +11,7 @@ from servecal.sched.sortedf import algorithms as alg
 from servecal.sched.sortedf.batching import SOLVERS
 from servecal.sched.sortedf.exact import MAX_N as EXACT_MAX_N
 from servecal.sched.sortedf.lp import LPResult, lp_relaxation
-from servecal.sched.sortedf.model import Instance, SimResult, simulate
+from servecal.sched.sortedf.model import Instance, ScheduleScore, score_schedule
 
 ALGOS = ("fcfs", "mc-sf", "sorted-f", "sorted-lp", "sorted-f-amin", "opt")
 DEFAULT_ALGOS = ("fcfs", "mc-sf", "sorted-f", "sorted-lp")
@@ -52,7 +52,7 @@ class OfflineConfig:
 
 @dataclass(frozen=True)
 class AlgoOutcome:
-    sim: SimResult
+    sim: ScheduleScore
     solver_s: float
 
 
@@ -102,7 +102,7 @@ def run_instance(inst: Instance, config: OfflineConfig, rng: np.random.Generator
         solver_s = time.perf_counter() - t0
         if name == "sorted-lp":
             solver_s += out.lp_s
-        out.algos[name] = AlgoOutcome(simulate(inst, seg), solver_s)
+        out.algos[name] = AlgoOutcome(score_schedule(inst, seg), solver_s)
     if not config.lp_bound:
         out.lp = None
     return out

@@ -40,7 +40,7 @@ def calibrate(
     kv_layout: str = typer.Option(
         None,
         help="contiguous (the profiler's: every decode at ctx) or paged (the torch "
-        "executor's pool, ragged moving decode groups; for --executor torch tables). "
+        "executor's pool, ragged moving decode groups; for --backend torch tables). "
         "Default contiguous; on --resume, the run's.",
     ),
     tp: int = typer.Option(
@@ -52,8 +52,7 @@ def calibrate(
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
 
-    from rich.console import Console
-
+    from servecal.commands._runs import Bars, say
     from servecal.profiler.calibrate import CalibrateConfig
     from servecal.profiler.calibrate import calibrate as run
     from servecal.sched.torch_executor.calibration import PagedLayout
@@ -75,7 +74,13 @@ def calibrate(
         kv_layout=kv_layout,
         tp=tp,
     )
-    result = run(cfg, Console(stderr=True), layouts={PagedLayout.name: PagedLayout})
+    with Bars() as bars:
+        result = run(
+            cfg,
+            layouts={PagedLayout.name: PagedLayout},
+            on_message=say,
+            on_progress=bars.points(),
+        )
     typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")
     if result.outcome.stopped_by == "signal":
         raise typer.Exit(130)

@@ -1,4 +1,4 @@
-"""``servecal compare``: the SPEC §1 grid of policies × workloads × TPOT targets."""
+"""``servecal compare``: policies × workloads × TPOT targets over seeds, side by side."""
 
 from __future__ import annotations
 
@@ -9,18 +9,19 @@ from typing import Any
 import typer
 
 from servecal.commands._common import user_errors
+from servecal.commands._runs import PREDICTOR_HELP, TRUTH_HELP
+
+#: TPOT targets (ms) when none are given and some workload needs one (SPEC §1's).
+DEFAULT_TARGETS = (10.0, 25.0, 50.0)
 
 
-def _split(text: str) -> list[str]:
-    return [x.strip() for x in text.split(",") if x.strip()]
-
-
-def _rates(text: str | None, workloads: list[str]) -> dict[str, float | None]:
+def _rates(text: str | None, workloads: list[str], setting: str) -> dict[str, float | None]:
+    from servecal.commands._runs import split_list
     from servecal.costmodels.errors import InputError
-    from servecal.sched.compare import default_rate
+    from servecal.sched.experiment import default_rate
 
-    rates = {w: default_rate(w) for w in workloads}
-    for item in _split(text or ""):
+    rates: dict[str, float | None] = {w: default_rate(w, setting) for w in workloads}
+    for item in split_list(text):
         name, _, value = item.rpartition("=")
         try:
             rate = float(value)
@@ -32,53 +33,27 @@ def _rates(text: str | None, workloads: list[str]) -> dict[str, float | None]:
     return rates
 
 
-def _fmt(value: Any, digits: int = 1) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
+def _target_folder(tpot_slo_ms: float | None) -> str:
+    return "tpot-none" if tpot_slo_ms is None else f"tpot-{tpot_slo_ms:g}"
 
 
-def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) -> None:
-    from rich.console import Console
-    from rich.table import Table
+def _policy_options(opts: list[str], policies: list[str]) -> dict[str, dict[str, str]]:
+    """``--opt POLICY.KEY=VALUE`` (``KEY=VALUE`` when only one policy is compared)."""
+    from servecal.costmodels.errors import InputError
+    from servecal.sched.policies.options import split_assignments
 
-    console = Console()
-    workloads = list(dict.fromkeys(r["workload"] for r in rows))
-    policies = list(dict.fromkeys(r["policy"] for r in rows))
-    for d in sorted({r["tpot_slo"] for r in rows}):
-        table = Table(title=f"TPOT SLO {d:g} ms: goodput req/s · attainment % · P99 TTFT ms · "
-                      "P99 TPOT ms (means over seeds)")  # fmt: skip
-        table.add_column("policy")
-        for w in workloads:
-            rate = next(r["rate"] for r in rows if r["workload"] == w)
-            table.add_column(f"{w} @ {'trace' if rate is None else f'{rate:g}/s'}", justify="right")
-        for p in policies:
-            cells = []
-            for w in workloads:
-                r = next(
-                    x for x in rows if (x["tpot_slo"], x["workload"], x["policy"]) == (d, w, p)
-                )
-                att = None if r["attainment"] is None else 100 * r["attainment"]
-                cells.append(
-                    f"{_fmt(r['goodput'])} · {_fmt(att)}% · {_fmt(r['p99_ttft_ms'], 0)} · "
-                    f"{_fmt(r['p99_tpot_ms'])}"
-                )
-            table.add_row(p, *cells)
-        console.print(table)
-    if ratio_rows:
-        table = Table(title="SLOWeave goodput / best static policy (per workload and target)")
-        table.add_column("TPOT SLO")
-        for w in workloads:
-            table.add_column(w, justify="right")
-        for d in sorted({r["tpot_slo"] for r in ratio_rows}):
-            cells = []
-            for w in workloads:
-                r = next((x for x in ratio_rows if (x["tpot_slo"], x["workload"]) == (d, w)), None)
-                cells.append(
-                    "-"
-                    if r is None or r["ratio"] is None
-                    else f"{r['ratio']:.2f}x (vs {r['best_static']})"
-                )
-            table.add_row(f"{d:g} ms", *cells)
-        console.print(table)
+    per: dict[str, dict[str, str]] = {p: {} for p in policies}
+    for key, value in split_assignments(opts).items():
+        name, dot, option = key.rpartition(".")
+        if not dot and len(policies) == 1:
+            name, option = policies[0], key
+        if name not in per:
+            raise InputError(
+                f"--opt {key}={value}: expected POLICY.KEY=VALUE with POLICY one of the "
+                f"compared policies ({', '.join(policies)})"
+            )
+        per[name][option] = value
+    return per
 
 
 @user_errors
@@ -86,103 +61,146 @@ def compare_command(
     out: Path = typer.Option(..., help="Output folder: one run folder per cell and seed."),
     workloads: str = typer.Option("chat,mixed,long,bursty", help="Comma-separated workloads."),
     policies: str = typer.Option(
-        "fixed-256,fixed-1024,full,sloweave", help="Comma-separated policies."
+        "fixed-256,fixed-1024,full,sloweave",
+        help="Comma-separated built-in names (servecal policies) or MODULE:CLASS.",
     ),
-    tpot_slo: str = typer.Option("10,25,50", "--tpot-slo", help="Comma-separated TPOT SLOs, ms."),
+    opt: list[str] = typer.Option(
+        [], "--opt", help="A policy option POLICY.KEY=VALUE (repeatable)."
+    ),
+    tpot_slo: str = typer.Option(
+        None, "--tpot-slo", help="Comma-separated TPOT SLOs, ms [default: 10,25,50 if needed]."
+    ),
+    setting: str = typer.Option(
+        "colocated", help="colocated, or prefill: prefill-only instances, good = TTFT met."
+    ),
     seeds: int = typer.Option(5, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
-    truth: str = typer.Option("analytic", help="analytic[:...], device[:...] or samples:PATH"),
-    predictor: str = typer.Option("oracle", help="oracle, fitted or a cost table JSON."),
+    truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
+    predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
     kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
     jobs: int = typer.Option(None, help="Worker processes [default: all cores]."),
-    setting: str = typer.Option(
-        None, help="FlowPrefill study: prefill|colocated (docs/flowprefill.md)."
-    ),
     slo_classes: str = typer.Option(
         None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
     ),
+    granularity: str = typer.Option(None, help="Operator driver: layer|attn-mlp|fine."),
+    scheduling: str = typer.Option(None, help="Operator driver: event|iteration wake-ups."),
     max_goodput: bool = typer.Option(
-        False, "--max-goodput", help="FlowPrefill study: bisect each policy's max goodput."
+        False, "--max-goodput", help="Search each (policy, seed)'s max goodput."
     ),
-    rate_range: str = typer.Option("1:400", help="Bracket LO:HI (req/s) for --max-goodput."),
+    rate_range: str = typer.Option(
+        None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
 ) -> None:
-    """Run policies x workloads x TPOT targets over seeds and print the SPEC 1 tables."""
-    from servecal.sched.flowprefill.registry import is_flow_policy
-
-    if setting or slo_classes or max_goodput or any(map(is_flow_policy, _split(policies))):
-        from servecal.sched.flowprefill.commands import run_compare_command
-
-        return run_compare_command(
-            out=out, workloads=_split(workloads), policies=_split(policies), setting=setting,
-            tpot_slos=_split(tpot_slo), seeds=seeds, requests=requests,
-            rates=rates, truth=truth, predictor=predictor, kv_tokens=kv_tokens, jobs=jobs,
-            slo_classes=slo_classes, max_goodput=max_goodput, rate_range=rate_range,
-            as_json=as_json,
-        )  # fmt: skip
-    from rich.progress import Progress
-
+    """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
+    from servecal.commands._runs import Bars, driver_options, make_spec, split_list
     from servecal.costmodels.errors import InputError
-    from servecal.sched.compare import ROW_KEYS, ratios, run_grid
-    from servecal.sched.policies import parse_policy
-    from servecal.sched.runfolder import write_json
-    from servecal.sched.simulate import SimulationConfig, load_predictor, load_truth
-    from servecal.sched.workloads import parse_workload
+    from servecal.sched import experiment as ex
+    from servecal.sched.experiment.rows import ratios, row, write_summary
+    from servecal.sched.experiment.spec import needs_tpot_target
+    from servecal.sched.policies.registry import DRIVER, PolicySpec
 
-    names_w, names_p = _split(workloads), _split(policies)
+    names_w, names_p = split_list(workloads), split_list(policies)
+    if not names_w or not names_p:
+        raise InputError("need at least one workload and one policy")
+    if rate_range is not None and not max_goodput:
+        raise InputError("--rate-range applies with --max-goodput")
+    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
     try:
-        targets = [float(x) for x in _split(tpot_slo)]
+        targets: list[float | None] = [float(x) for x in split_list(tpot_slo)]
     except ValueError:
         raise InputError(
             f"--tpot-slo {tpot_slo!r}: expected numbers in ms, e.g. 10,25,50"
         ) from None
-    if not names_w or not names_p or not targets or min(targets) <= 0:
-        raise InputError("need at least one workload, one policy and positive TPOT targets")
-    for w in names_w:
-        parse_workload(w)
-    for p in names_p:
-        parse_policy(p)
-    load_predictor(predictor, load_truth(truth))
-    rate_map = _rates(rates, names_w)
-    try:
-        base = SimulationConfig(
-            workload=names_w[0],
-            policy=names_p[0],
-            tpot_slo_ms=targets[0],
-            rate=rate_map[names_w[0]],
-            n_requests=requests,
-            seeds=tuple(range(seeds)),
-            truth=truth,
-            predictor=predictor,
-            kv_capacity=kv_tokens,
+    if any(t is not None and not t > 0 for t in targets):
+        raise InputError(f"--tpot-slo {tpot_slo!r}: targets must be > 0 ms")
+    if not targets:
+        needed = setting != "prefill" and any(needs_tpot_target(w, slo_classes) for w in names_w)
+        targets = list(DEFAULT_TARGETS) if needed else [None]
+    per_policy = _policy_options(opt, names_p)
+    specs_p = [PolicySpec.parse(p, per_policy[p]) for p in names_p]
+    rate_map = _rates(rates, names_w, setting)
+    driver = driver_options(granularity, scheduling)
+    shared = {"setting": setting, "requests": requests, "seeds": seeds, "truth": truth,
+              "predictor": predictor, "kv_tokens": kv_tokens,
+              "slo_classes": slo_classes}  # fmt: skip
+    specs = []
+    for target in targets:
+        for w in names_w:
+            for p in specs_p:
+                backend = ex.choose_backend(p, setting)
+                on_driver = driver if backend == DRIVER else None
+                spec = make_spec(workload=w, policy=p, tpot_slo=target, rate=rate_map[w],
+                                 backend=backend, driver=on_driver, **shared)  # fmt: skip
+                ex.check(spec, searching=max_goodput)
+                specs.append(spec)
+    if driver is not None and not any(s.backend == DRIVER for s in specs):
+        raise InputError(
+            "--granularity/--scheduling apply to the operator driver; no policy runs there"
         )
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    total = len(names_w) * len(names_p) * len(targets) * seeds
-    from rich.console import Console
-
-    err = Console(stderr=True)
-    with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
-        task = bar.add_task("compare", total=total)
-        rows = run_grid(
-            base, names_w, names_p, targets, rate_map, out, jobs, lambda: bar.advance(task)
+    folders = [out / s.workload / s.policy.label / _target_folder(s.tpot_slo_ms) for s in specs]
+    total = None if max_goodput else sum(len(s.seeds) for s in specs)
+    with Bars(quiet=as_json) as bars:
+        outcomes = ex.sweep(
+            specs,
+            folders=folders,
+            goodput=bracket,
+            jobs=jobs,
+            on_progress=bars.sweep("compare", total),
         )
+    rows = [row(o) for o in outcomes]
     ratio_rows = ratios(rows)
-    write_json(
+    write_summary(
         out / "compare.json",
-        {"config": {**base.describe(), "workloads": names_w, "policies": names_p,
-                    "tpot_slos": targets, "rates": rate_map},
-         "rows": rows, "ratios": ratio_rows},
-    )  # fmt: skip
+        specs,
+        {"rate_range": rate_range if max_goodput else None, "rows": rows, "ratios": ratio_rows},
+    )
     if as_json:
-        typer.echo(json.dumps([{k: r[k] for k in ROW_KEYS} for r in rows]))
+        typer.echo(json.dumps(rows, default=float))
         return
-    _print_tables(rows, ratio_rows)
+    _print_tables(rows, ratio_rows, max_goodput)
     typer.echo(f"run folders and compare.json: {out}")
 
 
+def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], mg: bool) -> None:
+    from servecal.commands._runs import fmt, goodput_text, print_table
+
+    driver = any("wakeups" in r for r in rows)
+    columns = ["workload / policy", "backend", "goodput req/s", "attainment %", "P99 TTFT ms",
+               "P99 TPOT ms"]  # fmt: skip
+    if mg:
+        columns.append("max goodput req/s")
+    if driver:
+        columns += ["wake-ups", "parked batches", "P99 blocking ms"]
+    for setting, target in dict.fromkeys((r["setting"], r["tpot_slo"]) for r in rows):
+        cell = [r for r in rows if (r["setting"], r["tpot_slo"]) == (setting, target)]
+        lines = []
+        for r in cell:
+            att = None if r["attainment"] is None else 100 * r["attainment"]
+            rate = "trace" if r["rate"] is None else f"{r['rate']:g}/s"
+            line = [f"{r['workload']} @ {rate} / {r['policy']}", r["backend"], fmt(r["goodput"]),
+                    fmt(att, 3), fmt(r["p99_ttft_ms"]), fmt(r["p99_tpot_ms"])]  # fmt: skip
+            if mg:
+                line.append(goodput_text(r))
+            if driver:
+                line += [fmt(r.get(k)) for k in ("wakeups", "parked_batches", "p99_blocking_ms")]
+            lines.append(line)
+        good = "TTFT" if setting == "prefill" else "TTFT and TPOT"
+        head = "" if target is None else f"TPOT SLO {target:g} ms · "
+        print_table(f"{head}{setting} · means over seeds (good = meets {good})", columns, lines)
+    if ratio_rows:
+        metric = ratio_rows[0]["metric"].replace("_", " ")
+        lines = [
+            [f"{r['workload']} / {r['policy']}", fmt(r["tpot_slo"]),
+             "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", r["best_baseline"]]
+            for r in ratio_rows
+        ]  # fmt: skip
+        print_table(f"{metric} / the best static baseline's", ["workload / policy", "TPOT SLO ms",
+                    "ratio", "best baseline"], lines)  # fmt: skip
+
+
 def register(app: typer.Typer) -> None:
-    app.command(
-        "compare", help="Run policies x workloads x TPOT targets and print the SPEC 1 tables."
-    )(compare_command)
+    app.command("compare", help="Run policies x workloads x TPOT targets side by side.")(
+        compare_command
+    )

@@ -30,11 +30,9 @@ def demo(
     ),
 ) -> None:
     """Calibrate this device, fit a cost table, simulate the schedulers, write the report."""
-    from rich.console import Console
+    from servecal.commands._runs import Bars, say
+    from servecal.reports.demo import DemoCallbacks, DemoConfig, run_demo
 
-    from servecal.reports.demo import DemoConfig, run_demo
-
-    console = Console(stderr=True)
     config = DemoConfig(
         out=out,
         budget_s=budget,
@@ -46,9 +44,11 @@ def demo(
         workloads=tuple(w.strip() for w in workloads.split(",") if w.strip()),
     )
     try:
-        result = run_demo(config, console)
+        with Bars() as bars:
+            callbacks = DemoCallbacks(say, bars.points(), bars.sweep("simulating", None))
+            result = run_demo(config, callbacks)
     except KeyboardInterrupt:
-        console.print(f"interrupted: what was measured is kept in {out}; rerun to continue")
+        say(f"interrupted: what was measured is kept in {out}; rerun to continue")
         sys.exit(130)
     typer.echo(f"report: {result.report}")
     typer.echo(f"summary: {result.markdown}")

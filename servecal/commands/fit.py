@@ -32,8 +32,12 @@ def fit(
         help="table | linear | piecewise | lgbm | auto (cross-validate each, keep the best).",
     ),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
-    holdout: float = typer.Option(
-        0.2, "--holdout", help="Share of grid points each cross-validation fold holds out (1/K)."
+    fold_share: float = typer.Option(
+        0.2,
+        "--fold-share",
+        "--holdout",
+        help="Share of grid points each cross-validation fold holds out (1/K); --holdout is "
+        "its older name.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the models."),
     as_json: bool = typer.Option(
@@ -57,7 +61,7 @@ def fit(
             {"source": str(samples), **data.provenance},
             model=model,
             quantiles=qs,
-            holdout=holdout,
+            fold_share=fold_share,
             seed=seed,
             progress=lambda msg: status.update(msg),
         )

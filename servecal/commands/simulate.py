@@ -1,4 +1,4 @@
-"""``servecal simulate``: one workload × policy × TPOT target over seeds."""
+"""``servecal simulate``: one workload × policy over seeds, on any backend."""
 
 from __future__ import annotations
 
@@ -8,182 +8,189 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import user_errors
+from servecal.commands._runs import POLICY_OPT_HELP, PREDICTOR_HELP, TRUTH_HELP
 
+#: Keys of ``simulate --json``, in order (those a run does not have are left out).
 SUMMARY_KEYS = (
+    "policy",
+    "backend",
     "goodput",
     "attainment",
     "tpot_attainment",
     "p99_ttft_ms",
-    "p99_tpot_ms",
     "mean_ttft_ms",
+    "p99_tpot_ms",
     "max_goodput",
+    "max_goodput_std",
+    "max_goodput_bound",
     "energy_per_good_request_j",
     "iterations",
-    "preemptions",
+    "recomputes",
+    "parks",
     "decision_us_median",
     "online",
+    "wakeups",
+    "parked_batches",
+    "p99_blocking_ms",
+    "max_operator_ms",
+    "wall_s",
+    "busy_s",
+    "by_class",
     "by_tpot_slo",
 )
 
 
 @user_errors
 def simulate_command(
-    workload: str = typer.Option(..., help="chat|mixed|long|bursty|trace:PATH"),
-    policy: str = typer.Option(..., help="fixed-64..2048, budget-C, full, sloweave, ..."),
-    tpot_slo: float = typer.Option(..., "--tpot-slo", help="TPOT SLO D in ms."),
+    workload: str = typer.Option(..., help="chat|mixed|long|bursty|multislo|trace:PATH"),
+    policy: str = typer.Option(
+        ..., help="A built-in name (servecal policies) or MODULE:CLASS on PYTHONPATH."
+    ),
+    opt: list[str] = typer.Option([], "--opt", help=POLICY_OPT_HELP),
+    tpot_slo: float = typer.Option(
+        None, "--tpot-slo", help="TPOT SLO D in ms of requests without their own."
+    ),
     out: Path = typer.Option(..., help="Output folder: one run folder per seed."),
     rate: float = typer.Option(
         None, help="Arrival rate, req/s [default: per workload; a trace's own times]."
     ),
     seeds: int = typer.Option(5, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
-    truth: str = typer.Option(
-        "analytic",
-        help="analytic[:sigma=..,spike_prob=..,spike_factor=..,power_w=..], device[:..] "
-        "(docs/truth.md) or samples:PATH",
-    ),
-    predictor: str = typer.Option("oracle", help="oracle, fitted or a cost table JSON."),
+    truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
+    predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
-    max_goodput: bool = typer.Option(False, "--max-goodput", help="Also bisect the max goodput."),
-    rate_range: str = typer.Option("1:200", help="Bracket LO:HI (req/s) for --max-goodput."),
-    p50_only: bool = typer.Option(
-        False, "--p50-only", help="SLOWeave plans on P50 with no margin."
+    max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
+    rate_range: str = typer.Option(
+        None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
     ),
-    c_max: int = typer.Option(4096, help="SLOWeave: largest chunk C_max."),
-    aging_ms: float = typer.Option(None, help="SLOWeave: aging threshold ms [default: off]."),
-    aging_chunk: int = typer.Option(256, help="SLOWeave: minimum chunk of an aged prompt."),
-    admission: bool = typer.Option(False, "--admission", help="SLOWeave: admission control."),
-    multi_prefill: bool = typer.Option(
-        False, "--multi-prefill", help="SLOWeave: first-fit several prompts per iteration."
+    backend: str = typer.Option(
+        None, help="engine|operator-driver|torch [default: the policy's, for the setting]."
     ),
     setting: str = typer.Option(
-        None, help="FlowPrefill study: prefill|colocated (docs/flowprefill.md)."
+        "colocated", help="colocated, or prefill: a prefill-only instance, good = TTFT met."
     ),
     slo_classes: str = typer.Option(
         None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
     ),
-    granularity: str = typer.Option("attn-mlp", help="FlowPrefill: layer|attn-mlp|fine."),
-    scheduling: str = typer.Option("event", help="FlowPrefill: event|iteration wake-ups."),
-    executor: str = typer.Option(
-        "simulated", help="simulated, or torch: real forward passes (needs a calibrated table)."
-    ),
-    device: str = typer.Option("auto", help="torch executor: auto, cpu or cuda:N."),
-    model: str = typer.Option(None, help="torch executor: model shape (default: the table's)."),
+    granularity: str = typer.Option(None, help="Operator driver: layer|attn-mlp|fine."),
+    scheduling: str = typer.Option(None, help="Operator driver: event|iteration wake-ups."),
+    device: str = typer.Option(None, help="Torch backend: auto, cpu or cuda:N."),
+    model: str = typer.Option(None, help="Torch backend: model shape (default: the table's)."),
     monitor: bool = typer.Option(
         False, "--monitor", help="Attach the drift monitor; its verdict goes into run.json."
     ),
     adaptive_margin: bool = typer.Option(
         False, "--adaptive-margin", help="Adapt the margin online while drift is detected."
     ),
+    jobs: int = typer.Option(None, help="Worker processes [default: one per seed, all cores]."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
-    """Simulate one workload x policy x TPOT target over seeds; write run folders."""
-    from servecal.commands._tp import simulate_warning
-    from servecal.sched.flowprefill.registry import is_flow_policy
-
-    if tp_note := simulate_warning(predictor, truth, executor):
-        typer.echo(tp_note, err=True)
-
-    if setting is not None or slo_classes is not None or is_flow_policy(policy):
-        from servecal.sched.flowprefill.commands import run_simulate_command
-
-        return run_simulate_command(
-            workload=workload, policy=policy, setting=setting, out=out, rate=rate, seeds=seeds,
-            requests=requests, truth=truth, predictor=predictor, kv_tokens=kv_tokens,
-            max_goodput=max_goodput, rate_range=rate_range, slo_classes=slo_classes,
-            granularity=granularity, scheduling=scheduling, tpot_slo=tpot_slo, as_json=as_json,
-        )  # fmt: skip
-    from rich.console import Console
-    from rich.progress import Progress
-    from rich.table import Table
-
+    """Simulate one workload x policy over seeds; write run folders."""
+    from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.costmodels.errors import InputError
-    from servecal.sched.compare import default_rate
-    from servecal.sched.policies import SLOWeaveConfig, parse_policy
+    from servecal.sched import experiment as ex
+    from servecal.sched.experiment.spec import TORCH
+    from servecal.sched.policies.options import split_assignments
+    from servecal.sched.policies.registry import PolicySpec
     from servecal.sched.runfolder import write_json
-    from servecal.sched.simulate import (
-        SimulationConfig,
-        load_predictor,
-        load_truth,
-        parse_range,
-        simulate,
+
+    if rate_range is not None and not max_goodput:
+        raise InputError("--rate-range applies with --max-goodput")
+    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
+    policy_spec = PolicySpec.parse(policy, split_assignments(opt))
+    chosen = ex.choose_backend(policy_spec, setting, backend)
+    torch = None
+    if device is not None or model is not None:
+        torch = checked(lambda: ex.TorchOptions(device or "auto", model))
+    spec = make_spec(
+        workload=workload,
+        policy=policy_spec,
+        tpot_slo=tpot_slo,
+        rate=rate,
+        setting=setting,
+        backend=chosen,
+        requests=requests,
+        seeds=seeds,
+        truth=truth,
+        predictor=predictor,
+        kv_tokens=kv_tokens,
+        slo_classes=slo_classes,
+        drift=drift,
+        monitor=monitor,
+        adaptive_margin=adaptive_margin,
+        driver=driver_options(granularity, scheduling),
+        torch=torch,
     )
-    from servecal.sched.truth import parse_drift
+    if chosen == TORCH and truth is not None:
+        raise InputError("--truth is the simulated executor's; drop it with --backend torch")
+    from servecal.commands._tp import simulate_warning
 
-    try:
-        opts = SLOWeaveConfig(
-            c_max=c_max,
-            quantile=0.5 if p50_only else 0.99,
-            use_margin=not p50_only,
-            aging_ms=aging_ms,
-            aging_chunk=aging_chunk,
-            admission=admission,
-            multi_prefill=multi_prefill,
+    if tp_note := simulate_warning(spec.predictor, spec.truth, chosen):
+        say(tp_note)
+    ex.check(spec, searching=max_goodput)
+    label = f"{policy_spec.label} on {workload}"
+    if chosen == TORCH:
+        from servecal.sched.torch_executor.backend import setup_for
+
+        setup = setup_for(spec)
+        if not as_json:
+            for notice in setup.notices:
+                say(notice)
+            threads = f", {setup.threads} threads" if setup.threads else ""
+            say(
+                f"torch backend: {setup.model.shape.name} on {setup.device} "
+                f"({setup.scale.timed}/{setup.scale.total} layers built{threads})"
+            )
+    total = None if max_goodput else len(spec.seeds)
+    with Bars(quiet=as_json) as bars:
+        (outcome,) = ex.sweep(
+            [spec],
+            folders=[out],
+            goodput=bracket,
+            jobs=1 if chosen == TORCH else jobs,  # one device: runs one after the other
+            on_progress=bars.sweep(label, total),
+            on_run_progress=bars.tokens(label) if chosen == TORCH else None,
         )
-        config = SimulationConfig(
-            workload=workload,
-            policy=policy,
-            tpot_slo_ms=tpot_slo,
-            rate=rate if rate is not None else default_rate(workload),
-            n_requests=requests,
-            seeds=tuple(range(seeds)),
-            truth=truth,
-            predictor=predictor,
-            drift=drift,
-            kv_capacity=kv_tokens,
-            sloweave=opts,
-            monitor=monitor,
-            adaptive_margin=adaptive_margin,
-        )
-    except ValueError as exc:
-        raise InputError(str(exc)) from None
-    # fail on bad names and files before any run starts
-    from servecal.sched.workloads import parse_workload
-
-    parse_workload(workload)
-    parse_policy(policy, opts)
-    load_predictor(predictor, load_truth(truth))
-    if drift:
-        parse_drift(drift)
-    bracket = parse_range(rate_range) if max_goodput else None
-    err = Console(stderr=True)
-    from servecal.sched.torch_executor.cli import check_executor, simulate_torch_cli
-
-    if check_executor(executor) == "torch":
-        means = simulate_torch_cli(config, out, device, model, max_goodput, as_json)
-    else:
-        with Progress(console=err, transient=True, disable=as_json or not err.is_terminal) as bar:
-            # the max-goodput bisection adds an unknown number of probes: no total then
-            total = None if max_goodput else len(config.seeds)
-            task = bar.add_task(f"{policy} on {workload}", total=total)
-            means = simulate(config, out, bracket, on_run=lambda: bar.advance(task))
-    write_json(out / "summary.json", {"config": config.describe(), "mean_over_seeds": means})
-    result = {k: means.get(k) for k in SUMMARY_KEYS if k != "max_goodput" or max_goodput}
+    means = outcome.mean
+    write_json(out / "summary.json", {"config": spec.describe(), "mean_over_seeds": means})
+    result = {"policy": policy_spec.label, "backend": chosen}
+    result.update({k: means[k] for k in SUMMARY_KEYS if k in means})
     if as_json:
         typer.echo(json.dumps(result, default=float))
         return
-
-    table = Table(title=f"{policy} · {workload} · TPOT {tpot_slo:g} ms · {seeds} seeds")
-    table.add_column("metric")
-    table.add_column("mean over seeds", justify="right")
-    for key, value in result.items():
-        if key == "by_tpot_slo":  # one row per TPOT tier (multi-SLO workloads only)
-            for slo, tier in (value or {}).items():
-                share = "-" if tier["goodput_share"] is None else f"{tier['goodput_share']:.3g}"
-                row = f"{tier['attainment']:.3g} / {tier['tpot_attainment']:.3g} / {share}"
-                table.add_row(f"TPOT {slo} ms: attain / tpot / share", row)
-            continue
-        if isinstance(value, dict):
-            value = ", ".join(f"{k}={'-' if v is None else f'{v:.3g}'}" for k, v in value.items())
-        elif isinstance(value, float):
-            value = f"{value:.4g}"
-        table.add_row(key, "-" if value is None else str(value))
-    Console().print(table)
+    _print(spec, result, len(spec.seeds))
     typer.echo(f"run folders: {out}/seed-*/")
 
 
-def register(app: typer.Typer) -> None:
-    app.command("simulate", help="Simulate one workload x policy x TPOT target over seeds.")(
-        simulate_command
+def _print(spec, result: dict, seeds: int) -> None:  # noqa: ANN001 - a RunSpec
+    from servecal.commands._runs import fmt, goodput_text, print_table
+
+    good = "TTFT" if spec.setting == "prefill" else "TTFT and TPOT"
+    target = "" if spec.tpot_slo_ms is None else f" · TPOT {spec.tpot_slo_ms:g} ms"
+    rate = "trace times" if spec.rate is None else f"{spec.rate:g} req/s"
+    rows = []
+    for key, value in result.items():
+        if key in ("policy", "backend"):
+            continue
+        if key == "by_class" and isinstance(value, dict):
+            for name, cls in value.items():
+                att, ttft = fmt(cls.get("attainment")), fmt(cls.get("p99_ttft_ms"))
+                rows.append([f"{name}: attainment / P99 TTFT ms", f"{att} / {ttft}"])
+            continue
+        if key == "by_tpot_slo" and isinstance(value, dict):  # one row per TPOT tier
+            for slo, tier in value.items():
+                att, tpot = fmt(tier.get("attainment")), fmt(tier.get("tpot_attainment"))
+                share = fmt(tier.get("goodput_share"))
+                rows.append([f"TPOT {slo} ms: attain / tpot / share", f"{att} / {tpot} / {share}"])
+            continue
+        rows.append([key, goodput_text(result) if key == "max_goodput" else fmt(value)])
+    title = (
+        f"{spec.policy.label} ({spec.backend}) · {spec.workload} · {spec.setting}{target} · "
+        f"{rate} · {seeds} seeds (good = meets {good})"
     )
+    print_table(title, ["metric", "mean over seeds"], rows)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate", help="Simulate one workload x policy over seeds.")(simulate_command)

@@ -189,7 +189,7 @@ def test_conformal_quantile_uses_the_finite_sample_rank() -> None:
     [
         ({"model": "svm"}, "--model"),
         ({"quantiles": (0.5, 1.5)}, "--quantiles"),
-        ({"holdout": 1.0}, "--holdout"),
+        ({"fold_share": 1.0}, "--fold-share"),
     ],  # fmt: skip
 )
 def test_bad_arguments_are_input_errors(kwargs: dict, flag: str) -> None:

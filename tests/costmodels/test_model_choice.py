@@ -34,7 +34,8 @@ def test_auto_predicts_held_out_points_as_well_as_the_best_candidate(shape: str,
 
     # Each candidate alone (2 folds: the shipped quantiles do not depend on the folds).
     alone = {
-        name: fit_cost_table(train, {}, model=name, holdout=0.5, seed=seed).table for name in MODELS
+        name: fit_cost_table(train, {}, model=name, fold_share=0.5, seed=seed).table
+        for name in MODELS
     }
     scores = {name: mean_pinball(evaluate(table, test)) for name, table in alone.items()}
     assert mean_pinball(held_out) <= 1.10 * min(scores.values()), (auto.model, scores)

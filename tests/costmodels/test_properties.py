@@ -144,7 +144,7 @@ def test_every_compiled_table_is_monotone(seed: int, model: str) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         table = fit_cost_table(
-            rows, {}, model=model, holdout=0.5, seed=seed, quantiles=(0.5, 0.9)
+            rows, {}, model=model, fold_share=0.5, seed=seed, quantiles=(0.5, 0.9)
         ).table
     for q in table.quantiles:
         assert is_monotone(table.values(q))

@@ -15,8 +15,8 @@ from servecal.costmodels import InputError
 from servecal.costmodels.samples import (
     SAMPLE_COLUMNS,
     SAMPLES_SCHEMA,
+    check_samples,
     read_samples,
-    validate_samples,
     write_samples,
 )
 
@@ -60,7 +60,7 @@ def test_csv_takes_provenance_from_fingerprint_json(tmp_path: Path) -> None:
 
 def test_whole_floats_are_accepted_as_counts() -> None:
     frame = good_frame().astype({"n_decode": float})
-    assert validate_samples(frame, "x")["n_decode"].dtype == np.int64
+    assert check_samples(frame, "x")["n_decode"].dtype == np.int64
 
 
 def _one_line(exc: pytest.ExceptionInfo[InputError]) -> str:
@@ -99,16 +99,16 @@ def test_iteration_without_tokens_is_rejected(tmp_path: Path) -> None:
     frame = good_frame()
     frame.loc[2, ["n_decode", "chunk"]] = 0
     with pytest.raises(InputError) as exc:
-        validate_samples(frame, "f.parquet")
+        check_samples(frame, "f.parquet")
     msg = _one_line(exc)
     assert "f.parquet" in msg and "n_decode+chunk" in msg and "row 2" in msg
 
 
 def test_missing_and_misspelt_columns(tmp_path: Path) -> None:
     with pytest.raises(InputError, match=r"f: column 'rep': missing$"):
-        validate_samples(good_frame().drop(columns="rep"), "f")
+        check_samples(good_frame().drop(columns="rep"), "f")
     with pytest.raises(InputError) as exc:
-        validate_samples(good_frame().rename(columns={"chunk": "chunks"}), "f")
+        check_samples(good_frame().rename(columns={"chunk": "chunks"}), "f")
     assert "'chunk'" in _one_line(exc) and "'chunks'" in str(exc.value)
 
 

@@ -1,11 +1,9 @@
 """``calibrate --tp 2`` on the CPU: gloo ranks in their own processes, rank 0 timed."""
 
-import io
 import json
 import multiprocessing
 
 import pytest
-from rich.console import Console
 from typer.testing import CliRunner
 
 from servecal.cli import app
@@ -30,9 +28,9 @@ def tp2(tmp_path_factory):
         out=root / "run", device="cpu", model="tiny", grid=str(grid), repeats=REPEATS,
         threads=1, tp=2,
     )  # fmt: skip
-    log = io.StringIO()
-    result = calibrate(cfg, Console(file=log, width=200))
-    return result, log.getvalue()
+    lines: list[str] = []
+    result = calibrate(cfg, on_message=lines.append)
+    return result, "\n".join(lines)
 
 
 def test_tp2_calibration_writes_samples_fingerprint_and_a_tp2_table(tp2):

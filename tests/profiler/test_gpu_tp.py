@@ -1,12 +1,10 @@
 """Tensor parallelism over NCCL on two GPUs (skipped without them): the same code as gloo."""
 
-import io
 import json
 
 import pytest
 import torch
 import torch.multiprocessing as mp
-from rich.console import Console
 from tpworker import check_equivalence
 
 from servecal.costmodels.samples import read_samples
@@ -28,7 +26,7 @@ def test_calibrate_tp2_over_nccl_times_rank0_with_its_allreduces(tmp_path):
                                 "prefix": [0]}))  # fmt: skip
     cfg = CalibrateConfig(out=tmp_path / "run", device="cuda:0", model="llama-3-8b", layers=2,
                           grid=str(grid), repeats=10, tp=2, fit=False)  # fmt: skip
-    result = calibrate(cfg, Console(file=io.StringIO()))
+    result = calibrate(cfg)
     samples = read_samples(result.samples_path)
     assert len(samples.frame) == 5 * 10 and (samples.frame.ms > 0).all()
     fp = samples.provenance

@@ -1,10 +1,7 @@
 """The sweep loop: out-of-memory points are recorded as infeasible and the sweep goes on."""
 
-import io
-
 import numpy as np
 import pytest
-from rich.console import Console
 
 from servecal.profiler import runner
 from servecal.profiler.design import Point
@@ -29,19 +26,21 @@ def test_out_of_memory_point_is_infeasible_and_the_sweep_goes_on(tmp_path, monke
 
     monkeypatch.setattr(runner, "point_batch", fake_oom)
     store = ShardStore(tmp_path)
+    seen = []
     outcome = run_sweep(
         model,
         plan,
         store,
-        LayerScale(1, shape.n_layers),
-        MeasureConfig(repeats=3, warmup=1),
-        CpuClock(),
-        None,
-        None,
-        StopFlag(),
-        Console(file=io.StringIO()),
-        np.random.default_rng(0),
+        scale=LayerScale(1, shape.n_layers),
+        measure=MeasureConfig(repeats=3, warmup=1),
+        clock=CpuClock(),
+        meter=None,
+        stop=StopFlag(),
+        rng=np.random.default_rng(0),
+        on_progress=seen.append,
     )
+    assert seen[0].label == "calibrating" and seen[-1].label == "calibrated"
+    assert seen[-1].done == seen[-1].planned == 3 and seen[-1].left_s is None
     assert outcome.stopped_by == "complete" and outcome.measured == 2 and outcome.infeasible == 1
     assert store.done() == {0: "ok", 1: "infeasible", 2: "ok"}
     (bad,) = store.infeasible()

@@ -61,7 +61,8 @@ def _requests(rng: np.random.Generator, n: int, tpot_slo: float, quality: float)
             "tpot_p99_ms": tpot,
             "tpot_mean_ms": tpot * 0.8,
             "tpot_max_ms": tpot * 1.1,
-            "preemptions": rng.integers(0, 2, n) * (quality < 1),
+            "recomputes": rng.integers(0, 2, n) * (quality < 1),
+            "parks": np.zeros(n, dtype=int),
             "slo_exception": rng.random(n) < 0.02,
         }
     )

@@ -8,7 +8,7 @@ from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
 from servecal.reports.demo.pipeline import check_enough_rows
 from servecal.reports.demo.setting import Axes, derive_setting, grid_for, token_scale
-from servecal.sched.compare import default_rate
+from servecal.sched.experiment import default_rate
 
 SPEC_AXES = Axes((0, 1, 8, 40, 256), 4096, (0, 512))
 

@@ -13,10 +13,12 @@ from servecal.costmodels.errors import InputError
 from servecal.sched.device_truth import (
     PROFILE_PATH,
     DeviceTruth,
+    device_truth,
     excess_at,
     step_edges,
 )
-from servecal.sched.truth import Drift, parse_truth
+from servecal.sched.experiment.models import load_truth
+from servecal.sched.truth import Drift
 
 
 def quiet(**overrides: float) -> DeviceTruth:
@@ -183,10 +185,10 @@ def test_oracle_max_chunk_is_the_largest_fitting_chunk() -> None:
     assert arr[0] == pytest.approx(oracle.predict(4, 100, 10, 0, q=0.99))
 
 
-def test_parse_truth_device_options_and_errors() -> None:
-    t = parse_truth("device")
+def test_truth_name_device_options_and_errors() -> None:
+    t = load_truth("device")
     assert isinstance(t, DeviceTruth) and t == DeviceTruth.load()
-    t2 = parse_truth("device:sigma=0.1,spike_prob=0,power_w=300")
+    t2 = device_truth("sigma=0.1,spike_prob=0,power_w=300")
     assert (t2.sigma, t2.spike_prob, t2.power_w) == (0.1, 0.0, 300.0)
     assert t2.content_hash() != t.content_hash()
     assert DeviceTruth.load().content_hash() == t.content_hash()
@@ -195,10 +197,11 @@ def test_parse_truth_device_options_and_errors() -> None:
         ("device:sigma=abc", "needs a number"),
         ("device:sigma=-1", "sigma must be >= 0"),
         ("device:spike_lo=3,spike_hi=2", "spike_lo <= spike_hi"),
-        ("gpu", "expected analytic|device"),
     ):
         with pytest.raises(InputError, match=words):
-            parse_truth(bad)
+            device_truth(bad.partition(":")[2])
+    with pytest.raises(InputError, match="expected analytic"):
+        load_truth("gpu")
 
 
 def test_a_broken_profile_file_is_one_line(tmp_path) -> None:

@@ -7,8 +7,8 @@ import pytest
 
 from servecal.costmodels.drift import AdaptiveMargin, DriftMonitor, NoiseProfile
 from servecal.sched.engine import Engine, EngineConfig
-from servecal.sched.policies import SLOWeaveConfig, parse_policy
-from servecal.sched.simulate import summarize_run
+from servecal.sched.experiment import RunSpec, summarize
+from servecal.sched.policies import PolicySpec, make_policy
 from servecal.sched.truth import AnalyticTruth, Drift
 from servecal.sched.workloads import generate
 
@@ -30,7 +30,7 @@ def run(drift: Drift | None, mode: str, seed: int = 0):
             predictor = AdaptiveMargin(predictor, monitor)
     engine = Engine(
         requests,
-        parse_policy("sloweave", SLOWeaveConfig()),
+        make_policy("sloweave"),
         predictor,
         truth.executor(np.random.default_rng(es), drift),
         EngineConfig(),
@@ -38,7 +38,8 @@ def run(drift: Drift | None, mode: str, seed: int = 0):
         policy_name="sloweave",
     )
     result = engine.run()
-    return result, summarize_run(result)
+    spec = RunSpec("mixed", PolicySpec("sloweave"), tpot_slo_ms=25.0, rate=55.0)
+    return result, summarize(spec, result)
 
 
 @pytest.fixture(scope="module")

@@ -68,11 +68,11 @@ def test_memory_never_exceeds_capacity_and_preemption_loses_no_request(policy):
         assert eng.view.kv_used <= kv
         assert sum(r.kv_tokens for r in eng.view.running) == eng.view.kv_used
     run = eng.result()
-    assert eng.preemptions > 0  # memory binds: the recompute path ran
+    assert eng.state.recomputes > 0  # memory binds: the recompute path ran
     q = run.requests
     assert (q.tokens_out == q.output_tokens).all()
     assert q.completion_ms.notna().all()
-    assert q.preemptions.sum() == run.preemptions
+    assert q.recomputes.sum() == eng.state.recomputes
 
 
 def test_too_large_request_is_rejected_not_stuck():
@@ -106,11 +106,11 @@ def test_subset_decodes_keep_exact_token_counts_and_gaps():
     times: dict[int, list[float]] = {r.rid: [] for r in reqs}
     counts: dict[int, int] = {}
     while True:
-        counts = {r.rid: r.tokens_out for r in eng._live.values()}
+        counts = {r.rid: r.tokens_out for r in eng.state.live.values()}
         if not eng.step():
             break
         now = eng.view.now_ms
-        for rid, live in eng._live.items():
+        for rid, live in eng.state.live.items():
             if live.tokens_out > counts.get(rid, 0):
                 assert live.tokens_out == counts.get(rid, 0) + 1
                 times[rid].append(now)
@@ -159,7 +159,7 @@ def test_parked_request_keeps_kv_and_progress():
     assert parked.parked and parked.prefilled == 50 and parked.kv_tokens == 50
     assert parked.phase == Phase.PREFILL
     run = eng.run()
-    assert (run.requests.tokens_out == 2).all() and run.preemptions == 0
+    assert (run.requests.tokens_out == 2).all() and run.recomputes == 0
 
 
 def test_empty_run_and_observers_get_every_iteration():

@@ -10,9 +10,10 @@ import pytest
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.evaluate import evaluate
 from servecal.costmodels.table import CostTable
-from servecal.sched import fitted
+from servecal.sched import experiment as ex
+from servecal.sched import fitted_table as fitted
 from servecal.sched.device_truth import DeviceTruth
-from servecal.sched.simulate import SimulationConfig, load_predictor, run_seed, summarize_run
+from servecal.sched.policies.registry import PolicySpec
 from servecal.sched.truth import AnalyticTruth
 
 
@@ -45,8 +46,8 @@ def test_shipped_table_is_the_fit_of_the_shipped_truth() -> None:
 
 def test_fitted_table_on_held_out_points_is_accurate_and_not_the_truth() -> None:
     truth = DeviceTruth.load()
-    table = load_predictor("fitted", truth)
-    grid_only = load_predictor("fitted-grid", truth)
+    table = fitted.fitted_predictor(truth, "fitted")
+    grid_only = fitted.fitted_predictor(truth, "fitted-grid")
     rng = np.random.default_rng(161)  # neither a run seed nor the calibration's
     points = held_out_points(rng, 400)
     rows = truth.draw(points, 20, rng)
@@ -74,7 +75,7 @@ def test_load_predictor_fitted_reads_the_shipped_table_without_fitting(monkeypat
 
     monkeypatch.setattr(fitted, "fit_table", no_fit)
     for name in ("fitted", "fitted-grid"):
-        table = load_predictor(name, DeviceTruth.load())
+        table = fitted.fitted_predictor(DeviceTruth.load(), name)
         assert isinstance(table, CostTable) and table.margin_info is not None
     with pytest.raises(InputError, match="expected one of fitted, fitted-grid"):
         fitted.fitted_predictor(DeviceTruth.load(), "fitted-best")
@@ -103,22 +104,21 @@ def test_another_truth_is_fitted_once_and_cached(monkeypatch, tmp_path) -> None:
 
 def test_fitted_needs_a_truth_that_can_draw() -> None:
     with pytest.raises(InputError, match="cannot draw calibration samples"):
-        load_predictor("fitted", AnalyticTruth())
+        fitted.fitted_predictor(AnalyticTruth())
 
 
 def test_online_numbers_of_a_device_run_are_honest() -> None:
     """Planning on the fitted table against the device truth: errors are neither 0 nor
     large, coverage is high but not 100%."""
-    config = SimulationConfig(
+    spec = ex.RunSpec(
         workload="mixed",
-        policy="sloweave",
+        policy=PolicySpec.parse("sloweave"),
         tpot_slo_ms=25.0,
         rate=30.0,
         n_requests=300,
-        seeds=(0,),
         truth="device",
         predictor="fitted",
     )
-    online = summarize_run(run_seed(config, 0))["online"]
+    online = ex.summarize(spec, ex.run(spec, 0))["online"]
     assert 0.005 < online["p50_mape"] < 0.10
     assert 0.95 < online["p99_coverage"] < 1.0

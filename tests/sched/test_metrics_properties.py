@@ -28,7 +28,7 @@ def _random_run(seed: int, n: int) -> pd.DataFrame:
         dict(rid=np.arange(n), arrival_ms=arrival, prompt_tokens=10, output_tokens=output,
              ttft_slo_ms=rng.choice([50.0, 250.0], n), tpot_slo_ms=25.0,
              first_token_ms=first, completion_ms=completion, tokens_out=tokens,
-             tpot_p99_ms=tpot, preemptions=rng.integers(0, 3, n))
+             tpot_p99_ms=tpot, recomputes=rng.integers(0, 3, n), parks=0)
     )  # fmt: skip
 
 

@@ -66,6 +66,6 @@ def test_valid_side_orders_run():
     plans = [Plan(prefill=((0, 100),)), Plan(preempt=(0,), reject=(2,), prefill=((1, 50),))]
     run = engine(reqs, Scripted(*plans)).run()
     q = run.requests.set_index("rid")
-    assert q.loc[0, "preemptions"] == 1 and q.loc[0, "tokens_out"] == 5
+    assert q.loc[0, "recomputes"] == 1 and q.loc[0, "tokens_out"] == 5
     assert q.loc[2, "rejected"] and q.loc[2, "tokens_out"] == 0
-    assert run.preemptions == 1
+    assert run.recomputes == 1

@@ -9,7 +9,8 @@ import pandas as pd
 import pytest
 
 from servecal.costmodels import AnalyticPredictor, InputError
-from servecal.sched.truth import AnalyticTruth, Drift, SampledTruth, parse_drift, parse_truth
+from servecal.sched.experiment.models import load_truth
+from servecal.sched.truth import AnalyticTruth, Drift, SampledTruth, parse_drift
 
 T = AnalyticPredictor()
 
@@ -64,13 +65,13 @@ def test_parse_drift():
             parse_drift(bad)
 
 
-def test_parse_truth():
-    assert parse_truth("analytic") == AnalyticTruth()
-    t = parse_truth("analytic:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300")
+def test_truths_resolve_by_name():
+    assert load_truth("analytic") == AnalyticTruth()
+    t = load_truth("analytic:sigma=0.1,spike_prob=0.001,spike_factor=3,power_w=300")
     assert (t.sigma, t.spike_prob, t.spike_factor, t.power_w) == (0.1, 0.001, 3.0, 300.0)
     for bad in ("numeric", "analytic:foo=1", "analytic:sigma=x", "analytic:sigma=-1"):
         with pytest.raises(InputError, match="--truth"):
-            parse_truth(bad)
+            load_truth(bad)
 
 
 def _samples(tmp_path, energy=True):
@@ -103,5 +104,5 @@ def test_bootstrap_without_energy_and_bad_files(tmp_path):
     bad = tmp_path / "bad.csv"
     bad.write_text("n_decode,chunk\n1,2\n")
     with pytest.raises(InputError):
-        parse_truth(f"samples:{bad}")
+        load_truth(f"samples:{bad}")
     assert math.isfinite(ex.execute(1, 1, 0.0, 0.0, 0.0)[0])

@@ -111,7 +111,8 @@ def test_summarize_by_class_splits_goodput() -> None:
                 completion_ms=4000.0,
                 tokens_out=3,
                 tpot_p99_ms=50.0,
-                preemptions=0,
+                recomputes=0,
+                parks=0,
             )
         )
     frame = pd.DataFrame(rows)

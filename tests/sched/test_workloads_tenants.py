@@ -75,7 +75,8 @@ def _run(rows: list[dict]) -> pd.DataFrame:
         "prompt_tokens": 100,
         "ttft_slo_ms": 500.0,
         "slo_class": "default",
-        "preemptions": 0,
+        "recomputes": 0,
+        "parks": 0,
         "output_tokens": 10,
         "tokens_out": 10,
     }

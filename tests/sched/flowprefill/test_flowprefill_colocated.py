@@ -8,19 +8,20 @@ from flowkit import driver, req
 
 from servecal.costmodels import AnalyticPredictor
 from servecal.sched.engine import Engine, EngineConfig
-from servecal.sched.flowprefill import FlowConfig, FlowPrefill, engine_policy, run_seed
-from servecal.sched.flowprefill.engine_policies import EdfTokenBudget
+from servecal.sched.experiment import RunSpec, choose_backend, run
+from servecal.sched.flowprefill import FlowPrefill, TokenBudgetChunks
+from servecal.sched.policies import ENGINE, PolicySpec, TokenBudget, make_policy
 from servecal.sched.truth import AnalyticTruth
 
 
 def test_decodes_meet_their_tpot_while_a_long_prefill_runs():
     # 0 decodes 200 tokens with a 20 ms TBT while a 12k-token prompt (≈ 73 ms) prefills
     reqs = [req(0, 0.0, 100, 1e4, out=200, tpot=20.0), req(1, 5.0, 12_000, 1e4, out=2)]
-    flow = driver(reqs, FlowPrefill(), setting="colocated").run().result()
-    frame = flow.result.requests.set_index("rid")
+    flow = driver(reqs, FlowPrefill(), setting="colocated").run()
+    frame = flow.requests.set_index("rid")
     assert frame.loc[0, "tpot_max_ms"] <= 20.0  # never waited a whole prefill
     assert frame.loc[0, "tokens_out"] == 200 and frame.loc[1, "tokens_out"] == 2
-    it = flow.result.iterations
+    it = flow.iterations
     long = it[it["rids"] == "1"]
     decodes_inside = it[(it["chunk"] == 0) & (it["start_ms"] > long["start_ms"].min())
                         & (it["start_ms"] < frame.loc[1, "first_token_ms"])]  # fmt: skip
@@ -31,25 +32,29 @@ def test_decodes_meet_their_tpot_while_a_long_prefill_runs():
 
 def test_edf_token_budget_on_the_engine_prefills_the_earliest_deadline_first():
     reqs = [req(0, 0.0, 3000, 10_000.0, out=2), req(1, 0.0, 400, 100.0, out=2)]
-    engine = Engine(reqs, EdfTokenBudget(512), AnalyticPredictor(),
+    engine = Engine(reqs, TokenBudget(512, order="edf"), AnalyticPredictor(),
                     AnalyticTruth().executor(np.random.default_rng(0)), EngineConfig())  # fmt: skip
     frame = engine.run().requests.set_index("rid")
     assert frame.loc[1, "first_token_ms"] < frame.loc[0, "first_token_ms"]
     with pytest.raises(ValueError):
-        EdfTokenBudget(0)
+        TokenBudget(0, order="edf")
 
 
 def test_colocated_baselines_run_on_the_engine():
-    assert type(engine_policy("fcfs")).__name__ == "FullPrefill"
-    assert type(engine_policy("fcfs-chunk-512")).__name__ == "TokenBudget"
-    assert isinstance(engine_policy("edf-chunk-512"), EdfTokenBudget)
-    config = FlowConfig(policy="sloweave", setting="colocated", rate=20.0, n_requests=60)
-    run = run_seed(config, 0)
-    assert run.wakeups == run.result.plan_calls > 0 and run.parks == 0
+    assert type(make_policy("fcfs")).__name__ == "FullPrefill"
+    assert make_policy("fcfs-chunk-512") == TokenBudget(512, order="fcfs")
+    assert make_policy("edf-chunk-512") == TokenBudget(512, order="edf")
+    assert make_policy("edf-chunk-512", "operator-driver") == TokenBudgetChunks(512, "edf")
+    for name in ("fcfs", "fcfs-chunk-512", "edf-chunk-512", "sloweave"):
+        assert choose_backend(PolicySpec(name), "colocated") == ENGINE
+        assert choose_backend(PolicySpec("flowprefill"), "colocated") == "operator-driver"
+    spec = RunSpec("multislo", PolicySpec("sloweave"), rate=20.0, n_requests=60)
+    result = run(spec, 0)
+    assert result.plan_calls > 0 and result.parks == 0 and not result.counters  # an engine run
 
 
 def test_fitted_truth_recovers_the_formula_and_runs(tmp_path):
-    from servecal.sched.flowprefill.fitted import fit_formula
+    from servecal.sched.fitted_truth import fit_formula
 
     true = AnalyticPredictor(0.5, 1.0, 0.2, 2.0, 0.06)
     n = np.array([0, 0, 0, 8, 64, 256, 8, 64])
@@ -60,8 +65,11 @@ def test_fitted_truth_recovers_the_formula_and_runs(tmp_path):
     samples = tmp_path / "s.csv"
     rows = "".join(f"{a},{b},0,0,{true.predict(a, b)},,0\n" for a, b in zip(n, c, strict=True))
     samples.write_text("n_decode,chunk,ctx,prefix,ms,energy_j,rep\n" + rows)
-    config = FlowConfig(truth=f"fit:{samples}", rate=5.0, n_requests=30, seeds=(0,))
-    it = run_seed(config, 0).result.iterations
+    spec = RunSpec(
+        "multislo", PolicySpec("flowprefill"), rate=5.0, n_requests=30, truth=f"fit:{samples}",
+        backend="operator-driver", setting="prefill",
+    )  # fmt: skip
+    it = run(spec, 0).iterations
     whole = it[(it["ops_from"] == 0) & ~it["parked"]]  # prefills run in one piece
     assert len(whole) > 10
     expected = [true.predict(0, int(x)) for x in whole["chunk"]]

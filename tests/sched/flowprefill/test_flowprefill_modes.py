@@ -17,16 +17,16 @@ def _both(requests, setting="prefill"):
     runs = {}
     for mode in ("event", "iteration"):
         d = driver(requests, FlowPrefill(), setting=setting, mode=mode, truth=NOISY, seed=3)
-        runs[mode] = d.run().result()
+        runs[mode] = d.run()
     return runs["event"], runs["iteration"]
 
 
 def _same(a, b):
-    pd.testing.assert_frame_equal(a.result.requests, b.result.requests)
-    keep = [c for c in a.result.iterations.columns if c != "decision_us"]
+    pd.testing.assert_frame_equal(a.requests, b.requests)
+    keep = [c for c in a.iterations.columns if c != "decision_us"]
     pd.testing.assert_frame_equal(
-        a.result.iterations[keep].reset_index(drop=True),
-        b.result.iterations[keep].reset_index(drop=True),
+        a.iterations[keep].reset_index(drop=True),
+        b.iterations[keep].reset_index(drop=True),
     )
 
 
@@ -47,25 +47,26 @@ def _one_class_queue(n):
 def test_identical_results_without_preemption_opportunities(setting):
     for requests in (_sparse(40), _one_class_queue(60)):
         event, iteration = _both(requests, setting)
-        assert event.parks == iteration.parks == 0
+        assert event.counters["parked_batches"] == iteration.counters["parked_batches"] == 0
         _same(event, iteration)
-        assert event.wakeups <= 0.2 * iteration.wakeups  # >= 80% fewer wake-ups
+        # >= 80% fewer wake-ups
+        assert event.counters["wakeups"] <= 0.2 * iteration.counters["wakeups"]
 
 
 def test_wakeups_are_events_only():
     requests = _sparse(30)
     event, _ = _both(requests)
     # one wake-up per arrival and one per completion: no polling in between
-    assert event.wakeups == 2 * len(requests)
+    assert event.counters["wakeups"] == 2 * len(requests)
 
 
 def test_with_preemptions_both_modes_serve_everyone_and_block_at_most_one_operator():
     requests = random_requests(np.random.default_rng(5), 120, rate=90.0)
     event, iteration = _both(requests)
-    assert event.parks > 0
-    assert event.wakeups <= 0.2 * iteration.wakeups
+    assert event.counters["parked_batches"] > 0
+    assert event.counters["wakeups"] <= 0.2 * iteration.counters["wakeups"]
     for run in (event, iteration):
-        assert run.result.requests["first_token_ms"].notna().all()
-        assert run.blocking_ms.max() <= run.max_operator_ms
+        assert run.requests["first_token_ms"].notna().all()
+        assert run.counters["max_blocking_ms"] <= run.counters["max_operator_ms"]
     # per-iteration decides at the boundary itself: it never waits inside an operator
-    assert iteration.blocking_ms.max() == 0.0
+    assert iteration.counters["max_blocking_ms"] == 0.0

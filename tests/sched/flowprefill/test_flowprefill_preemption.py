@@ -21,8 +21,8 @@ def test_parked_request_resumes_at_its_operator_with_total_work_unchanged(granul
     # the long request is mid-prefill when a short, urgent one arrives at 10 ms
     d = driver([req(0, 0.0, LONG, 10_000.0), req(1, 10.0, 100, 50.0)], FlowPrefill(),
                granularity=granularity)  # fmt: skip
-    run = d.run().result()
-    it = run.result.iterations
+    run = d.run()
+    it = run.iterations
     long = _segments(it, 0)
     assert list(long["parked"]) == [True, False]
     stopped = int(long.loc[0, "ops_to"])
@@ -37,22 +37,22 @@ def test_parked_request_resumes_at_its_operator_with_total_work_unchanged(granul
     assert short.loc[0, "start_ms"] == pytest.approx(
         long.loc[0, "start_ms"] + long.loc[0, "duration_ms"]
     )
-    reqs = run.result.requests.set_index("rid")
+    reqs = run.requests.set_index("rid")
     assert reqs.loc[0, "first_token_ms"] == pytest.approx(
         EXACT.predict(0, LONG) + EXACT.predict(0, 100)
     )
-    assert reqs.loc[0, "preemptions"] == 1 and reqs.loc[1, "preemptions"] == 0
+    assert reqs.loc[0, "parks"] == 1 and reqs.loc[1, "parks"] == 0
 
 
 def test_park_takes_effect_at_the_next_boundary_after_the_decision():
     d = driver([req(0, 0.0, LONG, 10_000.0), req(1, 10.0, 100, 50.0)], FlowPrefill())
-    flow = d.run().result()
+    flow = d.run()
     fractions = OperatorModel().fractions([LONG], [0])
     ends = np.cumsum(fractions * EXACT.predict(0, LONG))
     boundary = ends[np.searchsorted(ends, 10.0)]
-    assert flow.blocking_ms.tolist() == [pytest.approx(boundary - 10.0)]
+    assert d.recorder.blocking_ms.tolist() == [pytest.approx(boundary - 10.0)]
     # blocking never exceeds the operator that was running
-    assert flow.blocking_ms.max() <= flow.max_operator_ms
+    assert flow.counters["max_blocking_ms"] <= flow.counters["max_operator_ms"]
 
 
 def test_finer_operators_block_for_less():
@@ -60,16 +60,16 @@ def test_finer_operators_block_for_less():
     for g in ("layer", "attn-mlp", "fine"):
         d = driver([req(0, 0.0, LONG, 10_000.0), req(1, 10.0, 100, 50.0)], FlowPrefill(),
                    granularity=g)  # fmt: skip
-        flow = d.run().result()
-        blocking[g] = flow.max_operator_ms
+        flow = d.run()
+        blocking[g] = flow.counters["max_operator_ms"]
     assert blocking["fine"] < blocking["attn-mlp"] < blocking["layer"]
 
 
 def test_fcfs_never_parks_and_the_short_request_waits():
     d = driver([req(0, 0.0, LONG, 10_000.0), req(1, 10.0, 100, 50.0)], Fcfs())
-    flow = d.run().result()
-    assert flow.parks == 0
-    first = flow.result.requests.set_index("rid")["first_token_ms"]
+    flow = d.run()
+    assert flow.counters["parked_batches"] == 0
+    first = flow.requests.set_index("rid")["first_token_ms"]
     assert first[1] == pytest.approx(EXACT.predict(0, LONG) + EXACT.predict(0, 100))
 
 

@@ -56,19 +56,19 @@ def test_slack_turns_negative_as_time_passes():
 def test_top_request_preempts_and_late_ones_do_not():
     # request 1 arrives urgent and savable; request 2 arrives already lost
     reqs = [req(0, 0.0, 4000, 10_000.0), req(1, 5.0, 200, 100.0), req(2, 6.0, 6000, 1.0)]
-    flow = driver(reqs, FlowPrefill()).run().result()
-    first = flow.result.requests.set_index("rid")["first_token_ms"]
+    flow = driver(reqs, FlowPrefill()).run()
+    first = flow.requests.set_index("rid")["first_token_ms"]
     assert first[1] < first[0] < first[2]  # the lost one runs last
-    assert flow.parks == 1
+    assert flow.counters["parked_batches"] == 1
 
 
 def test_short_requests_are_batched_while_the_top_keeps_ten_percent_slack():
     # three short requests wait behind a long one; all fit in one 2048-token batch
     reqs = [req(0, 0.0, 3000, 10_000.0)] + [req(i, 1.0, 500, 1000.0) for i in (1, 2, 3)]
-    flow = driver(reqs, FlowPrefill()).run().result()
-    it = flow.result.iterations
+    flow = driver(reqs, FlowPrefill()).run()
+    it = flow.iterations
     assert "1 2 3" in set(it["rids"])  # one batch of the three
-    first = flow.result.requests.set_index("rid")["first_token_ms"]
+    first = flow.requests.set_index("rid")["first_token_ms"]
     assert first[1] == first[2] == first[3]
 
 
@@ -79,8 +79,8 @@ def test_batching_stops_when_the_top_would_lose_its_slack():
     reqs = [req(0, 0.0, 3000, 10_000.0), req(1, 1.0, 500, top_slo)] + [
         req(i, 1.0, 450, 1000.0) for i in (2, 3, 4)
     ]
-    flow = driver(reqs, FlowPrefill()).run().result()
-    it = flow.result.iterations
+    flow = driver(reqs, FlowPrefill()).run()
+    it = flow.iterations
     batch = next(r for r in it["rids"] if r.startswith("1"))
     members = [int(x) for x in batch.split()]
     spare = (1.0 + top_slo) - (0.1 * top_slo)
@@ -94,8 +94,8 @@ def test_batching_stops_when_the_top_would_lose_its_slack():
 
 def test_nobatch_ablation_runs_one_request_at_a_time():
     reqs = [req(0, 0.0, 3000, 10_000.0)] + [req(i, 1.0, 500, 1000.0) for i in (1, 2, 3)]
-    flow = driver(reqs, FlowPrefill(batching=False)).run().result()
-    assert (flow.result.iterations["n_prefills"] == 1).all()
+    flow = driver(reqs, FlowPrefill(batching=False)).run()
+    assert (flow.iterations["n_prefills"] == 1).all()
 
 
 def test_decision_names_the_top_first():

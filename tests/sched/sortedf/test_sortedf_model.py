@@ -13,7 +13,7 @@ from servecal.sched.sortedf.model import (
     Segments,
     batch_peak,
     memory_profile,
-    simulate,
+    score_schedule,
 )
 
 
@@ -32,7 +32,7 @@ def test_step_semantics_by_hand() -> None:
     inst = Instance([2, 1], [3, 2], memory=8)
     seg = Segments.from_starts(np.array([0, 1]), inst.o)
     assert memory_profile(inst, seg).tolist() == [3, 6, 8]
-    res = simulate(inst, seg)
+    res = score_schedule(inst, seg)
     assert res.completion.tolist() == [3, 3]
     assert res.total_latency == 6 and res.peak_memory == 8 and res.makespan == 3
 
@@ -40,7 +40,7 @@ def test_step_semantics_by_hand() -> None:
 def test_over_memory_is_rejected() -> None:
     inst = Instance([2, 1], [3, 2], memory=7)
     with pytest.raises(InfeasibleSchedule, match="memory 8 > M = 7 at step 3"):
-        simulate(inst, Segments.from_starts(np.array([0, 1]), inst.o))
+        score_schedule(inst, Segments.from_starts(np.array([0, 1]), inst.o))
 
 
 @pytest.mark.parametrize(
@@ -57,13 +57,13 @@ def test_over_memory_is_rejected() -> None:
 def test_broken_schedules_are_rejected(rid, start, length, done, message) -> None:
     inst = Instance([1, 1], [3, 2], memory=100)
     with pytest.raises(InfeasibleSchedule, match=message):
-        simulate(inst, Segments.from_lists(rid, start, length, done))
+        score_schedule(inst, Segments.from_lists(rid, start, length, done))
 
 
 def test_evicted_run_costs_memory_and_counts() -> None:
     inst = Instance([4, 1], [3, 2], memory=100)
     seg = Segments.from_lists([0, 0, 1], [0, 2, 0], [2, 3, 2], [False, True, True])
-    res = simulate(inst, seg)
+    res = score_schedule(inst, seg)
     assert res.evictions == 1 and res.wasted_steps == 2
     assert res.completion.tolist() == [5, 2]
     assert memory_profile(inst, seg).tolist() == [5 + 2, 6 + 3, 5, 6, 7]

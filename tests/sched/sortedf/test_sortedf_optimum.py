@@ -13,7 +13,7 @@ from servecal.sched.sortedf import algorithms as alg
 from servecal.sched.sortedf.exact import exact_optimum
 from servecal.sched.sortedf.generate import random_tiny
 from servecal.sched.sortedf.lp import DFFS, breakpoints, build_lp, lp_relaxation
-from servecal.sched.sortedf.model import InfeasibleSchedule, Instance, Segments, simulate
+from servecal.sched.sortedf.model import InfeasibleSchedule, Instance, Segments, score_schedule
 
 
 def _brute_optimum(inst: Instance) -> int:
@@ -26,7 +26,9 @@ def _brute_optimum(inst: Instance) -> int:
         if c.sum() >= best:
             continue
         try:
-            best = simulate(inst, Segments.from_starts(np.asarray(starts), inst.o)).total_latency
+            best = score_schedule(
+                inst, Segments.from_starts(np.asarray(starts), inst.o)
+            ).total_latency
         except InfeasibleSchedule:
             continue
     return best
@@ -38,7 +40,7 @@ def test_exact_matches_brute_force_on_very_small_instances() -> None:
         inst = random_tiny(rng, n_max=3, o_max=3, s_max=4)
         total, starts = exact_optimum(inst)
         assert total == _brute_optimum(inst)
-        assert simulate(inst, Segments.from_starts(starts, inst.o)).total_latency == total
+        assert score_schedule(inst, Segments.from_starts(starts, inst.o)).total_latency == total
 
 
 def test_exact_finds_starts_between_completions() -> None:
@@ -67,7 +69,7 @@ def test_exact_optimum_and_lp_bound_bracket_every_algorithm() -> None:
         assert coarse.total <= opt + 1e-6
         worst_lb = max(worst_lb, opt / lb)
         for seg in (alg.fcfs(inst), alg.mc_sf(inst), alg.sorted_f(inst), alg.sorted_lp(inst)):
-            assert simulate(inst, seg).total_latency >= opt
+            assert score_schedule(inst, seg).total_latency >= opt
     assert worst_lb >= 1.0
 
 
@@ -77,7 +79,7 @@ def test_sorted_f_ratio_to_optimum_on_1000_tiny_instances() -> None:
     for _ in range(1000):
         inst = random_tiny(rng, n_max=5, o_max=5, s_max=8)
         opt, _ = exact_optimum(inst)
-        ratios.append(simulate(inst, alg.sorted_f(inst)).total_latency / opt)
+        ratios.append(score_schedule(inst, alg.sorted_f(inst)).total_latency / opt)
     assert min(ratios) >= 1.0
     assert max(ratios) <= 48.0  # the proven bound; docs/sortedf.md reports the max seen
 
@@ -94,7 +96,7 @@ def test_lp_bound_is_at_least_the_trivial_bound() -> None:
     inst = Instance(s, o, 300)
     lp = lp_relaxation(inst, horizon=alg.default_horizon(inst))
     assert lp.total >= o.sum() - 1e-6
-    assert lp.total <= simulate(inst, alg.sorted_f(inst)).total_latency
+    assert lp.total <= score_schedule(inst, alg.sorted_f(inst)).total_latency
     order = np.argsort(lp.expected_completion)
     assert sorted(order.tolist()) == list(range(40))
 
@@ -136,8 +138,10 @@ def test_polished_sorted_f_meets_the_gap_where_the_default_does_not() -> None:
     for seed in range(3):
         inst = short_long(25, 0.8, 8192, np.random.default_rng(seed))
         bound = lp_relaxation(inst, horizon=alg.default_horizon(inst)).mean
-        plain = simulate(inst, alg.sorted_f(inst)).mean_latency
-        polished = simulate(inst, alg.sorted_f(inst, polish_moves=2000, seed=seed)).mean_latency
+        plain = score_schedule(inst, alg.sorted_f(inst)).mean_latency
+        polished = score_schedule(
+            inst, alg.sorted_f(inst, polish_moves=2000, seed=seed)
+        ).mean_latency
         assert bound <= polished <= plain
         assert polished / bound <= 1.10
 
@@ -171,12 +175,12 @@ def test_every_row_holds_at_optimal_and_heuristic_schedules(knobs) -> None:
         opt, starts = exact_optimum(inst)
         schedules = [Segments.from_starts(starts, inst.o), alg.mc_sf(inst), alg.sorted_f(inst)]
         for seg in schedules:
-            res = simulate(inst, seg)
+            res = score_schedule(inst, seg)
             z = lp.indicator(res.completion)
             assert (lp.a_ub @ z <= lp.b_ub + 1e-9).all()
             assert (z <= lp.upper).all()
             assert lp.c @ z + lp.const <= res.total_latency + 1e-9
-        assert simulate(inst, schedules[0]).total_latency == opt
+        assert score_schedule(inst, schedules[0]).total_latency == opt
 
 
 def test_dual_feasible_rows_tighten_the_bound_with_big_prompts() -> None:

@@ -13,7 +13,7 @@ from servecal.cli import app
 from servecal.sched.sortedf import algorithms as alg
 from servecal.sched.sortedf.batching import as_list, form_batches
 from servecal.sched.sortedf.generate import short_long
-from servecal.sched.sortedf.model import Instance, memory_profile, simulate
+from servecal.sched.sortedf.model import Instance, memory_profile, score_schedule
 from servecal.sched.sortedf.polish import best_starts, polish
 
 requests = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 25)), min_size=2, max_size=25)
@@ -35,16 +35,16 @@ def test_a_polished_list_is_a_feasible_schedule_never_worse(reqs, slack, seed) -
     assert (np.diff(new_group) >= 0).all()
     assert int(starts.sum()) <= before
     seg = alg.sorted_f(inst, polish_moves=40, seed=seed)
-    res = simulate(inst, seg)  # raises if memory ever exceeds M or a request is lost
+    res = score_schedule(inst, seg)  # raises if memory ever exceeds M or a request is lost
     assert memory_profile(inst, seg).max() <= inst.memory
-    assert res.total_latency <= simulate(inst, alg.sorted_f(inst)).total_latency
+    assert res.total_latency <= score_schedule(inst, alg.sorted_f(inst)).total_latency
 
 
 def test_polishing_is_deterministic_and_helps_when_memory_binds() -> None:
     inst = short_long(25, 0.8, 8192, np.random.default_rng(2))
-    plain = simulate(inst, alg.sorted_f(inst)).total_latency
-    once = simulate(inst, alg.sorted_f(inst, polish_moves=150, seed=2)).total_latency
-    again = simulate(inst, alg.sorted_f(inst, polish_moves=150, seed=2)).total_latency
+    plain = score_schedule(inst, alg.sorted_f(inst)).total_latency
+    once = score_schedule(inst, alg.sorted_f(inst, polish_moves=150, seed=2)).total_latency
+    again = score_schedule(inst, alg.sorted_f(inst, polish_moves=150, seed=2)).total_latency
     assert once == again
     assert once < 0.98 * plain  # the Phase-1 proxy leaves latency on the table here
 

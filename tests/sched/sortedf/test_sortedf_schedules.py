@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from servecal.sched.sortedf import algorithms as alg
+from servecal.sched.sortedf.admission import admit_by_group, admit_in_order, future_peak
 from servecal.sched.sortedf.amin import run_with_estimates
-from servecal.sched.sortedf.executor import execute_groups, execute_order, future_peak
-from servecal.sched.sortedf.model import Instance, Segments, memory_profile, simulate
+from servecal.sched.sortedf.model import Instance, Segments, memory_profile, score_schedule
 
 requests = st.lists(st.tuples(st.integers(0, 30), st.integers(1, 25)), min_size=1, max_size=30)
 
@@ -24,7 +24,7 @@ def _instance(reqs, slack: int) -> Instance:
 
 
 def _check(inst: Instance, seg: Segments) -> None:
-    res = simulate(inst, seg)  # raises on any violation
+    res = score_schedule(inst, seg)  # raises on any violation
     assert memory_profile(inst, seg).max() <= inst.memory
     assert np.bincount(seg.rid[seg.done], minlength=inst.n).tolist() == [1] * inst.n
     assert (res.completion >= inst.o).all()
@@ -55,10 +55,10 @@ def test_all_schedules_are_feasible(reqs, slack, seed) -> None:
 @given(requests, st.integers(0, 120))
 def test_the_best_phase2_is_the_least_latency_of_the_rules(reqs, slack) -> None:
     inst = _instance(reqs, slack)
-    best = simulate(inst, alg.sorted_f(inst)).total_latency
+    best = score_schedule(inst, alg.sorted_f(inst)).total_latency
     rules = [alg.sorted_f(inst, phase2="batch", lookahead=k) for k in range(4)]
     rules.append(alg.sorted_f(inst, phase2="head"))
-    assert best == min(simulate(inst, seg).total_latency for seg in rules)
+    assert best == min(score_schedule(inst, seg).total_latency for seg in rules)
 
 
 def _stepping_order(inst: Instance, order: np.ndarray) -> np.ndarray:
@@ -87,7 +87,7 @@ def _stepping_order(inst: Instance, order: np.ndarray) -> np.ndarray:
 def test_event_driven_admission_equals_stepping(reqs, slack, rnd) -> None:
     inst = _instance(reqs, slack)
     order = np.array(rnd.sample(range(inst.n), inst.n))
-    assert execute_order(inst, order).tolist() == _stepping_order(inst, order).tolist()
+    assert admit_in_order(inst, order).tolist() == _stepping_order(inst, order).tolist()
 
 
 def _stepping_groups(inst: Instance, order: np.ndarray, group: np.ndarray, ahead: int):
@@ -125,7 +125,7 @@ def test_skipping_admission_equals_stepping(reqs, slack, rnd, ahead) -> None:
     inst = _instance(reqs, slack)
     order = np.array(rnd.sample(range(inst.n), inst.n))
     group = np.sort(np.array([rnd.randrange(4) for _ in range(inst.n)]))
-    got = execute_groups(inst, order, group, ahead)
+    got = admit_by_group(inst, order, group, ahead)
     assert got.tolist() == _stepping_groups(inst, order, group, ahead).tolist()
     _check(inst, Segments.from_starts(got, inst.o))
 
@@ -135,8 +135,8 @@ def test_skipping_admission_equals_stepping(reqs, slack, rnd, ahead) -> None:
 def test_one_group_per_entry_is_head_of_line(reqs, slack, rnd) -> None:
     inst = _instance(reqs, slack)
     order = np.array(rnd.sample(range(inst.n), inst.n))
-    heads = execute_order(inst, order)
-    assert execute_groups(inst, order, np.arange(inst.n)).tolist() == heads.tolist()
+    heads = admit_in_order(inst, order)
+    assert admit_by_group(inst, order, np.arange(inst.n)).tolist() == heads.tolist()
 
 
 def test_skipping_starts_a_later_entry_the_head_rule_holds_back() -> None:
@@ -145,14 +145,16 @@ def test_skipping_starts_a_later_entry_the_head_rule_holds_back() -> None:
     # 16. Request 2 (s=2, o=2) fits at once (13 + 3, 14 + 4 <= 20).
     inst = Instance([12, 9, 2], [4, 4, 2], memory=20)
     order = np.array([0, 1, 2])
-    head = execute_order(inst, order)
-    skip = execute_groups(inst, order, np.zeros(3, dtype=int))
+    head = admit_in_order(inst, order)
+    skip = admit_by_group(inst, order, np.zeros(3, dtype=int))
     assert head.tolist() == [0, 4, 4]  # request 2 waits behind request 1
     assert skip.tolist() == [0, 4, 0]  # skipping starts it beside request 0
-    lat = [simulate(inst, Segments.from_starts(x, inst.o)).total_latency for x in (skip, head)]
+    lat = [
+        score_schedule(inst, Segments.from_starts(x, inst.o)).total_latency for x in (skip, head)
+    ]
     assert lat == [4 + 8 + 2, 4 + 8 + 6]
     # Separate groups [0, 1], [2]: request 2 must wait for its group's turn.
-    assert execute_groups(inst, order, np.array([0, 0, 1])).tolist() == [0, 4, 4]
+    assert admit_by_group(inst, order, np.array([0, 0, 1])).tolist() == [0, 4, 4]
 
 
 def test_sorted_f_rejects_an_unknown_phase2_rule() -> None:
@@ -166,7 +168,7 @@ def test_mcsf_fit_test_matches_simulation(reqs, slack, delay) -> None:
     """Take MC-SF's schedule; starting the last admitted request at any other boundary
     must be feasible exactly when the admission test (future peak) says so."""
     inst = _instance(reqs, slack)
-    starts = execute_order(inst, alg.mc_sf_order(inst))
+    starts = admit_in_order(inst, alg.mc_sf_order(inst))
     last = int(np.argmax(starts))
     others = np.arange(inst.n) != last
     for p in range(0, int(starts[last]) + delay + 1):
@@ -225,8 +227,8 @@ def test_amin_jumps_equal_stepping(reqs, slack, seed) -> None:
     rng = np.random.default_rng(seed)
     lower = np.maximum(1, (inst.o * rng.uniform(0.2, 1.0, inst.n)).astype(np.int64))
     order = rng.permutation(inst.n)
-    a = simulate(inst, run_with_estimates(inst, order, lower))
-    b = simulate(inst, _stepping_amin(inst, order, lower))
+    a = score_schedule(inst, run_with_estimates(inst, order, lower))
+    b = score_schedule(inst, _stepping_amin(inst, order, lower))
     assert a.completion.tolist() == b.completion.tolist()
     assert a.evictions == b.evictions and a.wasted_steps == b.wasted_steps
 
@@ -236,8 +238,8 @@ def test_amin_with_exact_predictions_is_sorted_f() -> None:
     s = rng.integers(0, 40, 60)
     o = rng.integers(1, 30, 60)
     inst = Instance(s, o, 400)
-    amin = simulate(inst, alg.sorted_f_amin(inst, np.random.default_rng(0), width=0.0))
-    plain = simulate(inst, alg.sorted_f(inst, phase2="head"))  # Amin admits head-of-line
+    amin = score_schedule(inst, alg.sorted_f_amin(inst, np.random.default_rng(0), width=0.0))
+    plain = score_schedule(inst, alg.sorted_f(inst, phase2="head"))  # Amin admits head-of-line
     assert amin.evictions == 0
     assert amin.completion.tolist() == plain.completion.tolist()
 
@@ -259,7 +261,7 @@ def test_fcfs_evicts_the_newest_and_restarts_it() -> None:
         )
     )
     assert rows == [(0, 0, 10, True), (1, 0, 5, False), (1, 5, 3, False), (1, 10, 8, True)]
-    res = simulate(inst, seg)
+    res = score_schedule(inst, seg)
     assert res.completion.tolist() == [10, 18] and res.evictions == 2 and res.wasted_steps == 8
 
 

@@ -37,7 +37,7 @@ def _simulate(table, out, policy, *extra):
     args = ["simulate", "--workload", "chat", "--policy", policy, "--requests", "4",
             "--seeds", "1", "--rate", f"{targets.rate:.4g}", "--tpot-slo",
             f"{targets.tpot_slo_ms:.4g}", "--kv-tokens", "4096", "--predictor", str(table),
-            "--executor", "torch", "--device", "cpu", "--out", str(out), *extra]  # fmt: skip
+            "--backend", "torch", "--device", "cpu", "--out", str(out), *extra]  # fmt: skip
     return CliRunner().invoke(app, args)
 
 
@@ -49,7 +49,8 @@ def test_a_torch_run_validates_the_calibrated_table_online(table, tmp_path, poli
     online = summary["online"]
     assert 0.0 <= online["p99_coverage"] <= 1.0 and online["p50_mape"] >= 0.0
     doc = json.loads((tmp_path / "run" / "seed-0" / "run.json").read_text())
-    assert doc["config"]["executor"] == "torch" and doc["config"]["model"] == "tiny"
+    assert doc["config"]["backend"] == "torch"
+    assert doc["observers"]["TorchExecutor"]["setup"]["model"] == "tiny"
     live = doc["observers"]["OnlineValidation"]
     assert live["p99_coverage"] == pytest.approx(doc["summary"]["online"]["p99_coverage"])
     assert live["p50_mape"] == pytest.approx(doc["summary"]["online"]["p50_mape"])
@@ -111,18 +112,18 @@ def test_the_oracle_cannot_drive_a_real_run(tmp_path):
     res = CliRunner().invoke(
         app,
         ["simulate", "--workload", "chat", "--policy", "sloweave", "--tpot-slo", "50",
-         "--requests", "2", "--seeds", "1", "--executor", "torch", "--out", str(tmp_path)],
+         "--requests", "2", "--seeds", "1", "--backend", "torch", "--out", str(tmp_path)],
     )  # fmt: skip
     assert res.exit_code == 2 and "needs --predictor" in res.stderr
 
 
-def test_unknown_executor_is_refused(tmp_path):
+def test_unknown_backend_is_refused(tmp_path):
     res = CliRunner().invoke(
         app,
         ["simulate", "--workload", "chat", "--policy", "sloweave", "--tpot-slo", "50",
-         "--requests", "2", "--seeds", "1", "--executor", "gpu", "--out", str(tmp_path)],
+         "--requests", "2", "--seeds", "1", "--backend", "gpu", "--out", str(tmp_path)],
     )  # fmt: skip
-    assert res.exit_code == 2 and "--executor" in res.stderr
+    assert res.exit_code == 2 and "gpu" in res.stderr
 
 
 def test_targets_scale_with_the_devices_costs(table):

@@ -10,7 +10,7 @@ from servecal.profiler.model import build_model
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.timing import LayerScale, make_clock
 from servecal.sched.engine import Engine, EngineConfig
-from servecal.sched.policies import parse_policy
+from servecal.sched.policies import make_policy
 from servecal.sched.request import Request
 from servecal.sched.torch_executor import PagedKVPool, PlanTap, PoolConfig, TorchExecutor
 from servecal.sched.truth import AnalyticTruth
@@ -42,7 +42,7 @@ def torch_engine(model, reqs, policy: str, kv: int, block: int = 8, meter=None):
     executor = TorchExecutor(
         model, pool, scale, make_clock(model.device), np.random.default_rng(0), meter
     )
-    tap = PlanTap(parse_policy(policy))
+    tap = PlanTap(make_policy(policy))
     eng = Engine(reqs, tap, AnalyticPredictor(), executor, EngineConfig(kv_capacity=kv))
     executor.bind(eng.view, tap)
     return eng, executor
@@ -50,12 +50,12 @@ def torch_engine(model, reqs, policy: str, kv: int, block: int = 8, meter=None):
 
 def simulated_engine(reqs, policy: str, kv: int) -> Engine:
     ex = AnalyticTruth().executor(np.random.default_rng(0))
-    return Engine(reqs, parse_policy(policy), AnalyticPredictor(), ex, EngineConfig(kv_capacity=kv))
+    return Engine(reqs, make_policy(policy), AnalyticPredictor(), ex, EngineConfig(kv_capacity=kv))
 
 
 def run_torch(eng: Engine, executor: TorchExecutor):
     """Run to the end, checking the KV invariant after every step; return the result."""
-    m = eng._M
+    m = eng.state.kv_capacity
     while eng.step():
         assert executor.pool.used_tokens <= m
         assert executor.pool.used_blocks <= executor.pool.n_blocks

@@ -153,7 +153,7 @@ def fit_table(truth: SamplableTruth, progress: Callable[[str], None] | None = No
     from servecal.costmodels.fit import fit_cost_table
 
     provenance = {
-        "source": "servecal.sched.fitted (samples of the simulated truth)",
+        "source": "servecal.sched.fitted_table (samples of the simulated truth)",
         "device_name": "simulated",
         "truth": truth.describe(),
         "fit_key": fit_key(truth),
@@ -197,3 +197,18 @@ def fitted_predictor(truth: Any, name: str = "fitted") -> CostTable:
             table = fit_table(truth)
             table.save(cached)
     return probe_margin(table, truth) if VARIANTS[name] else table
+
+
+def fitted(arg: str, truth: Any) -> CostTable:
+    """``--predictor fitted``: the table fitted on samples of the run's truth, its margin
+    set on off-grid probes (the default predictor)."""
+    if arg:
+        raise InputError(f"--predictor fitted:{arg}: fitted takes no argument")
+    return fitted_predictor(truth, "fitted")
+
+
+def fitted_grid(arg: str, truth: Any) -> CostTable:
+    """``--predictor fitted-grid``: that table with the margin ``fit`` sets on grid points."""
+    if arg:
+        raise InputError(f"--predictor fitted-grid:{arg}: fitted-grid takes no argument")
+    return fitted_predictor(truth, "fitted-grid")

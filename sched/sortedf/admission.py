@@ -5,11 +5,11 @@ Two admission rules share one exact fit test (with a newcomer, memory stays
 memory only rises between completions, so those are the only times to check).
 Because the test is exact, no schedule here ever needs an eviction.
 
-* :func:`execute_order`, *head-of-line* (MC-SF, Sorted-LP, Sorted-F with
+* :func:`admit_in_order`, *head-of-line* (MC-SF, Sorted-LP, Sorted-F with
   ``phase2="head"``): at every boundary the head of the list is admitted if it
   fits; otherwise nothing further down the list is tried (as MC-SF says: "stop at
   the first that does not fit").
-* :func:`execute_groups`, *skipping within a group* (Sorted-F's ``phase2="batch"``,
+* :func:`admit_by_group`, *skipping within a group* (Sorted-F's ``phase2="batch"``,
   a group being a Phase-1 batch): at every boundary the waiting entries of the
   earliest group that still has any (and of the next ``lookahead`` groups) are
   tried in list order, and each that fits is admitted. One group per entry is
@@ -207,13 +207,13 @@ def _check_order(order: np.ndarray, n: int) -> np.ndarray:
     return order
 
 
-def execute_order(inst: Instance, order: np.ndarray) -> np.ndarray:
+def admit_in_order(inst: Instance, order: np.ndarray) -> np.ndarray:
     """Start boundaries of every request when admitted in ``order`` (head-of-line)."""
     order = _check_order(order, inst.n)
     return _admit(inst.s, inst.o, inst.memory, order, np.arange(inst.n, dtype=np.int64), 0)
 
 
-def execute_groups(
+def admit_by_group(
     inst: Instance, order: np.ndarray, group: np.ndarray, lookahead: int = 0
 ) -> np.ndarray:
     """Start boundaries when admitting in ``order`` with skipping inside groups.
@@ -221,7 +221,7 @@ def execute_groups(
     ``group[k]`` is the group of the list's ``k``-th entry (non-decreasing). At every
     boundary the waiting entries of the earliest ``1 + lookahead`` groups that still
     have any are tried in list order, each admitted if it fits (the test of
-    :func:`execute_order`): the earliest boundary at which any of them fits is
+    :func:`admit_in_order`): the earliest boundary at which any of them fits is
     taken, the first of them in list order that fits there starts, and the rest
     are re-tested with it running."""
     order = _check_order(order, inst.n)

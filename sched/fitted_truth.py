@@ -22,8 +22,6 @@ from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
 from servecal.sched.truth import AnalyticTruth
 
-FIT_PREFIX = "fit:"
-
 
 def fit_formula(n_decode: np.ndarray, chunk: np.ndarray, ms: np.ndarray) -> AnalyticPredictor:
     """SPEC §1 coefficients (all ≥ 0) that best fit ``ms`` in least squares."""
@@ -38,12 +36,13 @@ def fit_formula(n_decode: np.ndarray, chunk: np.ndarray, ms: np.ndarray) -> Anal
 
 
 @lru_cache(maxsize=8)
-def fitted_truth(spec: str) -> AnalyticTruth:
-    """``fit:PATH`` → an :class:`AnalyticTruth` with coefficients fitted to PATH."""
+def fitted_truth(path: str) -> AnalyticTruth:
+    """``--truth fit:PATH`` → an :class:`AnalyticTruth` with coefficients fitted to the
+    samples at PATH."""
     from servecal.costmodels.samples import read_samples
 
-    frame = read_samples(spec[len(FIT_PREFIX) :]).frame
+    frame = read_samples(path).frame
     if frame.empty:
-        raise InputError(f"--truth {spec}: no sample rows")
+        raise InputError(f"--truth fit:{path}: no sample rows")
     formula = fit_formula(frame["n_decode"], frame["chunk"], frame["ms"])
     return AnalyticTruth(formula=formula)

@@ -1,0 +1,51 @@
+"""The experiment layer: one way to describe a run, run it, and sweep many.
+
+* :class:`RunSpec` (:mod:`.spec`): everything a run depends on, frozen.
+* :func:`run` (:mod:`.run`): ``run(spec, seed) -> RunResult`` on the spec's
+  backend (engine, operator driver, torch); :func:`summarize` its metrics.
+* :func:`sweep` (:mod:`.sweep`): many specs × seeds in a pool, run folders, means
+  over seeds, max-goodput searches (:mod:`.goodput`), progress callbacks.
+* :func:`check` (:mod:`.check`): refuse a spec that cannot run, up front.
+* :mod:`.models`: truth models and predictors by name.
+
+``servecal simulate``, ``servecal compare``, the FlowPrefill study, the torch
+backend and ``servecal demo`` are all clients of these few functions.
+"""
+
+from servecal.sched.experiment.check import check
+from servecal.sched.experiment.goodput import Bracket, Goodput, GoodputSearch
+from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
+from servecal.sched.experiment.run import run, summarize
+from servecal.sched.experiment.spec import (
+    BACKENDS,
+    SETTINGS,
+    DriverOptions,
+    RunSpec,
+    TorchOptions,
+    choose_backend,
+    default_rate,
+)
+from servecal.sched.experiment.sweep import SpecOutcome, SweepProgress, Task, execute, sweep
+
+__all__ = [
+    "BACKENDS",
+    "DEFAULT_PREDICTOR",
+    "DEFAULT_TRUTH",
+    "SETTINGS",
+    "Bracket",
+    "DriverOptions",
+    "Goodput",
+    "GoodputSearch",
+    "RunSpec",
+    "SpecOutcome",
+    "SweepProgress",
+    "Task",
+    "TorchOptions",
+    "check",
+    "choose_backend",
+    "default_rate",
+    "execute",
+    "run",
+    "summarize",
+    "sweep",
+]

@@ -1,0 +1,62 @@
+"""Refuse a spec that cannot run, before any run starts (one :class:`InputError` line).
+
+Every option must apply to the run it is given for: a backend's options go with
+that backend, the prefill setting (TTFT only) takes no TPOT target, the torch
+backend measures instead of simulating (no truth, no drift), and so on.
+"""
+
+from __future__ import annotations
+
+from servecal.costmodels.errors import InputError
+from servecal.sched.experiment.models import DEFAULT_TRUTH, load_predictor, load_truth
+from servecal.sched.experiment.spec import TORCH, RunSpec, needs_tpot_target
+from servecal.sched.policies.registry import DRIVER, ENGINE
+
+
+def _fail(message: str) -> InputError:
+    return InputError(message)
+
+
+def check(spec: RunSpec, searching: bool = False) -> None:
+    """Raise :class:`InputError` if ``spec`` cannot run (``searching``: a max-goodput
+    search will probe it at other rates)."""
+    from servecal.sched.workloads import parse_workload
+
+    parse_workload(spec.workload)
+    if spec.slo_classes is not None and not spec.workload.startswith("trace:"):
+        raise _fail(f"--slo-classes applies to trace:PATH workloads, not {spec.workload}")
+    backend = spec.backend
+    spec.policy.build(ENGINE if backend == TORCH else backend)  # names, options, backend
+    if spec.setting == "prefill":
+        if backend != DRIVER:
+            raise _fail(f"--setting prefill runs on the operator driver, not the {backend}")
+        if spec.tpot_slo_ms is not None:
+            raise _fail("--tpot-slo does not apply to --setting prefill (only TTFT is judged)")
+    elif spec.tpot_slo_ms is None and needs_tpot_target(spec.workload, spec.slo_classes):
+        raise _fail(f"--tpot-slo is required: {spec.workload} has requests without a TPOT SLO")
+    if spec.driver is not None and backend != DRIVER:
+        raise _fail(f"--granularity/--scheduling apply to the operator driver, not the {backend}")
+    if spec.torch is not None and backend != TORCH:
+        raise _fail(f"--device/--model apply to --backend torch, not the {backend}")
+    if backend == DRIVER and (spec.monitor or spec.adaptive_margin):
+        raise _fail("--monitor/--adaptive-margin watch the engine's iterations, not the driver's")
+    if backend == TORCH:
+        if searching:
+            raise _fail("--backend torch does not search --max-goodput (each probe is a real run)")
+        if spec.drift:
+            raise _fail("--drift slows the simulated truth down; the torch backend measures")
+        if spec.truth != DEFAULT_TRUTH:
+            raise _fail("--truth is the simulated executor's; drop it with --backend torch")
+        from servecal.sched.experiment.models import table_path
+
+        if table_path(spec.predictor) is None:
+            raise _fail(
+                "--backend torch needs --predictor TABLE.json, from servecal calibrate "
+                "on the same device and model shape"
+            )
+    if spec.drift:
+        from servecal.sched.truth import parse_drift
+
+        parse_drift(spec.drift)
+    load_truth(spec.truth)
+    load_predictor(spec.predictor, spec.truth)

@@ -1,0 +1,136 @@
+"""Truth models and predictors by name: one table each.
+
+``--truth NAME[:ARG]`` and ``--predictor NAME[:ARG]`` resolve through
+:data:`TRUTHS` and :data:`PREDICTORS`; each entry names its loader by import path
+(imported on use, so a run pays only for the model it uses). A truth loader takes
+the text after ``NAME:``; a predictor loader takes that text and the run's truth.
+Adding a truth or a predictor is one line here. Loaded models are kept per
+process (a worker of a sweep reads a samples file or a cost table once).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+
+#: What ``--truth`` and ``--predictor`` default to.
+DEFAULT_TRUTH = "analytic"
+DEFAULT_PREDICTOR = "oracle"
+
+
+@dataclass(frozen=True)
+class Named:
+    """One name: its loader (``module:function``), usage and a one-line summary."""
+
+    loader: str
+    usage: str
+    summary: str
+
+
+#: ``--truth`` names: what the simulated executor draws iteration times from.
+TRUTHS: dict[str, Named] = {
+    "analytic": Named("servecal.sched.truth:analytic_truth", "analytic[:sigma=S,spike_prob=P,spike_factor=F,power_w=W]", "SPEC §1's formula × log-normal noise, with rare spikes"),  # noqa: E501
+    "samples": Named("servecal.sched.truth:SampledTruth.load", "samples:PATH", "a measured row of the nearest measured point (bootstrap)"),  # noqa: E501
+    "fit": Named("servecal.sched.fitted_truth:fitted_truth", "fit:PATH", "SPEC §1's formula with coefficients fitted to measured samples"),  # noqa: E501
+    "device": Named("servecal.sched.device_truth:device_truth", "device[:sigma=S,spike_prob=P,...]", "SPEC §1's scale with an A100's shape: attention grows with context, GEMM steps, jitter, stalls (docs/truth.md)"),  # noqa: E501
+}  # fmt: skip
+
+#: ``--predictor`` names: what the policy plans with. A bare path is ``table:PATH``.
+PREDICTORS: dict[str, Named] = {
+    "oracle": Named("servecal.sched.experiment.models:oracle", "oracle", "an analytic truth's own formula and noise"),  # noqa: E501
+    "table": Named("servecal.sched.experiment.models:cost_table", "table:PATH (or PATH)", "a cost table JSON (servecal fit / calibrate)"),  # noqa: E501
+    "fitted": Named("servecal.sched.fitted_table:fitted", "fitted", "a cost table fitted on samples of the run's truth (other seeds), margin set on off-grid probes"),  # noqa: E501
+    "fitted-grid": Named("servecal.sched.fitted_table:fitted_grid", "fitted-grid", "the same table with the margin fit sets on grid points only"),  # noqa: E501
+}  # fmt: skip
+
+_TRUTH_CACHE: dict[str, Any] = {}
+_PREDICTOR_CACHE: dict[tuple[str, str], Any] = {}
+
+
+def _usages(table: dict[str, Named]) -> str:
+    return ", ".join(n.usage for n in table.values())
+
+
+def _split(spec: str, table: dict[str, Named], flag: str) -> tuple[Named, str]:
+    name, _, arg = spec.partition(":")
+    if name in table:
+        return table[name], arg
+    if table is PREDICTORS:  # a bare path names a cost table
+        return PREDICTORS["table"], spec
+    raise InputError(f"{flag} {spec!r}: expected {_usages(table)}")
+
+
+def load_truth(spec: str) -> Any:
+    """The truth model ``spec`` names (loaded once per process)."""
+    from servecal.sched.policies.registry import load_object
+
+    if spec not in _TRUTH_CACHE:
+        named, arg = _split(spec, TRUTHS, "--truth")
+        _TRUTH_CACHE[spec] = load_object(named.loader, "--truth loader")(arg)
+    return _TRUTH_CACHE[spec]
+
+
+def load_predictor(spec: str, truth_spec: str) -> Any:
+    """The predictor ``spec`` names for the truth ``truth_spec`` (once per process)."""
+    from servecal.sched.policies.registry import load_object
+
+    named, arg = _split(spec, PREDICTORS, "--predictor")
+    # a cost table file is the same whatever the truth; oracle and fitted are the truth's
+    key = (spec, "" if named is PREDICTORS["table"] else truth_spec)
+    if key not in _PREDICTOR_CACHE:
+        loader = load_object(named.loader, "--predictor loader")
+        _PREDICTOR_CACHE[key] = loader(arg, load_truth(truth_spec))
+    return _PREDICTOR_CACHE[key]
+
+
+def oracle(arg: str, truth: Any) -> Any:
+    """``oracle``: the analytic truth's own formula and noise (not its spikes)."""
+    if arg:
+        raise InputError(f"--predictor oracle:{arg}: oracle takes no argument")
+    if not callable(getattr(truth, "oracle", None)):
+        raise InputError(
+            "--predictor oracle needs an analytic truth (--truth analytic or fit:PATH); "
+            "give a cost table JSON"
+        )
+    return truth.oracle()
+
+
+def cost_table(path: str, truth: Any) -> Any:
+    """``table:PATH``: a cost table JSON."""
+    from servecal.costmodels.table import CostTable
+
+    if not Path(path).is_file():
+        raise InputError(f"--predictor {path}: expected oracle or a cost table JSON file")
+    return CostTable.load(path)
+
+
+def table_path(predictor_spec: str) -> Path | None:
+    """The cost table file a predictor spec names, if it names one."""
+    named, arg = _split(predictor_spec, PREDICTORS, "--predictor")
+    return Path(arg) if named is PREDICTORS["table"] else None
+
+
+def noise_profile(predictor: Any, predictor_spec: str) -> Any:
+    """The drift monitor's noise profile: the residuals ``log(ms / P50)`` of the table's
+    calibration samples when ``samples.parquet`` lies beside the table, else ``None``
+    (the monitor then reads the predictor's own P50→P99 spread)."""
+    path = table_path(predictor_spec)
+    samples = None if path is None else path.parent / "samples.parquet"
+    if samples is None or not samples.is_file():
+        return None
+    import numpy as np
+
+    from servecal.costmodels.drift import NoiseProfile
+    from servecal.costmodels.samples import read_samples
+
+    frame = read_samples(samples).frame
+    args = [frame[c].to_numpy(dtype=float) for c in ("n_decode", "chunk", "ctx", "prefix")]
+    p50 = np.asarray(predictor.predict(*args, q=0.5), dtype=float)
+    ratio = np.log(frame["ms"].to_numpy(dtype=float) / p50)
+    try:
+        return NoiseProfile.from_residuals(ratio, source=f"calibration residuals ({samples})")
+    except ValueError:  # too few rows
+        return None

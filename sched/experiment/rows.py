@@ -1,0 +1,97 @@
+"""Rows of a comparison, ratios to the best baseline, and the summary files.
+
+One row format for every comparison (engine policies, the FlowPrefill study, user
+policies): what ``servecal compare --json`` prints and ``compare.json`` keeps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from servecal.sched.experiment.sweep import SpecOutcome
+from servecal.sched.policies.registry import is_baseline
+
+#: Keys of every row (``<metric>_std`` follow the metrics that have one).
+ROW_KEYS = (
+    "workload",
+    "policy",
+    "backend",
+    "setting",
+    "tpot_slo",
+    "rate",
+    "goodput",
+    "attainment",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "recomputes",
+    "parks",
+)
+#: Metrics whose spread over seeds a row carries.
+SPREAD_KEYS = ("goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms")
+#: Counters a row carries when the backend reports them (the operator driver).
+COUNTER_KEYS = ("wakeups", "parked_batches", "p99_blocking_ms", "max_operator_ms")
+#: Max-goodput keys a row carries when a search ran.
+GOODPUT_KEYS = ("max_goodput", "max_goodput_std", "max_goodput_per_seed", "max_goodput_bound")
+
+
+def row(outcome: SpecOutcome) -> dict[str, Any]:
+    """The means over seeds of one spec, as a row."""
+    spec, mean = outcome.spec, outcome.mean
+    out: dict[str, Any] = {
+        "workload": spec.workload,
+        "policy": spec.policy.label,
+        "backend": spec.backend,
+        "setting": spec.setting,
+        "tpot_slo": spec.tpot_slo_ms,
+        "rate": spec.rate,
+    }
+    for key in ROW_KEYS[6:]:
+        out[key] = mean.get(key)
+        if key in SPREAD_KEYS:
+            out[f"{key}_std"] = mean.get(f"{key}_std")
+    out.update({k: mean[k] for k in COUNTER_KEYS if k in mean})
+    out.update({k: mean[k] for k in GOODPUT_KEYS if k in mean})
+    return out
+
+
+def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (setting, TPOT target, workload): each policy that is not a static baseline,
+    its max goodput (when searched, else goodput) over the best baseline's."""
+    metric = "max_goodput" if any("max_goodput" in r for r in rows) else "goodput"
+    cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
+    for r in rows:
+        cells.setdefault((r["setting"], r["tpot_slo"], r["workload"]), []).append(r)
+    out = []
+    for (setting, tpot, workload), cell in cells.items():
+        baselines = [r for r in cell if is_baseline(r["policy"].split("[")[0])]
+        if not baselines:
+            continue
+        best = max(baselines, key=lambda r: r.get(metric) or 0.0)
+        base = best.get(metric) or 0.0
+        for r in cell:
+            if r in baselines:
+                continue
+            value = r.get(metric)
+            out.append(
+                {
+                    "setting": setting,
+                    "tpot_slo": tpot,
+                    "workload": workload,
+                    "policy": r["policy"],
+                    "metric": metric,
+                    "value": value,
+                    "best_baseline": best["policy"],
+                    "best_baseline_value": base,
+                    "ratio": (value / base) if base > 0 and value is not None else None,
+                }
+            )
+    return out
+
+
+def write_summary(path: str | Path, specs: Sequence[Any], doc: dict[str, Any]) -> None:
+    """Write a sweep's summary JSON atomically (``specs`` described first)."""
+    from servecal.sched.runfolder import write_json
+
+    write_json(path, {"specs": [s.describe() for s in specs], **doc})

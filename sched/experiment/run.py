@@ -1,0 +1,159 @@
+"""One run: ``run(spec, seed) -> RunResult``, whatever backend executes it.
+
+Seed ``k`` spawns two independent streams from ``numpy.random.SeedSequence(k)``:
+the workload's draws and the executor's (noise, or the torch executor's prompt
+token ids). The same seed therefore gives the same requests to every policy and
+backend, and a run is a pure function of ``(spec, seed)``: it gives the same
+numbers in this process, a worker process or a remote task.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import numpy as np
+
+from servecal.sched.experiment.models import load_predictor, load_truth, noise_profile
+from servecal.sched.experiment.spec import TORCH, RunSpec
+from servecal.sched.policies.registry import DRIVER, ENGINE
+from servecal.sched.request import Request
+from servecal.sched.result import RunResult
+
+#: What seed ``k``'s streams are, as written to each run folder.
+STREAMS = "SeedSequence(seed).spawn(2): workload, executor"
+
+#: ``on_progress`` of a long run (the torch backend): called with a progress object.
+RunProgress = Callable[[Any], None]
+
+
+def requests_for(spec: RunSpec, seed: int) -> list[Request]:
+    """The requests of ``seed`` (the first stream of ``SeedSequence(seed)``)."""
+    from servecal.sched.workloads import generate
+
+    workload_ss, _ = np.random.SeedSequence(seed).spawn(2)
+    requests = generate(
+        spec.workload,
+        spec.rate,  # type: ignore[arg-type]  # None replays a trace's own times
+        n_requests=spec.n_requests,
+        tpot_slo_ms=math.inf if spec.tpot_slo_ms is None else spec.tpot_slo_ms,
+        rng=np.random.default_rng(workload_ss),
+        slo_classes=spec.slo_classes,
+    )
+    if spec.prompt_scale == 1.0 and spec.ttft_scale == 1.0:
+        return requests
+    return [
+        replace(
+            r,
+            prompt_tokens=max(1, round(r.prompt_tokens * spec.prompt_scale)),
+            ttft_slo_ms=r.ttft_slo_ms * spec.ttft_scale,
+        )
+        for r in requests
+    ]
+
+
+def planning_predictor(spec: RunSpec, monitor: bool = False) -> tuple[Any, tuple[Any, ...]]:
+    """``(predictor to plan with, observers)``: the spec's predictor, watched by a drift
+    monitor when ``spec.monitor``, ``spec.adaptive_margin`` or ``monitor`` asks (its
+    margins adapted online with ``adaptive_margin``)."""
+    predictor = load_predictor(spec.predictor, spec.truth)
+    if not (monitor or spec.monitor or spec.adaptive_margin):
+        return predictor, ()
+    from servecal.costmodels.drift import watch
+
+    profile = noise_profile(predictor, spec.predictor)
+    predictor, drift_monitor = watch(predictor, adaptive=spec.adaptive_margin, profile=profile)
+    return predictor, (drift_monitor,)
+
+
+def _simulated_executor(spec: RunSpec, rng: np.random.Generator) -> Any:
+    from servecal.sched.truth import parse_drift
+
+    drift = parse_drift(spec.drift) if spec.drift else None
+    return load_truth(spec.truth).executor(rng, drift)
+
+
+def _on_engine(
+    spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+) -> RunResult:
+    from servecal.sched.engine import Engine, EngineConfig
+
+    predictor, observers = planning_predictor(spec)
+    engine = Engine(
+        requests,
+        spec.policy.build(ENGINE),
+        predictor,
+        _simulated_executor(spec, rng),
+        EngineConfig(kv_capacity=spec.kv_capacity),
+        observers=observers,
+        policy_name=spec.policy.label,
+    )
+    return engine.run()
+
+
+def _on_driver(
+    spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+) -> RunResult:
+    from servecal.sched.experiment.spec import DriverOptions
+    from servecal.sched.flowprefill.driver import DriverConfig, OperatorDriver
+    from servecal.sched.flowprefill.operators import OperatorModel
+
+    options = spec.driver or DriverOptions()
+    driver = OperatorDriver(
+        requests,
+        spec.policy.build(DRIVER),
+        load_predictor(spec.predictor, spec.truth),
+        _simulated_executor(spec, rng),
+        DriverConfig(
+            setting=spec.setting,
+            mode=options.scheduling,
+            kv_capacity=spec.kv_capacity,
+            operators=OperatorModel(granularity=options.granularity),
+        ),
+        policy_name=spec.policy.label,
+    )
+    return driver.run()
+
+
+def _on_torch(
+    spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+) -> RunResult:
+    from servecal.sched.torch_executor.backend import run_torch
+
+    return run_torch(spec, requests, rng, on_progress)
+
+
+#: How each backend runs a spec's requests: ``(spec, requests, rng, on_progress)``.
+RUNNERS: dict[str, Callable[..., RunResult]] = {
+    ENGINE: _on_engine,
+    DRIVER: _on_driver,
+    TORCH: _on_torch,
+}
+
+
+def run(spec: RunSpec, seed: int, on_progress: RunProgress | None = None) -> RunResult:
+    """Run ``spec`` once with ``seed``; ``on_progress`` is passed to a backend that
+    reports progress inside a run (the torch backend)."""
+    _, executor_ss = np.random.SeedSequence(seed).spawn(2)
+    rng = np.random.default_rng(executor_ss)
+    runner = RUNNERS[spec.backend]
+    return runner(spec, requests_for(spec, seed), rng, on_progress or (lambda _: None))
+
+
+def summarize(spec: RunSpec, result: RunResult) -> dict[str, Any]:
+    """The one metrics implementation (judged on ``spec.slos``) plus the run's counters:
+    ``plan_calls``, ``slo_exceptions``, ``tpot_attainment`` (TPOT alone, when judged)
+    and the backend's own (``RunResult.counters``)."""
+    from servecal.sched.metrics import request_outcomes
+    from servecal.sched.metrics import summarize as metrics_summary
+
+    summary = metrics_summary(result.requests, result.iterations, slos=spec.slos)
+    if "tpot" in spec.slos:  # TPOT alone (the margin experiment): P99 gap met D_i
+        outcomes = request_outcomes(result.requests, spec.slos)
+        summary["tpot_attainment"] = float(outcomes["tpot_met"].mean())
+    summary["plan_calls"] = result.plan_calls
+    summary["slo_exceptions"] = int(result.requests["slo_exception"].sum())
+    summary.update(result.counters)
+    return summary

@@ -1,0 +1,198 @@
+"""What one run depends on: :class:`RunSpec`, and the checks that refuse a bad one.
+
+A spec is frozen and picklable: a sweep ships it to a worker process (or a Ray
+task) and the worker builds everything from it, so the same spec and seed give
+the same run wherever it executes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
+from servecal.sched.policies.registry import DRIVER, ENGINE, PolicySpec
+
+#: Where a run executes: the iteration engine on a simulated executor, FlowPrefill's
+#: operator-level driver, or the iteration engine running real forward passes.
+TORCH = "torch"
+BACKENDS = (ENGINE, DRIVER, TORCH)
+#: ``colocated``: decodes share the device, good = TTFT and TPOT met; ``prefill``: a
+#: prefill-only instance (requests leave with their first token), good = TTFT met.
+SETTINGS = ("colocated", "prefill")
+
+#: Offered load (req/s) when none is given, per (workload, setting): the operating
+#: points derived in docs/engine.md (the engine study) and docs/flowprefill.md
+#: (multislo). Any other synthetic workload: ``FALLBACK_RATE``; a trace: its own times.
+DEFAULT_RATES: dict[tuple[str, str], float] = {
+    ("chat", "colocated"): 60.0,
+    ("mixed", "colocated"): 60.0,
+    ("long", "colocated"): 35.0,
+    ("bursty", "colocated"): 30.0,
+    ("multislo", "colocated"): 40.0,
+    ("multislo", "prefill"): 90.0,
+}
+FALLBACK_RATE = 10.0
+
+
+def default_rate(workload: str, setting: str = "colocated") -> float | None:
+    """The documented offered load of ``workload`` in ``setting``; ``None`` for a trace."""
+    if workload.startswith("trace:"):
+        return None
+    return DEFAULT_RATES.get((workload, setting), FALLBACK_RATE)
+
+
+@dataclass(frozen=True)
+class DriverOptions:
+    """Operator-level driver only: ``granularity`` (``layer|attn-mlp|fine``: where a
+    prefill can park) and ``scheduling`` (``event``: wake on events; ``iteration``:
+    at every operator boundary, for comparison)."""
+
+    granularity: str = "attn-mlp"
+    scheduling: str = "event"
+
+    def __post_init__(self) -> None:
+        from servecal.sched.flowprefill.driver import MODES
+        from servecal.sched.flowprefill.operators import GRANULARITIES
+
+        if self.granularity not in GRANULARITIES:
+            raise ValueError(f"--granularity must be one of {'|'.join(GRANULARITIES)}")
+        if self.scheduling not in MODES:
+            raise ValueError(f"--scheduling must be one of {'|'.join(MODES)}")
+
+
+@dataclass(frozen=True)
+class TorchOptions:
+    """Torch backend only: ``device`` (``auto|cpu|cuda:N``), ``model`` (shape; default
+    the table's), ``block_size`` (KV block tokens), ``max_seqs`` (requests holding KV
+    at once)."""
+
+    device: str = "auto"
+    model: str | None = None
+    block_size: int = 16
+    max_seqs: int = 512
+
+    def __post_init__(self) -> None:
+        if self.block_size < 1 or self.max_seqs < 1:
+            raise ValueError("block_size and max_seqs must be >= 1")
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """Everything a run depends on (written to each run folder's ``run.json``).
+
+    * ``workload``: a name (``chat``, ``multislo``, …) or ``trace:PATH``;
+      ``slo_classes`` stamps a workload's classes onto a trace; ``prompt_scale``
+      scales every prompt and ``ttft_scale`` every TTFT SLO (the demo's scaled runs).
+    * ``policy``: a :class:`PolicySpec` (built-in name or ``MODULE:CLASS``, options).
+    * ``tpot_slo_ms``: the TPOT target of classes without their own (``None``: no
+      TPOT target, as in the prefill setting); ``rate`` req/s (``None``: a trace's
+      own times); ``n_requests``; ``seeds`` (seed ``k`` spawns the workload's and
+      the executor's streams from ``SeedSequence(k)``).
+    * ``truth`` and ``predictor``: names from :mod:`.models`; ``drift``
+      (``AT:FACTOR[:REGION]``) slows the simulated truth down.
+    * ``backend``: ``engine``, ``operator-driver`` or ``torch``; ``setting``:
+      ``colocated`` or ``prefill`` (operator driver only); ``kv_capacity`` tokens;
+      ``driver``/``torch``: that backend's options (``None`` for the others).
+    * ``monitor``: attach the drift monitor; ``adaptive_margin``: plan with margins
+      it adapts online.
+    """
+
+    workload: str
+    policy: PolicySpec
+    tpot_slo_ms: float | None = None
+    rate: float | None = None
+    n_requests: int = 2000
+    seeds: tuple[int, ...] = (0,)
+    truth: str = DEFAULT_TRUTH
+    predictor: str = DEFAULT_PREDICTOR
+    backend: str = ENGINE
+    setting: str = "colocated"
+    drift: str | None = None
+    kv_capacity: int = 500_000
+    slo_classes: str | None = None
+    prompt_scale: float = 1.0
+    ttft_scale: float = 1.0
+    monitor: bool = False
+    adaptive_margin: bool = False
+    driver: DriverOptions | None = None
+    torch: TorchOptions | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {'|'.join(BACKENDS)}, got {self.backend!r}")
+        if self.setting not in SETTINGS:
+            raise ValueError(f"--setting must be one of {'|'.join(SETTINGS)}")
+        if self.tpot_slo_ms is not None and not self.tpot_slo_ms > 0:
+            raise ValueError("tpot_slo_ms must be > 0")
+        if self.rate is None and not self.workload.startswith("trace:"):
+            raise ValueError("rate is required for a synthetic workload")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ValueError("rate must be > 0")
+        if self.n_requests < 1:
+            raise ValueError("n_requests must be >= 1")
+        if not self.seeds:
+            raise ValueError("need at least one seed")
+        if self.kv_capacity < 1:
+            raise ValueError("kv_capacity must be >= 1")
+        if not (self.prompt_scale > 0 and self.ttft_scale > 0):
+            raise ValueError("prompt_scale and ttft_scale must be > 0")
+
+    @property
+    def slos(self) -> tuple[str, ...]:
+        """The SLOs a request must meet to be good in this setting."""
+        return ("ttft",) if self.setting == "prefill" else ("ttft", "tpot")
+
+    def at_rate(self, rate: float) -> RunSpec:
+        """The same run at another offered load (a max-goodput probe)."""
+        return replace(self, rate=rate)
+
+    def describe(self) -> dict[str, Any]:
+        """Plain JSON for ``run.json``: every field; the policy by name, with all its
+        option values in ``policy_options``."""
+        doc = asdict(self)
+        doc["policy"] = self.policy.name
+        doc["policy_options"] = self.policy.resolve().describe()
+        doc["seeds"] = list(self.seeds)
+        return doc
+
+
+def choose_backend(policy: PolicySpec, setting: str, requested: str | None = None) -> str:
+    """Where ``policy`` runs in ``setting``: ``requested`` if given (and possible); in
+    the prefill setting the operator driver; colocated, the engine when the policy has
+    an engine form (decodes fused into iterations, as vLLM does), else the driver."""
+    forms = policy.resolve().backends
+    if requested is not None and requested not in BACKENDS:
+        raise InputError(f"--backend {requested!r}: expected {'|'.join(BACKENDS)}")
+    if requested is not None:
+        need = ENGINE if requested == TORCH else requested
+        if need not in forms:
+            raise InputError(f"policy {policy.name} runs on {' or '.join(forms)}, not {requested}")
+        return requested
+    if setting == "prefill":
+        if DRIVER not in forms:
+            raise InputError(
+                f"policy {policy.name} runs on the engine only, which always decodes: "
+                "use --setting colocated"
+            )
+        return DRIVER
+    return ENGINE if ENGINE in forms else DRIVER
+
+
+def needs_tpot_target(workload: str, slo_classes: str | None) -> bool:
+    """Whether some request of ``workload`` takes the run's TPOT target (a class
+    without its own TPOT SLO, or a trace without ``--slo-classes``)."""
+    from servecal.sched.workloads import parse_workload
+    from servecal.sched.workloads.generate import TraceWorkload
+    from servecal.sched.workloads.spec import slo_classes_named
+
+    parsed = parse_workload(workload)
+    if isinstance(parsed, TraceWorkload):
+        if slo_classes is None:
+            return True
+        classes = slo_classes_named(slo_classes)
+    else:
+        classes = parsed.classes
+    return any(c.tpot_slo_ms is None for c in classes)

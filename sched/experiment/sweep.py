@@ -1,0 +1,202 @@
+"""Many runs: ``sweep(specs, ...)`` → the means over seeds of every spec.
+
+The sweep owns what every study used to repeat: the task pool, run folders, means
+over seeds, the max-goodput searches and progress callbacks. A *task* is one
+``(spec, seed)`` run (written as a run folder) or one max-goodput probe (not
+written); :func:`execute` runs one and returns its summary.
+
+Where tasks execute is pluggable: pass any :class:`concurrent.futures.Executor` as
+``pool=`` (e.g. one that submits :func:`execute` as a Ray task; "pool", because an
+*executor* in this project is what runs an iteration). By default
+one task runs here, in this process, and several go to a local process pool of
+``jobs`` workers. Every task is a pure function of ``(spec, seed)``, so the
+numbers do not depend on where or in which order tasks run.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from servecal.sched.experiment.goodput import ABOVE_CAP, MEASURED, Bracket, GoodputSearch
+from servecal.sched.experiment.run import STREAMS, RunProgress, run, summarize
+from servecal.sched.experiment.spec import RunSpec
+
+
+@dataclass(frozen=True)
+class Task:
+    """One run: ``spec`` with ``seed``; ``folder``: write its run folder there."""
+
+    spec: RunSpec
+    seed: int
+    folder: str | None = None
+
+
+def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any]:
+    """Run one task, write its run folder if it has one, return its summary."""
+    result = run(task.spec, task.seed, on_progress)
+    summary = summarize(task.spec, result)
+    if task.folder is not None:
+        from servecal.sched.runfolder import write_run
+
+        config = {**task.spec.describe(), "seed": task.seed}
+        write_run(task.folder, result, config, summary, {"seed": task.seed, "streams": STREAMS})
+    return summary
+
+
+class InProcess(Executor):
+    """Runs each task at ``submit`` in this process (one task, or ``jobs=1``): no pool
+    to start, and a long run can report progress (``on_run_progress``)."""
+
+    def __init__(self, on_run_progress: RunProgress | None = None) -> None:
+        self._progress = on_run_progress
+
+    def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
+        future: Future = Future()
+        if fn is execute and self._progress is not None:
+            kwargs.setdefault("on_progress", self._progress)
+        try:
+            future.set_result(fn(*args, **kwargs))
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller via the future
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            future.set_exception(exc)
+        return future
+
+
+@dataclass(frozen=True)
+class SweepProgress:
+    """What ``on_progress`` sees after each task: ``done`` tasks so far of ``total``
+    (``None`` while max-goodput searches make it unknown), and the last one's spec
+    index, seed and rate (``None``: a run at the spec's own rate)."""
+
+    done: int
+    total: int | None
+    spec_index: int
+    seed: int
+    rate: float | None
+
+
+@dataclass
+class SpecOutcome:
+    """One spec's results: per-seed summaries (seed order), their means (with
+    ``<metric>_std``) and, when searched, the max goodput per seed and its mean."""
+
+    spec: RunSpec
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    mean: dict[str, Any] = field(default_factory=dict)
+
+
+def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | None) -> Executor:
+    workers = max(1, min(jobs or os.cpu_count() or 1, tasks))
+    if workers == 1:
+        return InProcess(on_run_progress)
+    return ProcessPoolExecutor(max_workers=workers)
+
+
+def sweep(
+    specs: Sequence[RunSpec],
+    *,
+    folders: Sequence[str | Path | None] | None = None,
+    goodput: Bracket | None = None,
+    jobs: int | None = None,
+    pool: Executor | None = None,
+    on_progress: Callable[[SweepProgress], None] | None = None,
+    on_run_progress: RunProgress | None = None,
+) -> list[SpecOutcome]:
+    """Run every seed of every spec; return one :class:`SpecOutcome` per spec.
+
+    * ``folders[i]``: spec ``i``'s run folders go to ``<folders[i]>/seed-<k>/``
+      (``None``: not written). Probes of a max-goodput search are never written.
+    * ``goodput``: also search each (spec, seed)'s max goodput from this bracket;
+      the mean over seeds is ``max_goodput`` (``max_goodput_std``,
+      ``max_goodput_per_seed``, ``max_goodput_bound``: ``measured`` or
+      ``above_cap``/``below_floor`` when any seed hit a limit).
+    * ``pool``: where tasks run, any :class:`concurrent.futures.Executor` (kept
+      open); default: this process for one task or ``jobs=1``, else a process pool of
+      ``jobs`` workers (all cores).
+    * ``on_progress(SweepProgress)`` after each task; ``on_run_progress`` is passed to
+      runs that report progress inside a run (in-process only).
+
+    Ctrl-C (``KeyboardInterrupt``) cancels the tasks not started and propagates; run
+    folders already written stay.
+    """
+    folder_of = list(folders) if folders is not None else [None] * len(specs)
+    if len(folder_of) != len(specs):
+        raise ValueError("folders must name one folder (or None) per spec")
+    outcomes = [SpecOutcome(spec) for spec in specs]
+    runs = [
+        (i, seed, Task(spec, seed, None if folder_of[i] is None else str(Path(folder_of[i]) / f"seed-{seed}")))  # noqa: E501
+        for i, spec in enumerate(specs)
+        for seed in spec.seeds
+    ]  # fmt: skip
+    searches = {(i, seed): GoodputSearch(goodput) for i, seed, _ in runs} if goodput else {}
+    summaries: dict[tuple[int, int], dict[str, Any]] = {}
+    own = pool is None
+    pool = pool or _local_pool(jobs, len(runs), on_run_progress)
+    pending: dict[Future, tuple[int, int, float | None]] = {}
+    done = 0
+    total = None if searches else len(runs)
+
+    def submit_probe(i: int, seed: int) -> None:
+        rate = searches[(i, seed)].next_rate()
+        if rate is not None:
+            task = Task(specs[i].at_rate(rate), seed)
+            pending[pool.submit(execute, task)] = (i, seed, rate)
+
+    try:
+        for i, seed, task in runs:
+            pending[pool.submit(execute, task)] = (i, seed, None)
+        for i, seed in searches:
+            submit_probe(i, seed)
+        while pending:
+            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in finished:
+                i, seed, rate = pending.pop(future)
+                summary = future.result()
+                done += 1
+                if rate is None:
+                    summaries[(i, seed)] = summary
+                else:
+                    searches[(i, seed)].record(summary["attainment"])
+                    submit_probe(i, seed)
+                if on_progress is not None:
+                    on_progress(SweepProgress(done, total, i, seed, rate))
+    except BaseException:
+        for future in pending:
+            future.cancel()
+        if own:
+            pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    if own:
+        pool.shutdown(wait=True)
+    return [_outcome(o, i, summaries, searches) for i, o in enumerate(outcomes)]
+
+
+def _outcome(
+    outcome: SpecOutcome,
+    i: int,
+    summaries: dict[tuple[int, int], dict[str, Any]],
+    searches: dict[tuple[int, int], GoodputSearch],
+) -> SpecOutcome:
+    from servecal.sched.metrics import mean_over_seeds
+
+    seeds = outcome.spec.seeds
+    outcome.summaries = [summaries[(i, s)] for s in seeds]
+    if searches:
+        results = [searches[(i, s)].result for s in seeds]
+        for summary, found in zip(outcome.summaries, results, strict=True):
+            summary["max_goodput"] = found.rate
+            summary["max_goodput_bound"] = found.bound
+    outcome.mean = mean_over_seeds(outcome.summaries)
+    if searches:
+        bounds = {found.bound for found in results}
+        outcome.mean["max_goodput_per_seed"] = [found.rate for found in results]
+        outcome.mean["max_goodput_bound"] = (
+            MEASURED if bounds == {MEASURED} else ABOVE_CAP if ABOVE_CAP in bounds else min(bounds)
+        )
+    return outcome

@@ -1,0 +1,287 @@
+"""Every built-in policy name, in one table, and user policies by import path.
+
+Each :class:`PolicyEntry` names the policy class per backend it runs on
+(``engine``: ``plan(view, predictor) -> Plan``; ``operator-driver``:
+``decide(view, predictor) -> Decision``), and where its options come from. A
+policy is built as ``Class(**options)``; its options are the fields of the class
+(a frozen dataclass) unless the entry names another dataclass (``options=``).
+Classes are named by import path and imported on use, so listing a name costs
+nothing and a run imports only the policy it runs.
+
+A name may fix some options (``preset``: ``sloweave-p50`` is ``sloweave`` planning
+on P50 without margin) or take one number as a suffix (``number``: ``fixed-512``
+sets ``chunk=512``). Anything else is ``--opt key=value``.
+
+User policies load by import path, like vLLM's ``--scheduler-cls``:
+``mypkg.mymodule:MyPolicy``, a class with ``plan`` (engine) or ``decide``
+(operator driver) whose constructor's keyword arguments are its options
+(docs/policies.md). Adding a built-in policy is one file and one line in
+``POLICIES`` below.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+from servecal.sched.policies.options import Option, options_of
+
+ENGINE = "engine"
+DRIVER = "operator-driver"
+#: What a policy class must have to run on each backend.
+INTERFACES = {
+    ENGINE: "plan(view, predictor) -> Plan",
+    DRIVER: "decide(view, predictor) -> Decision",
+}
+
+_P = "servecal.sched.policies"
+_F = "servecal.sched.flowprefill.policies"
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    """One built-in policy name (see the module docstring)."""
+
+    name: str
+    summary: str
+    backends: Mapping[str, str]  # backend -> "module:Class", in order of preference
+    options: str | None = None  # "module:Dataclass"; default: the first backend's class
+    number: str | None = None  # the option a "-N" suffix sets (fixed-512: chunk)
+    preset: Mapping[str, Any] = field(default_factory=dict)
+    baseline: bool = False  # a static baseline: a fixed chunking rule, no deadlines
+
+
+#: The built-in policies. One line each; the classes are imported on use.
+POLICIES: tuple[PolicyEntry, ...] = (
+    PolicyEntry("fixed", "a prefill chunk of `chunk` tokens beside all decodes (Sarathi-Serve)", {ENGINE: f"{_P}.static:FixedChunk"}, number="chunk", baseline=True),  # noqa: E501
+    PolicyEntry("budget", "vLLM's token budget: decodes first, then prompts in `order` (fcfs|edf)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", baseline=True),  # noqa: E501
+    PolicyEntry("fcfs-chunk", "`budget` in arrival order (FlowPrefill's chunked baseline)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", preset={"order": "fcfs"}, baseline=True),  # noqa: E501
+    PolicyEntry("edf-chunk", "`budget` in TTFT-deadline order (FlowPrefill's chunked baseline)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", preset={"order": "edf"}, baseline=True),  # noqa: E501
+    PolicyEntry("full", "the whole remaining prompt in one iteration, when it fits (no chunking)", {ENGINE: f"{_P}.static:FullPrefill"}, baseline=True),  # noqa: E501
+    PolicyEntry("fcfs", "arrival order, whole prompts, short ones packed (DistServe-like); `full` on the engine", {DRIVER: f"{_F}:Fcfs", ENGINE: f"{_P}.static:FullPrefill"}, baseline=True),  # noqa: E501
+    PolicyEntry("sloweave", "the largest chunk that ends before every decode deadline (P99 + margin)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig"),  # noqa: E501
+    PolicyEntry("sloweave-p50", "SLOWeave planning on P50 with no margin", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"quantile": 0.5, "use_margin": False}),  # noqa: E501
+    PolicyEntry("sorted-f-online", "Sorted-F as a receding-horizon engine policy (clairvoyant lengths)", {ENGINE: "servecal.sched.sortedf.online:SortedFOnline"}),  # noqa: E501
+    PolicyEntry("flowprefill", "operator-level preemption by sign(slack)/deadline, SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}),  # noqa: E501
+    PolicyEntry("flowprefill-nopreempt", "FlowPrefill's order and batching, decided only when the device is free", {DRIVER: f"{_F}:FlowPrefill"}, preset={"preemptive": False}),  # noqa: E501
+    PolicyEntry("flowprefill-srpt", "FlowPrefill's operator preemption, shortest remaining prefill first", {DRIVER: f"{_F}:FlowPrefill"}, preset={"order": "srpt"}),  # noqa: E501
+    PolicyEntry("flowprefill-nobatch", "FlowPrefill without SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}, preset={"batching": False}),  # noqa: E501
+)  # fmt: skip
+
+_BY_NAME = {e.name: e for e in POLICIES}
+
+
+def load_object(path: str, what: str = "--policy") -> Any:
+    """``module.sub:Name`` (or ``module.sub:Outer.Name``) → the object; one-line errors."""
+    module_name, sep, attr = path.partition(":")
+    if not sep or not module_name or not attr:
+        raise InputError(f"{what} {path!r}: expected MODULE:NAME, e.g. mypkg.policies:MyPolicy")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InputError(f"{what} {path}: cannot import {module_name!r} ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise InputError(f"{what} {path}: {module_name!r} has no {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+@dataclass(frozen=True)
+class ResolvedPolicy:
+    """A policy name with its classes per backend and its checked option values."""
+
+    name: str
+    classes: Mapping[str, type]  # backend -> class, in order of preference
+    options: tuple[Option, ...]
+    values: Mapping[str, Any]  # options set by the name, a suffix or --opt
+    baseline: bool = False
+    takes: Mapping[str, frozenset[str]] = field(default_factory=dict)  # backend -> names
+
+    @property
+    def backends(self) -> tuple[str, ...]:
+        return tuple(self.classes)
+
+    def describe(self) -> dict[str, Any]:
+        """Every option with its value (defaults filled in), for ``run.json``."""
+        doc = {o.name: o.default for o in self.options if not o.required}
+        doc.update(self.values)
+        return doc
+
+    def build(self, backend: str) -> Any:
+        """A fresh policy object for ``backend`` (a policy may keep state per run)."""
+        cls = self.classes.get(backend)
+        if cls is None:
+            raise InputError(
+                f"policy {self.name} runs on {' or '.join(self.classes)}, not on the {backend}"
+            )
+        stray = sorted(set(self.values) - self.takes[backend])
+        if stray:
+            raise InputError(f"policy {self.name} on the {backend} has no option {stray[0]!r}")
+        try:
+            return cls(**self.values)
+        except ValueError as exc:
+            raise InputError(f"policy {self.name}: {exc}") from None
+
+
+def _entry_for(name: str) -> tuple[PolicyEntry, dict[str, Any]]:
+    """The entry of ``name`` and what its ``-N`` suffix sets."""
+    entry = _BY_NAME.get(name)
+    if entry is not None:
+        return entry, {}
+    prefix, _, value = name.rpartition("-")
+    entry = _BY_NAME.get(prefix)
+    if entry is not None and entry.number is not None and value.isdigit():
+        return entry, {entry.number: int(value)}
+    known = ", ".join(e.name + ("-N" if e.number else "") for e in POLICIES)
+    raise InputError(f"unknown policy {name!r}; known: {known}, or MODULE:CLASS")
+
+
+def _user_policy(path: str) -> tuple[dict[str, type], type]:
+    cls = load_object(path)
+    if not isinstance(cls, type):
+        raise InputError(f"--policy {path}: not a class")
+    classes = {
+        b: cls for b, method in ((ENGINE, "plan"), (DRIVER, "decide")) if hasattr(cls, method)
+    }
+    if not classes:
+        raise InputError(
+            f"--policy {path}: a policy needs a method {INTERFACES[ENGINE]} (engine) "
+            f"or {INTERFACES[DRIVER]} (operator driver)"
+        )
+    return classes, cls
+
+
+@dataclass(frozen=True)
+class _Found:
+    classes: dict[str, type]
+    options_cls: type
+    fixed: dict[str, Any]  # values the name sets (preset, -N suffix)
+    baseline: bool
+    user: bool
+    named_options: bool = False  # the entry names its options dataclass
+
+    def takes(self, backend: str) -> frozenset[str]:
+        """Options the backend's class accepts: the named dataclass's, else its own."""
+        cls = self.options_cls if self.named_options else self.classes[backend]
+        return frozenset(o.name for o in options_of(cls))
+
+
+@lru_cache(maxsize=256)
+def _find(name: str) -> _Found:
+    if ":" in name:
+        classes, cls = _user_policy(name)
+        return _Found(classes, cls, {}, baseline=False, user=True)
+    entry, numbered = _entry_for(name)
+    classes = {b: load_object(path, "policy class") for b, path in entry.backends.items()}
+    options_cls = load_object(entry.options) if entry.options else next(iter(classes.values()))
+    fixed = {**entry.preset, **numbered}
+    return _Found(classes, options_cls, fixed, entry.baseline, False, entry.options is not None)
+
+
+@lru_cache(maxsize=256)
+def resolve(name: str, given: tuple[tuple[str, Any], ...] = ()) -> ResolvedPolicy:
+    """Resolve a policy name (built-in, ``NAME-N``, or ``MODULE:CLASS``) with its typed
+    ``--opt`` values (see :func:`parse_policy_options`); one-line errors."""
+    found = _find(name)
+    options = options_of(found.options_cls)
+    clash = sorted(set(found.fixed) & {k for k, _ in given})
+    if clash:
+        raise InputError(f"policy {name} fixes {clash[0]}; use its base name with --opt")
+    values = {**found.fixed, **dict(given)}
+    missing = [o.name for o in options if o.required and o.name not in values]
+    if missing:
+        raise InputError(f"policy {name} needs --opt {missing[0]}=VALUE")
+    if not found.user:  # the options dataclass checks its values (its __post_init__)
+        try:
+            found.options_cls(**values)
+        except ValueError as exc:
+            raise InputError(f"policy {name}: {exc}") from None
+    takes = {b: found.takes(b) for b in found.classes}
+    return ResolvedPolicy(name, found.classes, options, values, found.baseline, takes)
+
+
+def parse_policy_options(name: str, text: Mapping[str, str]) -> tuple[tuple[str, Any], ...]:
+    """Typed ``--opt`` values for policy ``name``, checked against its options."""
+    from servecal.sched.policies.options import parse_options
+
+    if not text:
+        return ()
+    options = options_of(_find(name).options_cls)
+    return tuple(sorted(parse_options(options, text, name).items()))
+
+
+def is_baseline(name: str) -> bool:
+    """Whether ``name`` is a built-in static baseline (fixed chunking, no deadlines).
+
+    "Ratio to the best static policy" (SPEC §1) is taken over these, in ``compare``
+    and in reports. A user policy (``MODULE:CLASS``) or an unknown name is not."""
+    if ":" in name:
+        return False
+    try:
+        entry, _ = _entry_for(name)
+    except InputError:
+        return False
+    return entry.baseline
+
+
+def listing() -> list[dict[str, Any]]:
+    """Every built-in policy: name, backends, options (``name: type = default``), the
+    options its name fixes, and a one-line summary."""
+    rows = []
+    for entry in POLICIES:
+        found = _find(entry.name)
+        options = options_of(found.options_cls)
+        fixed_names = {*entry.preset, entry.number}
+        rows.append(
+            {
+                "name": entry.name + ("-N" if entry.number else ""),
+                "backends": list(entry.backends),
+                "options": [o.describe() for o in options if o.name not in fixed_names],
+                "fixed": dict(entry.preset) | ({entry.number: "N"} if entry.number else {}),
+                "summary": entry.summary,
+            }
+        )
+    return rows
+
+
+def make_policy(name: str, backend: str = ENGINE, **options: Any) -> Any:
+    """A fresh policy object, e.g. ``make_policy("fixed-512")`` or
+    ``make_policy("sloweave", aging_ms=500.0)`` (options already typed)."""
+    return resolve(name, tuple(sorted(options.items()))).build(backend)
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """A policy as a run names it: ``name`` (``sloweave``, ``fixed-512``,
+    ``mypkg.mod:MyPolicy``) and its typed ``--opt`` values. Picklable and hashable:
+    a worker process resolves it again by name."""
+
+    name: str
+    options: tuple[tuple[str, Any], ...] = ()
+
+    @classmethod
+    def parse(cls, name: str, opts: Mapping[str, str] | None = None) -> PolicySpec:
+        """From the command line: ``name`` and ``--opt`` text values (checked)."""
+        name = name.strip()
+        spec = cls(name, parse_policy_options(name, opts or {}))
+        spec.resolve()
+        return spec
+
+    @property
+    def label(self) -> str:
+        """The name runs, rows and folders are filed under (options appended)."""
+        if not self.options:
+            return self.name
+        return self.name + "[" + ",".join(f"{k}={v}" for k, v in self.options) + "]"
+
+    def resolve(self) -> ResolvedPolicy:
+        return resolve(self.name, self.options)
+
+    def build(self, backend: str) -> Any:
+        """A fresh policy object for ``backend``."""
+        return self.resolve().build(backend)

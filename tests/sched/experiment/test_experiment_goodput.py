@@ -1,0 +1,66 @@
+"""The max-goodput search: a bisection whose bracket expands instead of guessing."""
+
+from __future__ import annotations
+
+import pytest
+
+from servecal.costmodels import InputError
+from servecal.sched.experiment.goodput import (
+    ABOVE_CAP,
+    BELOW_FLOOR,
+    MEASURED,
+    Bracket,
+    search_sequentially,
+)
+
+
+def _curve(capacity: float):
+    """A monotone attainment curve crossing 90% at ``capacity`` req/s, with a call log."""
+    calls: list[float] = []
+
+    def attainment_at(rate: float) -> float:
+        calls.append(rate)
+        return float(0.9 ** ((rate / capacity) ** 4))  # 1 at 0, exactly 0.9 at capacity
+
+    return attainment_at, calls
+
+
+def test_the_crossing_inside_the_bracket_is_found_by_bisection() -> None:
+    f, calls = _curve(37.0)
+    found = search_sequentially(f, Bracket(1.0, 100.0))
+    assert len(calls) < 20 and found.probes == len(calls)  # bisection, not a scan
+    assert found.bound == MEASURED and f(found.rate) >= 0.9
+    assert 37.0 * (1 - 0.02) <= found.rate <= 37.0
+
+
+def test_a_crossing_above_the_bracket_is_found_by_doubling_not_reported_as_the_top() -> None:
+    f, calls = _curve(730.0)
+    found = search_sequentially(f, Bracket(1.0, 100.0))
+    assert found.bound == MEASURED and 730.0 * 0.98 <= found.rate <= 730.0
+    assert calls[:4] == [100.0, 200.0, 400.0, 800.0]  # the top doubles until one misses
+
+
+def test_a_crossing_below_the_bracket_is_found_by_halving() -> None:
+    f, _ = _curve(0.3)
+    found = search_sequentially(f, Bracket(1.0, 100.0))
+    assert found.bound == MEASURED and 0.3 * 0.98 <= found.rate <= 0.3
+
+
+def test_limits_are_reported_as_bounds() -> None:
+    always, calls = _curve(1e9)
+    found = search_sequentially(always, Bracket(1.0, 100.0, cap=1000.0))
+    assert (found.rate, found.bound) == (1000.0, ABOVE_CAP) and calls[-1] == 1000.0
+    assert found.text() == "> 1000"
+    never, _ = _curve(1e-9)
+    found = search_sequentially(never, Bracket(1.0, 100.0))
+    assert (found.rate, found.bound) == (0.0, BELOW_FLOOR)
+    step = search_sequentially(lambda r: 1.0 if r <= 50.0 else 0.0, Bracket(1, 100, rel_tol=1e-3))
+    assert 49.9 <= step.rate <= 50.0
+
+
+@pytest.mark.parametrize("text", ["5:5", "9:1", "1", "a:b", "1:10:5", "0:10"])
+def test_bad_brackets_are_one_line_errors(text: str) -> None:
+    with pytest.raises(InputError, match="--rate-range"):
+        Bracket.parse(text)
+    assert Bracket.parse("1:200").limits() == (1 / 16, 3200.0)
+    assert Bracket.parse("1:200:500").limits()[1] == 500.0
