@@ -209,6 +209,27 @@ def read_samples(path: str | os.PathLike[str]) -> Samples:
     return Samples(frame=validate_samples(frame, str(p)), provenance=prov)
 
 
+def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The provenance of a samples file without reading its rows (Parquet metadata,
+    else ``fingerprint.json`` beside it; ``{}`` when neither says anything)."""
+    p = Path(path)
+    prov: dict[str, Any] | None = None
+    if p.suffix.lower() not in (".csv", ".txt"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.read_schema(p).metadata
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{p}: unreadable Parquet ({type(exc).__name__})") from None
+        prov = _provenance_from_parquet(p, metadata)
+    if not prov:
+        prov = _provenance_from_sidecar(p)
+    prov = dict(prov or {})
+    prov.pop("schema", None)
+    return prov
+
+
 def write_samples(
     frame: pd.DataFrame, path: str | os.PathLike[str], provenance: dict[str, Any]
 ) -> None:

@@ -304,6 +304,7 @@ class GateResult:
     clusters: int
     factor: float
     stability: dict[str, Any]
+    flips: tuple[int, ...] = ()  # one row per (cluster, kind of row) whose removal flips
 
 
 def decide(
@@ -365,6 +366,7 @@ def decide(
             "flipping_rows": flips[:SHOW_FLIPS],
             "method": "exact: each kind of row of each cluster removed in turn",
         },
+        flips=tuple(flips),
     )
 
 

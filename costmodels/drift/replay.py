@@ -11,6 +11,7 @@ calibration", not "the device drifted").
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -58,6 +59,38 @@ def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
     from servecal.costmodels.samples import read_samples
 
     return read_samples(p).frame, "samples"
+
+
+def measured_fingerprint(path: str | Path) -> dict[str, Any]:
+    """What the measurements say about the device and model they come from.
+
+    A samples file: its provenance. A run folder: the identity keys its
+    ``run.json`` config records (a torch run records its model, hash, dtype), and,
+    for a simulated run whose truth replays samples, those samples' provenance.
+    """
+    from servecal.costmodels.provenance import FINGERPRINT_KEYS
+    from servecal.costmodels.samples import read_provenance
+
+    p = Path(path)
+    if not p.is_dir():
+        return read_provenance(p)
+    try:
+        doc = json.loads((p / "run.json").read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"{p / 'run.json'}: unreadable ({type(exc).__name__})") from None
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    fp: dict[str, Any] = {}
+    truth = config.get("truth")
+    if isinstance(truth, str) and truth.startswith("samples:"):
+        source = Path(truth.removeprefix("samples:"))
+        if source.is_file():
+            fp.update(read_provenance(source))
+    fp.update({k: config[k] for k in FINGERPRINT_KEYS if config.get(k) is not None})
+    return fp
 
 
 def _check_column(column: pd.Series, where: str) -> None:

@@ -48,7 +48,7 @@ def test_slowed_ten_percent_drifted_exit_1(files) -> None:
     r = runner.invoke(app, ["validate", str(files["table"]), str(files["slow"])])
     assert r.exit_code == 1, r.output
     assert r.output.startswith("verdict: drifted")
-    assert "alarm: slowdown" in r.output
+    assert "test slowdown:" in r.output and "REJECTED" in r.output
     assert "recalibrate" in r.output
 
 
@@ -59,6 +59,7 @@ def test_json_verdict(files) -> None:
     assert doc["verdict"] == "drifted"
     assert 1.05 < doc["factor"] < 1.15
     assert doc["coverage_promised"] == pytest.approx(0.99)
+    assert doc["false_alarm_bound"] == pytest.approx(0.01)
 
 
 def _one_error_line(r) -> str:
