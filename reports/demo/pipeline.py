@@ -19,7 +19,6 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from servecal.costmodels.crossval import folds_for
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.table import CostTable
 from servecal.reports.demo.setting import (
     WORKLOADS,
     Axes,
