@@ -10,6 +10,7 @@ Output folder::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -60,8 +61,10 @@ class CalibrateConfig:
     kv_layout: str | None = None  # default "contiguous"; on resume, the plan's
 
     def __post_init__(self) -> None:
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise InputError(f"--budget must be > 0 seconds, got {self.budget_s}")
+        if self.budget_s is not None and not 0 < self.budget_s < math.inf:
+            raise InputError(f"--budget must be finite seconds > 0, got {self.budget_s}")
+        if self.seed < 0:
+            raise InputError(f"--seed must be >= 0, got {self.seed}")
         if self.repeats is not None and self.repeats < 2:
             raise InputError(f"--repeats must be >= 2, got {self.repeats}")
         if self.layers is not None and self.layers < 1:
@@ -177,8 +180,19 @@ def calibrate(
         raise InputError(
             f"--kv-layout must be one of {', '.join(available)}, got {cfg.kv_layout!r}"
         )
-    store = ShardStore(cfg.out)
     requested = resolve_device(cfg.device)
+    store = ShardStore(cfg.out)
+    with store.locked():  # one writer: a second calibrate (or --resume) on this folder stops
+        return _calibrate(cfg, console, store, requested, available)
+
+
+def _calibrate(
+    cfg: CalibrateConfig,
+    console: Console,
+    store: ShardStore,
+    requested: torch.device,
+    available: Mapping[str, Callable[[], PointLayout]],
+) -> CalibrationResult:
     if cfg.resume:
         plan = store.read_plan()
         _check_resume(plan, cfg, requested, store.plan_path)
@@ -267,6 +281,12 @@ def _finish(
         f"measured {points}/{planned} points, {len(frame)} timed iterations "
         f"({len(provenance['infeasible_points'])} infeasible); stopped: {outcome.stopped_by}"
     )
+    if frame.empty and outcome.stopped_by == "signal":
+        console.print(
+            "interrupted before the first point was measured; the plan is kept: "
+            f"continue with --resume --out {cfg.out}"
+        )
+        return result
     if frame.empty:
         raise InputError(f"{cfg.out}: no point was measured (budget too small?); nothing to write")
     provenance["points_measured"] = points

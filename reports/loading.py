@@ -142,6 +142,20 @@ def _read_parquet(path: Path, required: Sequence[str]) -> pd.DataFrame:
     return df
 
 
+def _numbers(value: Any, where: str) -> Any:
+    """A run summary as numbers: ``null`` (how run folders store NaN) reads as NaN;
+    text where a number belongs is refused, naming the key."""
+    if isinstance(value, dict):
+        return {k: _numbers(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v, where) for v in value]
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        raise InputError(f"{where}: expected a number, got text {value[:40]!r}")
+    return value
+
+
 def _observer_drift(observers: Any) -> dict[str, Any] | None:
     """The drift monitor's summary among the engine's observer summaries, if any."""
     if not isinstance(observers, dict):
@@ -164,6 +178,7 @@ def load_run(folder: Path) -> RunData:
     summary = info.get("summary", {})
     if not isinstance(summary, dict):
         raise InputError(f"{folder / 'run.json'}: 'summary' must be an object")
+    summary = _numbers(summary, f"{folder / 'run.json'}: summary")
     energy = _first(info, "energy_source", "energy", default=config.get("energy_source"))
     drift = info.get("drift") or _observer_drift(info.get("observers"))
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
@@ -219,7 +234,8 @@ def _candidates(root: Path) -> Iterable[Path]:
     if (root / "run.json").is_file() or (root / "samples.parquet").is_file():
         yield root
         return
-    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+    # hidden folders are never runs: a writer's temporaries are ``.NAME.xxxx.tmp``
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         yield from _candidates(child)
 
 

@@ -1,23 +1,38 @@
 """Write a run folder (DESIGN.md §Engine): ``iterations.parquet``, ``requests.parquet``,
-``run.json``, all or nothing.
+``run.json``, all or nothing; and own the output folder the runs go into.
 
-The folder is written under a temporary name beside the target and renamed into
-place, so a crash never leaves a half-written run that a report would pick up.
+The folder is written under a temporary name beside the target (hidden, ending
+in ``.tmp``: never counted as a run) and renamed into place, so a crash never
+leaves a half-written run that a report would pick up.
+
+:func:`run_output` is what a command holds while it writes runs into ``--out``:
+the folder's lock (one writer at a time, :mod:`servecal.costmodels.folders`), and
+a record (``.servecal-outputs.json``) of what the command wrote there. A later
+command into the same folder first removes what the previous one recorded (and
+temporary leftovers), so a rerun with fewer seeds or other cells never mixes
+its runs with stale ones; folders servecal did not write are left alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
 import shutil
-import tempfile
+import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from servecal.costmodels.atomic import temporary_folder
+from servecal.costmodels.folders import folder_lock, make_folder
 from servecal.sched.result import RunResult
 
 RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
+#: What a command recorded of its outputs in a folder (relative paths).
+OUTPUTS_FILE = ".servecal-outputs.json"
+OUTPUTS_SCHEMA = "servecal.outputs/1"
 
 
 def _plain(value: Any) -> Any:
@@ -42,8 +57,8 @@ def write_run(
 ) -> Path:
     """Write ``result`` as a run folder at ``folder`` (replacing one already there)."""
     target = Path(folder)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"))
+    make_folder(target.parent)
+    tmp = temporary_folder(target.parent, target.name)
     try:
         result.iterations.to_parquet(tmp / "iterations.parquet", index=False)
         result.requests.to_parquet(tmp / "requests.parquet", index=False)
@@ -72,3 +87,89 @@ def write_json(path: str | os.PathLike[str], doc: Any) -> None:
     from servecal.costmodels.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, (json.dumps(_plain(doc), indent=2) + "\n").encode())
+
+
+def is_temporary(path: Path) -> bool:
+    """A writer's temporary (``.NAME.xxxx.tmp``): never a run, removed by the next writer."""
+    return path.name.startswith(".") and path.name.endswith(".tmp")
+
+
+def _run_folders(root: Path) -> Iterator[Path]:
+    """Run folders (holding ``run.json``) under ``root``, skipping hidden folders."""
+    for here, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if not d.startswith(".")]
+        if "run.json" in files:
+            dirs[:] = []
+            yield Path(here)
+
+
+def _inside(root: Path, rel: Any) -> Path | None:
+    if not isinstance(rel, str) or not rel or os.path.isabs(rel):
+        return None
+    path = (root / rel).resolve()
+    return path if path.is_relative_to(root.resolve()) and path != root.resolve() else None
+
+
+def remove_previous_outputs(root: Path) -> int:
+    """Remove what the last command recorded writing into ``root`` and any temporary
+    leftovers; returns how many entries went. Call only while holding the lock."""
+    removed = 0
+    record = root / OUTPUTS_FILE
+    try:
+        doc = json.loads(record.read_text())
+    except (OSError, ValueError, RecursionError):
+        doc = {}
+    paths = doc.get("paths", []) if isinstance(doc, dict) else []
+    for rel in paths if isinstance(paths, list) else []:
+        path = _inside(root, rel)
+        if path is None:
+            continue
+        if path.is_dir() and (path / "run.json").is_file():
+            shutil.rmtree(path)
+            removed += 1
+        elif path.is_file():
+            path.unlink()
+            removed += 1
+    for here, dirs, files in os.walk(root):
+        for name in [d for d in dirs if is_temporary(Path(d))]:
+            shutil.rmtree(Path(here) / name, ignore_errors=True)
+            dirs.remove(name)
+            removed += 1
+        for name in [f for f in files if is_temporary(Path(f))]:
+            (Path(here) / name).unlink(missing_ok=True)
+            removed += 1
+    record.unlink(missing_ok=True)
+    return removed
+
+
+def record_outputs(root: Path, since: float, command: str) -> None:
+    """Record the run folders and top-level files written into ``root`` since ``since``."""
+    fresh = [
+        str(p.relative_to(root))
+        for p in _run_folders(root)
+        if (p / "run.json").stat().st_mtime >= since
+    ]
+    fresh += [
+        p.name
+        for p in root.iterdir()
+        if p.is_file() and not p.name.startswith(".") and p.stat().st_mtime >= since
+    ]
+    if fresh:
+        write_json(
+            root / OUTPUTS_FILE,
+            {"schema": OUTPUTS_SCHEMA, "command": command, "paths": sorted(fresh)},
+        )
+
+
+@contextlib.contextmanager
+def run_output(folder: str | os.PathLike[str], command: str = "servecal") -> Iterator[Path]:
+    """Hold ``folder`` for one command that writes runs (see the module docstring)."""
+    root = Path(folder)
+    with folder_lock(root, command):
+        remove_previous_outputs(root)
+        since = time.time() - 1.0  # file times may be coarser than the clock
+        try:
+            yield root
+        finally:
+            with contextlib.suppress(OSError):
+                record_outputs(root, since, command)

@@ -110,6 +110,38 @@ def one_line_warnings() -> Iterator[None]:
         yield
 
 
+def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
+    """Hold the command's output folder (its ``param`` argument) while it runs.
+
+    Put it below :func:`user_errors`. Checks the folder can be written before any
+    work; with ``runs``, holds :func:`servecal.sched.runfolder.run_output` (lock,
+    stale outputs of the last command there replaced), else only the lock.
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            folder = kwargs.get(param)
+            if folder is None:
+                return fn(*args, **kwargs)
+            writable_folder(Path(folder), f"--{param.replace('_', '-')}")
+            command = f"servecal {fn.__name__.removesuffix('_command')}"
+            if runs:
+                from servecal.sched.runfolder import run_output
+
+                holder = run_output(folder, command)
+            else:
+                from servecal.costmodels.folders import folder_lock
+
+                holder = folder_lock(folder, command)
+            with holder:
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
 def writable_file(path: Path, flag: str = "--out") -> Path:
     """Check, before any work, that ``path`` can be written as a file (creating its
     folder); one-line :class:`InputError` if not."""

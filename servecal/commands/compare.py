@@ -8,7 +8,13 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+    writes_folder,
+)
 
 
 def _split(text: str) -> list[str]:
@@ -82,6 +88,7 @@ def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]]) 
 
 
 @user_errors
+@writes_folder("out")
 def compare_command(
     out: Path = typer.Option(..., help="Output folder: one run folder per cell and seed."),
     workloads: str = typer.Option("chat,mixed,long,bursty", help="Comma-separated workloads."),
@@ -89,13 +96,13 @@ def compare_command(
         "fixed-256,fixed-1024,full,sloweave", help="Comma-separated policies."
     ),
     tpot_slo: str = typer.Option("10,25,50", "--tpot-slo", help="Comma-separated TPOT SLOs, ms."),
-    seeds: int = typer.Option(5, help="Seeds 0..N-1."),
+    seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
     truth: str = typer.Option("analytic", help="analytic[:...] or samples:PATH"),
     predictor: str = typer.Option("oracle", help="oracle or a cost table JSON."),
-    kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
-    jobs: int = typer.Option(None, help="Worker processes [default: all cores]."),
+    kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
+    jobs: int = typer.Option(None, min=1, help="Worker processes [default: all cores]."),
     setting: str = typer.Option(
         None, help="FlowPrefill study: prefill|colocated (docs/flowprefill.md)."
     ),
@@ -107,8 +114,11 @@ def compare_command(
     ),
     rate_range: str = typer.Option("1:400", help="Bracket LO:HI (req/s) for --max-goodput."),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds and print the SPEC 1 tables."""
+    table_flags(allow_edited, strict)
     from servecal.sched.flowprefill.registry import is_flow_policy
 
     if setting or slo_classes or max_goodput or any(map(is_flow_policy, _split(policies))):

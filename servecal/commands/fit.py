@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import user_errors, writable_file
 
 
 def parse_quantiles(text: str) -> list[float]:
@@ -29,7 +29,7 @@ def fit(
     holdout: float = typer.Option(
         0.2, "--holdout", help="Share of grid points each cross-validation fold holds out (1/K)."
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the models."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the held-out split and the models."),
 ) -> None:
     """Fit a predictor, compile a monotone table, calibrate its margin, print held-out metrics."""
     from rich.console import Console
@@ -38,6 +38,7 @@ def fit(
     from servecal.costmodels.fit import TailWarning, fit_cost_table
     from servecal.costmodels.samples import read_samples
 
+    writable_file(out)
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)
     console = Console(stderr=True)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+    writes_folder,
+)
 
 SUMMARY_KEYS = (
     "goodput",
@@ -26,6 +32,7 @@ SUMMARY_KEYS = (
 
 
 @user_errors
+@writes_folder("out")
 def simulate_command(
     workload: str = typer.Option(..., help="chat|mixed|long|bursty|trace:PATH"),
     policy: str = typer.Option(..., help="fixed-64..2048, budget-C, full, sloweave, ..."),
@@ -34,7 +41,7 @@ def simulate_command(
     rate: float = typer.Option(
         None, help="Arrival rate, req/s [default: per workload; a trace's own times]."
     ),
-    seeds: int = typer.Option(5, help="Seeds 0..N-1."),
+    seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     truth: str = typer.Option(
         "analytic",
@@ -42,7 +49,7 @@ def simulate_command(
     ),
     predictor: str = typer.Option("oracle", help="oracle or a cost table JSON."),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
-    kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
+    kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also bisect the max goodput."),
     rate_range: str = typer.Option("1:200", help="Bracket LO:HI (req/s) for --max-goodput."),
     p50_only: bool = typer.Option(
@@ -75,8 +82,11 @@ def simulate_command(
         False, "--adaptive-margin", help="Adapt the margin online while drift is detected."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """Simulate one workload x policy x TPOT target over seeds; write run folders."""
+    table_flags(allow_edited, strict)
     from servecal.sched.flowprefill.registry import is_flow_policy
 
     if setting is not None or slo_classes is not None or is_flow_policy(policy):

@@ -45,6 +45,7 @@ def test_eval_json_has_exactly_the_keys(fitted: Path) -> None:
         "pinball",
         "tightness",
         "out_of_domain",
+        "checked",
         "rows",
     ]
     assert set(doc["pinball"]) == {"0.5", "0.99"}
