@@ -39,25 +39,30 @@ def _holder(lock: Path) -> str:
     return f"pid {text}" if text.isdigit() else "unknown pid"
 
 
-def make_folder(folder: Path) -> None:
-    """Create ``folder`` (and its parents) with a normal folder's mode."""
+def make_folder(folder: Path) -> list[Path]:
+    """Create ``folder`` (and its parents) with a normal folder's mode; returns the
+    folders it created, outermost first."""
     missing = []
-    p = folder
+    p = Path(folder)
     while not p.exists() and p.parent != p:
         missing.append(p)
         p = p.parent
+    created = []
     for q in reversed(missing):
         q.mkdir(exist_ok=True)
         os.chmod(q, folder_mode())
+        created.append(q)
+    return created
 
 
 @contextlib.contextmanager
 def folder_lock(folder: str | os.PathLike[str], command: str = "servecal") -> Iterator[Path]:
-    """Hold ``folder``'s lock (creating the folder) for the ``with`` block."""
+    """Hold ``folder``'s lock (creating the folder) for the ``with`` block; folders it
+    created and that are still empty at the end are removed again."""
     root = Path(folder)
     if root.exists() and not root.is_dir():
         raise InputError(f"{root}: exists and is not a folder")
-    make_folder(root)
+    created = make_folder(root)
     lock = root / LOCK_NAME
     if fcntl is None:  # pragma: no cover
         yield lock
@@ -88,3 +93,6 @@ def folder_lock(folder: str | os.PathLike[str], command: str = "servecal") -> It
         with contextlib.suppress(OSError):
             lock.unlink()  # before unlocking: a waiter then retries on a fresh file
         os.close(fd)
+        for folder in reversed(created):  # a command that wrote nothing leaves nothing
+            with contextlib.suppress(OSError):
+                folder.rmdir()

@@ -143,8 +143,8 @@ def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
 
 
 def writable_file(path: Path, flag: str = "--out") -> Path:
-    """Check, before any work, that ``path`` can be written as a file (creating its
-    folder); one-line :class:`InputError` if not."""
+    """Check, before any work, that ``path`` can be written as a file; one-line
+    :class:`InputError` if not. Creates nothing."""
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{flag} {p}: is a folder, expected a file")
@@ -153,7 +153,7 @@ def writable_file(path: Path, flag: str = "--out") -> Path:
 
 
 def writable_folder(path: Path, flag: str = "--out") -> Path:
-    """Check, before any work, that ``path`` can be written as a folder (creating it)."""
+    """Check, before any work, that ``path`` can be written as a folder. Creates nothing."""
     p = Path(path)
     if p.exists() and not p.is_dir():
         raise InputError(f"{flag} {p}: exists and is not a folder")
@@ -162,10 +162,15 @@ def writable_folder(path: Path, flag: str = "--out") -> Path:
 
 
 def _probe(folder: Path, flag: str, shown: Path) -> None:
-    """Create ``folder`` and a file in it (then remove the file): the only sure test."""
+    """Write (and remove) a file in ``folder``, or in its nearest existing ancestor when
+    it does not exist yet: the only sure test of "can be written" (root ignores modes)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{flag} {shown}: {existing} is not a folder")
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=folder, prefix=".servecal-probe-")
+        fd, tmp = tempfile.mkstemp(dir=existing, prefix=".servecal-probe-")
         os.close(fd)
         os.unlink(tmp)
     except OSError as exc:
