@@ -62,7 +62,7 @@ class ShardStore:
             plan = json.loads(self.plan_path.read_text())
         except FileNotFoundError:
             raise InputError(f"{self.plan_path}: no run to resume here") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise InputError(f"{self.plan_path}: unreadable plan ({type(exc).__name__})") from None
         if not isinstance(plan, dict) or plan.get("schema") != PLAN_SCHEMA:
             raise InputError(f"{self.plan_path}: not a {PLAN_SCHEMA} file")
