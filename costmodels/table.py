@@ -605,7 +605,7 @@ class CostTable:
     def load(
         cls,
         path: str | os.PathLike[str],
-        strict: bool | None = False,
+        strict: bool | None = None,
         fingerprint: Mapping[str, Any] | None = None,
         allow_edited: bool | None = None,
         other: str = "the samples",

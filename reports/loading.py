@@ -9,6 +9,7 @@ output with one run per policy × workload × target × seed): it is searched.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -158,6 +159,26 @@ def _numbers(value: Any, where: str) -> Any:
     return value
 
 
+@functools.lru_cache(maxsize=64)
+def _table_fingerprint(path: str, mtime: float) -> dict[str, Any]:
+    from servecal.costmodels import CostTable
+
+    return CostTable.load(path).fingerprint
+
+
+def _compare_run_table(folder: Path, config: dict[str, Any]) -> None:
+    """Warn (or under ``--strict`` refuse) when the cost table a run planned with was
+    measured on another device or model than the run's own measurements."""
+    spec = config.get("predictor")
+    if not isinstance(spec, str) or not spec.endswith(".json") or not Path(spec).is_file():
+        return
+    from servecal.costmodels.drift.replay import measured_fingerprint
+    from servecal.costmodels.provenance import compare_fingerprints
+
+    table_fp = _table_fingerprint(spec, Path(spec).stat().st_mtime)
+    compare_fingerprints(table_fp, measured_fingerprint(folder), spec, str(folder))
+
+
 def _observer_drift(observers: Any) -> dict[str, Any] | None:
     """The drift monitor's summary among the engine's observer summaries, if any."""
     if not isinstance(observers, dict):
@@ -185,6 +206,7 @@ def load_run(folder: Path) -> RunData:
     drift = info.get("drift") or _observer_drift(info.get("observers"))
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
     requests = _read_parquet(folder / "requests.parquet", REQUEST_COLUMNS)
+    _compare_run_table(folder, config)
     if not summary:  # an older or hand-made run: the one metrics implementation fills it in
         from servecal.sched.metrics import summarize
 
@@ -212,12 +234,13 @@ def load_calibration(folder: Path) -> CalibrationData:
     read = read_samples(samples_path)
     predictor = None
     table_json: dict[str, Any] = {}
+    fp_path = folder / "fingerprint.json"
     if table_path.is_file():
         from servecal.costmodels import CostTable
 
         table_json = _read_json(table_path)
-        predictor = CostTable.load(table_path)
-    fp_path = folder / "fingerprint.json"
+        measured = _read_json(fp_path) if fp_path.is_file() else read.provenance
+        predictor = CostTable.load(table_path, fingerprint=measured, other=str(samples_path))
     fingerprint = (
         _read_json(fp_path)
         if fp_path.is_file()

@@ -99,7 +99,13 @@ def load_predictor(spec: str, truth: AnalyticTruth | SampledTruth) -> Predictor:
 
     if not Path(spec).is_file():
         raise InputError(f"--predictor {spec}: expected 'oracle' or a cost table JSON file")
-    return CostTable.load(spec)
+    table = CostTable.load(spec)
+    if isinstance(truth, SampledTruth):  # the table should describe the device measured
+        from servecal.costmodels.provenance import compare_fingerprints
+        from servecal.costmodels.samples import read_provenance
+
+        compare_fingerprints(table.fingerprint, read_provenance(truth.path), spec, truth.path)
+    return table
 
 
 def run_seed(
