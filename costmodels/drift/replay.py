@@ -166,7 +166,7 @@ def replay(
             r, None if hit is None else hit[rows], cluster, n_dec, chunk, config, quarter
         )
     except ValueError as exc:
-        raise InputError(f"cannot decide: {exc}") from None
+        raise InputError(f"cannot decide: {str(exc).replace('grid points', unit + 's')}") from None
     out_rows = len(frame) - checked
     outside = {
         "rows": out_rows,

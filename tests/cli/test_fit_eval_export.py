@@ -52,6 +52,16 @@ def test_eval_json_has_exactly_the_keys(fitted: Path) -> None:
     assert doc["rows"] == len(pd.read_parquet(EXAMPLE)) and doc["p50_mape"] < 0.03
 
 
+def test_eval_says_what_it_checked_and_refuses_checking_nothing(fitted, tmp_path) -> None:
+    result = runner.invoke(app, ["eval", str(fitted), str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    rows = len(pd.read_parquet(EXAMPLE))
+    assert f"rows checked (in the grid):  {rows} of {rows}" in result.output
+    frame = pd.read_parquet(EXAMPLE)
+    write_samples(frame.assign(ctx=4096), tmp_path / "beyond.parquet", {"device_name": "synthetic"})
+    _fails_with_one_line(["eval", str(fitted), str(tmp_path / "beyond.parquet")], "nothing checked")
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
 def test_export_long_form(fitted: Path, tmp_path: Path, fmt: str) -> None:
     out = tmp_path / f"t.{fmt}"

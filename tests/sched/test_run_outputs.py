@@ -88,3 +88,34 @@ def test_outputs_get_normal_modes(tmp_path: Path) -> None:
     assert mode(out) == mode(out / "seed-0") == mode(tmp_path / "report") == 0o755
     files = [*(out / "seed-0").iterdir(), out / "summary.json", *(tmp_path / "report").iterdir()]
     assert {mode(f) for f in files} == {0o644}
+
+
+def test_ctrl_c_during_compare_exits_130_keeping_finished_runs(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "servecal", "compare", "--out", str(out), "--workloads",
+           "chat,mixed", "--policies", "fixed-256,sloweave", "--tpot-slo", "25,50", "--seeds",
+           "5", "--requests", "20000", "--jobs", "2"]  # fmt: skip
+    proc = subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,  # Ctrl-C reaches the whole process group, workers too
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    deadline = time.monotonic() + 180
+    while not list(out.glob("*/*/*/seed-*/run.json")):
+        assert proc.poll() is None, proc.stdout.read()
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)
+    log = proc.communicate(timeout=120)[0]
+    assert proc.returncode == 130, log
+    assert "Traceback" not in log and log.strip().splitlines()[-1].startswith("interrupted")
+    runs = discover([out]).runs
+    assert runs and all(len(r.iterations) for r in runs)  # what finished is whole
+    assert not (out / LOCK_NAME).exists()
+    assert json.loads((out / OUTPUTS_FILE).read_text())["paths"]  # recorded for the next run
