@@ -93,6 +93,11 @@ def measured_fingerprint(path: str | Path) -> dict[str, Any]:
     return fp
 
 
+def plural(unit: str) -> str:
+    """``grid point`` → ``grid points``, ``grid box`` → ``grid boxes``."""
+    return unit + ("es" if unit.endswith("x") else "s")
+
+
 def _check_column(column: pd.Series, where: str) -> None:
     if column.dtype == bool or not pd.api.types.is_numeric_dtype(column):
         raise InputError(f"{where}: must be numeric, got {column.dtype}")
@@ -166,7 +171,9 @@ def replay(
             r, None if hit is None else hit[rows], cluster, n_dec, chunk, config, quarter
         )
     except ValueError as exc:
-        raise InputError(f"cannot decide: {str(exc).replace('grid points', unit + 's')}") from None
+        raise InputError(
+            f"cannot decide: {str(exc).replace('grid points', plural(unit))}"
+        ) from None
     out_rows = len(frame) - checked
     outside = {
         "rows": out_rows,
@@ -248,7 +255,9 @@ def _recommend(doc: dict[str, Any]) -> str:
     if out["rows"]:
         cov = "" if out["coverage"] is None else f", {out['coverage']:.1%} within P99 + margin"
         tail = f"; {out['rows']} rows lie beyond the table's grid{cov}: extend the calibration grid"
-    checked = f"{doc['checked']} of {doc['rows']} rows on {doc['points']} {doc['unit']}s checked"
+    checked = (
+        f"{doc['checked']} of {doc['rows']} rows on {doc['points']} {plural(doc['unit'])} checked"
+    )
     if doc["verdict"] == "undecided":
         return f"cannot decide ({checked}): {doc['reason']}" + tail
     if doc["verdict"] == "valid":

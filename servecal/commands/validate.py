@@ -72,11 +72,13 @@ def _pct(value: float | None, digits: int = 2) -> str:
 
 def text(r: dict[str, Any]) -> str:
     """The verdict for a person: the same numbers ``--json`` prints."""
+    from servecal.costmodels.drift.replay import plural
+
     out = r["outside_domain"]
     lines = [
         f"verdict: {r['verdict']}",
         f"checked: {r['checked']} of {r['rows']} rows ({r['checked_share']:.1%}, {r['kind']}) "
-        f"on {r['points']} {r['unit']}s; {out['rows']} beyond the table's grid",
+        f"on {r['points']} {plural(r['unit'])}; {out['rows']} beyond the table's grid",
         f"median shift: ×{r['factor']:.3f} (tolerated ±{r['min_shift']:.0%}); "
         f"false-alarm bound {r['false_alarm_bound']:.0%} per call",
         f"coverage (actual <= P99 + margin): {_pct(r['coverage'])} "
@@ -86,14 +88,16 @@ def text(r: dict[str, Any]) -> str:
         if t["test"] == "tail":
             what = f"exceedance {t['exceed_rate']:.2%} (rejects at {t['critical']:.2%})"
         else:
-            what = f"{t['votes']} of {t['points']} points past the tolerance (rejects at "
+            what = f"{t['votes']} of {t['points']} {plural(r['unit'])} past the tolerance ("
+            what += "rejects at "
             what += f"{t['critical']})"
         flag = "REJECTED" if t["rejected"] else "ok"
         lines.append(f"test {t['test']}: {what}, p = {t['p_value']:.2g}: {flag}")
     for reg in r["regions"][:SHOW_REGIONS]:
         lines.append(
             f"  region {reg['region']}: {reg['status']}, ×{reg['factor']:.3f}, "
-            f"coverage {reg['coverage']:.1%}, {reg['points']} points, {reg['rows']} rows"
+            f"coverage {reg['coverage']:.1%}, {reg['points']} {plural(r['unit'])}, "
+            f"{reg['rows']} rows"
         )
     if len(r["regions"]) > SHOW_REGIONS:
         lines.append(f"  ... {len(r['regions']) - SHOW_REGIONS} more regions (--json lists all)")
