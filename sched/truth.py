@@ -257,6 +257,8 @@ def parse_truth(spec: str) -> AnalyticTruth | SampledTruth:
             kwargs[key] = float(value)
         except ValueError:
             raise InputError(f"--truth {spec!r}: {key} needs a number, got {value!r}") from None
+        if not math.isfinite(kwargs[key]):
+            raise InputError(f"--truth {spec!r}: {key} needs a finite number, got {value!r}")
     try:
         return AnalyticTruth(**kwargs)
     except ValueError as exc:

@@ -163,10 +163,12 @@ def test_json_nested_too_deeply(work, tmp_path: Path) -> None:
         ["simulate", *SIM, "--out", "OUT/s", "--drift", "0s:inf"],
         ["simulate", *SIM, "--out", "OUT/s", "--drift", "inf:1.1"],
         ["simulate", *SIM, "--out", "OUT/s", "--drift", "0s:nan"],
+        ["simulate", *SIM, "--out", "OUT/s", "--truth", "analytic:sigma=nan"],
+        ["simulate", *SIM, "--out", "OUT/s", "--truth", "analytic:sigma=1e400"],
     ],
     ids=["offline-seed", "fit-seed", "calibrate-seed", "simulate-kv", "compare-kv",
          "compare-jobs", "demo-jobs", "budget-nan", "budget-inf", "drift-inf", "drift-at-inf",
-         "drift-nan"],
+         "drift-nan", "truth-nan", "truth-overflow"],
 )  # fmt: skip
 def test_out_of_range_and_non_finite_flags(work, tmp_path: Path, args: list[str]) -> None:
     args = [a.replace("SAMPLES", str(work["samples"])).replace("OUT", str(tmp_path)) for a in args]
