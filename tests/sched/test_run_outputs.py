@@ -97,7 +97,7 @@ def test_ctrl_c_during_compare_exits_130_keeping_finished_runs(tmp_path: Path) -
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "servecal", "compare", "--out", str(out), "--workloads",
            "chat,mixed", "--policies", "fixed-256,sloweave", "--tpot-slo", "25,50", "--seeds",
-           "5", "--requests", "20000", "--jobs", "2"]  # fmt: skip
+           "5", "--requests", "8000", "--jobs", "2"]  # fmt: skip
     proc = subprocess.Popen(
         cmd,
         stdout=subprocess.PIPE,
