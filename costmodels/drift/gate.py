@@ -450,7 +450,11 @@ class _State:
                     "points": g,
                     "rows": int(c.rows[mine].sum()),
                     "factor": math.exp(float(np.median(c.median[mine]))),
-                    "coverage": 1.0 - float(c.hits[mine].sum() / c.rows[mine].sum()),
+                    "coverage": (
+                        1.0 - float(c.hits[mine].sum() / c.rows[mine].sum())
+                        if self.fam.has_tail
+                        else None
+                    ),
                     "votes_up": up,
                     "votes_down": down,
                     "critical": crit,

@@ -277,8 +277,9 @@ def _recommend(doc: dict[str, Any]) -> str:
         what = "the tail" if rejected == ["tail"] else f"shift ×{doc['factor']:.3f}"
         return f"recalibrate the whole table: {what} ({checked}){when}" + tail
     parts = [
-        f"{r['region']} (×{r['factor']:.3f}, {r['coverage']:.1%} covered; grid "
-        f"{_span_text(r['grid'])})"
+        f"{r['region']} (×{r['factor']:.3f}"
+        + ("" if r["coverage"] is None else f", {r['coverage']:.1%} covered")
+        + f"; grid {_span_text(r['grid'])})"
         for r in moved[:NAME_REGIONS]
     ]
     more = f" and {len(moved) - NAME_REGIONS} more regions" if len(moved) > NAME_REGIONS else ""

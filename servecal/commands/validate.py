@@ -81,7 +81,9 @@ def text(r: dict[str, Any]) -> str:
         f"on {r['points']} {plural(r['unit'])}; {out['rows']} beyond the table's grid",
         f"median shift: ×{r['factor']:.3f} (tolerated ±{r['min_shift']:.0%}); "
         f"false-alarm bound {r['false_alarm_bound']:.0%} per call",
-        f"coverage (actual <= P99 + margin): {_pct(r['coverage'])} "
+        "coverage (actual <= P99 + margin): n/a (a median-only table has no tail)"
+        if r["coverage"] is None
+        else f"coverage (actual <= P99 + margin): {_pct(r['coverage'])} "
         f"(promised {_pct(r['coverage_promised'], 0)})",
     ]
     for t in r["tests"]:
@@ -94,10 +96,10 @@ def text(r: dict[str, Any]) -> str:
         flag = "REJECTED" if t["rejected"] else "ok"
         lines.append(f"test {t['test']}: {what}, p = {t['p_value']:.2g}: {flag}")
     for reg in r["regions"][:SHOW_REGIONS]:
+        cov = "" if reg["coverage"] is None else f"coverage {reg['coverage']:.1%}, "
         lines.append(
-            f"  region {reg['region']}: {reg['status']}, ×{reg['factor']:.3f}, "
-            f"coverage {reg['coverage']:.1%}, {reg['points']} {plural(r['unit'])}, "
-            f"{reg['rows']} rows"
+            f"  region {reg['region']}: {reg['status']}, ×{reg['factor']:.3f}, {cov}"
+            f"{reg['points']} {plural(r['unit'])}, {reg['rows']} rows"
         )
     if len(r["regions"]) > SHOW_REGIONS:
         lines.append(f"  ... {len(r['regions']) - SHOW_REGIONS} more regions (--json lists all)")

@@ -103,3 +103,18 @@ def test_bad_measurements_are_input_errors(table, tmp_path) -> None:
     beyond = fresh().assign(n_decode=1000)
     with pytest.raises(InputError, match="nothing to check"):
         replay(table, beyond)
+
+
+def test_a_median_only_table_is_checked_on_its_median() -> None:
+    from servecal.costmodels.fit import fit_cost_table
+
+    medians = TRUTH.draw(POINTS, 1, np.random.default_rng(3))  # importer-style: rep 0 only
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = fit_cost_table(medians, {"source": "medians"}, seed=0).table
+    assert table.tail is None
+    r = replay(table, fresh())
+    assert r["verdict"] == "valid" and r["coverage"] is None
+    assert [t["test"] for t in r["tests"]] == ["slowdown", "speedup"]
+    assert all(reg["coverage"] is None for reg in r["regions"])
+    assert replay(table, fresh(1.2))["verdict"] == "drifted"
