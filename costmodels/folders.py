@@ -6,7 +6,8 @@ stops with one line naming the holder's pid (:class:`FolderBusy`, an
 ``InputError``: exit 2). The lock is an advisory ``flock`` on
 ``FOLDER/.servecal.lock``, so a writer that died (killed, crashed, power lost
 on a local disk) leaves a stale file whose lock the kernel has already
-released: the next writer takes it over and writes its own pid there.
+released: the next writer takes it over and writes its own pid there. (``flock``
+is per host: two machines writing one NFS folder are not kept apart.)
 """
 
 from __future__ import annotations

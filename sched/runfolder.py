@@ -10,7 +10,8 @@ the folder's lock (one writer at a time, :mod:`servecal.costmodels.folders`), an
 a record (``.servecal-outputs.json``) of what the command wrote there. A later
 command into the same folder first removes what the previous one recorded (and
 temporary leftovers), so a rerun with fewer seeds or other cells never mixes
-its runs with stale ones; folders servecal did not write are left alone.
+its runs with stale ones; folders servecal did not write are left alone (so are
+runs written before the record existed).
 """
 
 from __future__ import annotations
