@@ -47,6 +47,17 @@ def test_a_rerun_replaces_stale_seeds_and_leaves_other_folders(tmp_path: Path) -
     assert not (out / LOCK_NAME).exists()
 
 
+def test_a_command_refused_for_bad_input_leaves_the_last_runs(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    assert simulate(out, 2).exit_code == 0
+    before = sorted(p.name for p in out.iterdir())
+    r = simulate(out, 1, "--policy", "nope")
+    assert r.exit_code == 2 and "unknown policy" in r.output
+    assert sorted(p.name for p in out.iterdir()) == before
+    runs = [json.loads((out / f"seed-{k}" / "run.json").read_text()) for k in (0, 1)]
+    assert runs[0]["invocation"] == runs[1]["invocation"]  # one command wrote both
+
+
 def test_a_second_writer_exits_2_naming_the_first(tmp_path: Path) -> None:
     out = tmp_path / "out"
     hold = (
