@@ -28,7 +28,6 @@ from servecal.costmodels.fit import fit_cost_table
 from servecal.costmodels.gbm import GBMQuantileRegressor
 from servecal.costmodels.predictor import largest_fitting
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
-from servecal.costmodels.table import CostTable
 
 N_DECODE = [0, 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
 CHUNK = [0, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
@@ -76,8 +75,7 @@ def main() -> None:
     table.max_chunk(*queries[0])
     probe_search(*queries[0])
     t_table = median_us(table.max_chunk, queries)
-    doc = table.to_json()
-    rounded = CostTable.from_json({**doc, "between": "round_up"})
+    rounded = table.with_between("round_up")
     rounded.max_chunk(*queries[0])
     t_rounded = median_us(rounded.max_chunk, queries)
     t_probe = median_us(probe_search, queries)

@@ -1,6 +1,6 @@
 """Summarise torch-executor run folders: the README's results table, one row per run.
 
-For each ``RUN`` (a ``servecal simulate --executor torch --out RUN`` folder, seed 0):
+For each ``RUN`` (a ``servecal simulate --backend torch --out RUN`` folder, seed 0):
 wall time, iterations, online P99+δ coverage and P50 MAPE (``run.json``), the median
 actual/P50 over all iterations and over decode-only iterations of 8+ requests, SLO
 attainment, recompute preemptions, and how much slower decode-only iterations run

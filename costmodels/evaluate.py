@@ -1,14 +1,17 @@
 """Held-out accuracy of a cost table on measured rows (``servecal eval``).
 
 Keys (exactly): ``p50_mape``, ``p99_coverage``, ``pinball``, ``tightness``,
-``out_of_domain``, ``rows``.
+``out_of_domain``, ``checked``, ``rows``.
 
 * ``p50_mape``: mean over *points* of |P50 − measured median| / measured median (a
   point's median over its repeats: per-row error would only measure the noise);
 * ``p99_coverage``: fraction of *rows* with ms <= P_tail + δ;
 * ``pinball``: mean pinball loss per table quantile, over rows, in ms;
 * ``tightness``: mean over rows of (P_tail + δ) / ms − 1;
-* ``out_of_domain``: rows whose query lies outside the grid (clamped);
+* ``out_of_domain``: rows whose query lies beyond the grid's hull on some axis
+  (clamped; between grid values is inside);
+* ``checked``: rows inside the grid (``rows - out_of_domain``): what the metrics
+  vouch for (``servecal eval`` refuses a check where this is 0);
 * ``rows``: rows evaluated.
 
 Metrics the table cannot answer (no P50, or no tail/margin) are ``None``.
@@ -25,7 +28,15 @@ import pandas as pd
 from servecal.costmodels.samples import POINT_COLUMNS
 from servecal.costmodels.table import CostTable
 
-METRIC_KEYS = ("p50_mape", "p99_coverage", "pinball", "tightness", "out_of_domain", "rows")
+METRIC_KEYS = (
+    "p50_mape",
+    "p99_coverage",
+    "pinball",
+    "tightness",
+    "out_of_domain",
+    "checked",
+    "rows",
+)
 
 
 def pinball_losses(y: np.ndarray, pred: np.ndarray, q: float) -> np.ndarray:
@@ -71,6 +82,7 @@ def metrics_from_predictions(
         "pinball": {q: pinball_loss(ms, predictions[q], q) for q in sorted(predictions)},
         "tightness": None if bound is None else float(np.mean(bound / ms - 1.0)),
         "out_of_domain": int(np.sum(clamped)),
+        "checked": int(len(frame) - np.sum(clamped)),
         "rows": int(len(frame)),
     }
 

@@ -31,6 +31,8 @@ SAMPLE_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "ms", "energy_j", "rep")
 OPTIONAL_COLUMNS = ("power_w", "sm_clock_mhz", "temp_c", "throttle", "ts")
 #: Integer count columns (must hold whole numbers >= 0).
 COUNT_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "rep")
+#: Largest count a row may hold (beyond it int64 and float64 disagree).
+MAX_COUNT = 2**53
 #: The grid coordinates of a row.
 POINT_COLUMNS = ("n_decode", "chunk", "ctx", "prefix")
 
@@ -62,6 +64,10 @@ def _first_bad(mask: np.ndarray) -> tuple[int, int]:
 def _numeric(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     """The column as float64; values that are present but not numbers are a defect."""
     raw = frame[col]
+    if pd.api.types.is_bool_dtype(raw) or (
+        raw.dtype == object and raw.map(lambda v: isinstance(v, (bool, np.bool_))).any()
+    ):
+        raise _fail(source, col, None, "stored as true/false, expected numbers")
     values = pd.to_numeric(raw, errors="coerce")
     unparsable = (values.isna() & raw.notna()).to_numpy()
     if unparsable.any():
@@ -100,6 +106,9 @@ def check_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         if (values < 0).any():
             row, count = _first_bad(values < 0)
             raise _fail(source, col, row, f"negative count: {int(values[row])}", count)
+        if (values > MAX_COUNT).any():
+            row, count = _first_bad(values > MAX_COUNT)
+            raise _fail(source, col, row, f"count too large: {float(values[row]):.3g}", count)
         out[col] = values.astype(np.int64)
 
     ms = _numeric(frame, "ms", source)
@@ -145,7 +154,7 @@ def _provenance_from_parquet(path: Path, metadata: dict[bytes, bytes] | None) ->
         return {}
     try:
         prov = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise InputError(f"{path}: column '(metadata)': provenance is not valid JSON") from None
     return prov if isinstance(prov, dict) else {}
 
@@ -156,7 +165,7 @@ def _provenance_from_sidecar(path: Path) -> dict[str, Any] | None:
         return None
     try:
         prov = json.loads(sidecar.read_text())
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, RecursionError) as exc:
         raise InputError(f"{sidecar}: unreadable fingerprint ({type(exc).__name__})") from None
     if not isinstance(prov, dict):
         raise InputError(f"{sidecar}: fingerprint must be a JSON object")
@@ -207,6 +216,27 @@ def read_samples(path: str | os.PathLike[str]) -> Samples:
     prov = dict(prov or {})
     prov.pop("schema", None)
     return Samples(frame=check_samples(frame, str(p)), provenance=prov)
+
+
+def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The provenance of a samples file without reading its rows (Parquet metadata,
+    else ``fingerprint.json`` beside it; ``{}`` when neither says anything)."""
+    p = Path(path)
+    prov: dict[str, Any] | None = None
+    if p.suffix.lower() not in (".csv", ".txt"):
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            metadata = pq.read_schema(p).metadata
+        except (OSError, pa.ArrowException) as exc:
+            raise InputError(f"{p}: unreadable Parquet ({type(exc).__name__})") from None
+        prov = _provenance_from_parquet(p, metadata)
+    if not prov:
+        prov = _provenance_from_sidecar(p)
+    prov = dict(prov or {})
+    prov.pop("schema", None)
+    return prov
 
 
 def write_samples(

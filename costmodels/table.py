@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import warnings
 from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -36,6 +35,14 @@ from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.interp import Multilinear
 from servecal.costmodels.predictor import PLAN_QUANTILE
+from servecal.costmodels.provenance import (
+    FINGERPRINT_KEYS,
+    FingerprintMismatchWarning,  # noqa: F401 - re-exported: where it always lived
+    check_content_hash,
+    compare_fingerprints,
+    content_hash,
+    fingerprint_diff,  # noqa: F401 - re-exported
+)
 
 COSTTABLE_SCHEMA = "servecal.costtable/1"
 #: Storage order of the grid axes (chunk last: one max_chunk row is contiguous).
@@ -43,32 +50,16 @@ AXES = ("n_decode", "ctx", "prefix", "chunk")
 #: Rules for queries between grid values (``between``); the first is the default.
 BETWEEN_RULES = ("linear", "round_up")
 BEYOND_RULE = "clamp"
-#: Provenance keys that identify the device and model a table is valid for (what
-#: ``load(fingerprint=...)`` compares); run details (date, points, versions of
-#: servecal) are not part of the identity.
-IDENTITY_KEYS = (
-    "device_name",
-    "device_uuid",
-    "compute_capability",
-    "driver",
-    "cuda",
-    "torch",
-    "model",
-    "model_hash",
-    "dtype",
-    "attention_backend",
-    "layer_scale",
-)
+#: Fingerprint keys that identify the device and model a table is valid for (what
+#: ``load(fingerprint=...)`` compares, where both sides have them); run details
+#: (date, points, versions of servecal) are not part of the identity.
+IDENTITY_KEYS = FINGERPRINT_KEYS
 
 _SCALAR_TYPES = (int, float, np.integer, np.floating)
 
 
 class MissingQuantileError(InputError):
     """The table cannot answer this quantile (e.g. fitted from medians only: no P99)."""
-
-
-class FingerprintMismatchWarning(UserWarning):
-    """The table was measured on a different device or model than the one given."""
 
 
 @dataclass(frozen=True)
@@ -90,13 +81,6 @@ class Margin:
             raise ValueError(f"margin rho must be finite and > -1, got {self.rho}")
         if self.calibration_points < 1 or self.calibration_rows < 1:
             raise ValueError("margin needs at least one calibration point and row")
-
-
-def fingerprint_diff(table_fp: Mapping[str, Any], device_fp: Mapping[str, Any]) -> list[str]:
-    """Identity keys (:data:`IDENTITY_KEYS`) present in both whose values differ."""
-    return [
-        k for k in IDENTITY_KEYS if k in table_fp and k in device_fp and table_fp[k] != device_fp[k]
-    ]
 
 
 _PY_SCALARS = frozenset({int, float})
@@ -572,7 +556,25 @@ class CostTable:
 
     # -------------------------------------------------------------- JSON
     def to_json(self) -> dict[str, Any]:
-        """The ``servecal.costtable/1`` document (see docs/costtable.md)."""
+        """The ``servecal.costtable/1`` document (see docs/costtable.md), with its
+        ``content_hash`` (:mod:`.provenance`)."""
+        doc = self._document()
+        doc["content_hash"] = content_hash(doc)
+        return doc
+
+    def content_hash(self) -> str:
+        """``sha256:<hex>`` of what the table answers with (see :mod:`.provenance`)."""
+        return content_hash(self._document())
+
+    def with_between(self, between: str) -> CostTable:
+        """The same table answering between grid points by ``between`` (a new table)."""
+        return CostTable(
+            axes=self.axes, quantiles=self._q, margin=self._margin, energy_j=self._energy,
+            fingerprint=self._fingerprint, model=self._model, validation=self._validation,
+            created=self._created, between=between, tp=self._tp,
+        )  # fmt: skip
+
+    def _document(self) -> dict[str, Any]:
         return {
             "schema": COSTTABLE_SCHEMA,
             "fingerprint": self._fingerprint,
@@ -599,20 +601,33 @@ class CostTable:
         atomic_write_bytes(path, self.dumps().encode())
 
     @classmethod
-    def from_json(cls, doc: Any, source: str = "<cost table>") -> CostTable:
-        """Build a table from a parsed document; defects raise a one-line InputError."""
+    def from_json(
+        cls, doc: Any, source: str = "<cost table>", allow_edited: bool | None = None
+    ) -> CostTable:
+        """Build a table from a parsed document; defects raise a one-line InputError.
+
+        A ``content_hash`` that does not match the numbers is refused unless
+        ``allow_edited`` (default: ``--allow-edited`` in force, see :mod:`.provenance`).
+        """
         from servecal.costmodels.table_schema import parse_document
 
-        return parse_document(cls, doc, source)
+        table = parse_document(cls, doc, source)
+        check_content_hash(doc, table.content_hash(), source, allow_edited)
+        return table
 
     @classmethod
     def load(
         cls,
         path: str | os.PathLike[str],
-        strict: bool = False,
+        strict: bool | None = None,
         fingerprint: Mapping[str, Any] | None = None,
+        allow_edited: bool | None = None,
+        other: str = "the samples",
     ) -> CostTable:
-        """Load a cost table; warn (or, if ``strict``, refuse) on a fingerprint mismatch."""
+        """Load a cost table; warn (or, if ``strict``, refuse) on a fingerprint mismatch
+        with ``fingerprint`` (that of ``other``); refuse edited numbers unless
+        ``allow_edited``. ``None`` for either: the process's ``--strict`` /
+        ``--allow-edited`` (:mod:`.provenance`)."""
         p = Path(path)
         try:
             text = p.read_text()
@@ -622,19 +637,11 @@ class CostTable:
             doc = json.loads(text)
         except ValueError as exc:
             raise InputError(f"{p}: not a cost table: invalid JSON ({exc})") from None
-        table = cls.from_json(doc, str(p))
+        except RecursionError:
+            raise InputError(f"{p}: not a cost table: JSON nested too deeply") from None
+        table = cls.from_json(doc, str(p), allow_edited)
         if fingerprint is not None:
-            diff = fingerprint_diff(table.fingerprint, fingerprint)
-            if diff:
-                detail = ", ".join(
-                    f"{k}: table {table.fingerprint[k]!r} vs device {fingerprint[k]!r}"
-                    for k in diff
-                )
-                if strict:
-                    raise InputError(f"{p}: fingerprint mismatch ({detail})")
-                warnings.warn(
-                    f"{p}: fingerprint mismatch ({detail})", FingerprintMismatchWarning, 2
-                )
+            compare_fingerprints(table.fingerprint, fingerprint, str(p), other, strict)
         return table
 
     def __repr__(self) -> str:

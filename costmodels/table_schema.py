@@ -26,13 +26,23 @@ REQUIRED = (
 )
 
 
+#: Largest magnitude a grid number may have (integers beyond it lose precision as floats).
+MAX_NUMBER = 2.0**53
+
+
 def _num_list(value: Any, source: str, name: str) -> list[float]:
     if not isinstance(value, list) or not all(
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
     ):
         raise InputError(f"{source}: field '{name}': must be a list of numbers")
-    if not all(math.isfinite(v) for v in value):
-        raise InputError(f"{source}: field '{name}': non-finite value")
+    for v in value:  # a huge JSON integer would overflow float(): compare as Python numbers
+        if (
+            isinstance(v, int)
+            and abs(v) > MAX_NUMBER
+            or isinstance(v, float)
+            and (not math.isfinite(v) or abs(v) > MAX_NUMBER)
+        ):
+            raise InputError(f"{source}: field '{name}': non-finite or too large value")
     return [float(v) for v in value]
 
 
@@ -72,6 +82,8 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             isinstance(v, int) and not isinstance(v, bool) for v in vals
         ):
             raise InputError(f"{source}: field 'axes.{name}': must be a list of integers")
+        if any(v < 0 or v > MAX_NUMBER for v in vals):
+            raise InputError(f"{source}: field 'axes.{name}': values must be in [0, 2^53]")
     quantiles = doc["quantiles"]
     if not isinstance(quantiles, dict) or not quantiles:
         raise InputError(f"{source}: field 'quantiles': must be a non-empty object")
@@ -85,6 +97,8 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
     energy = doc["energy_j"]
     if energy is not None:
         energy = _num_list(energy, source, "energy_j")
+    if "content_hash" in doc and not isinstance(doc["content_hash"], str):
+        raise InputError(f"{source}: field 'content_hash': must be a string")
     for key in ("fingerprint", "model", "validation"):
         if not isinstance(doc.get(key, {}), dict):
             raise InputError(f"{source}: field '{key}': must be an object")
@@ -95,7 +109,7 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             raise InputError(f"{source}: field 'margin': must be an object or null")
         try:
             margin = Margin(**raw)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             raise InputError(f"{source}: field 'margin': {exc}") from None
     tp = doc.get("tp")  # absent in tables written before tensor parallelism: TP 1
     if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
@@ -116,7 +130,7 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
             between=doc["between"],
             tp=tp,
         )
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise InputError(f"{source}: {exc}") from None
     domain = doc.get("domain")
     if domain is not None and domain != {a: [lo, hi] for a, (lo, hi) in table.domain.items()}:

@@ -10,6 +10,7 @@ Output folder::
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable, Mapping
 from contextlib import ExitStack
@@ -73,8 +74,10 @@ class CalibrateConfig:
             not isinstance(self.tp, int) or isinstance(self.tp, bool) or self.tp < 1
         ):
             raise InputError(f"--tp must be an integer >= 1, got {self.tp!r}")
-        if self.budget_s is not None and self.budget_s <= 0:
-            raise InputError(f"--budget must be > 0 seconds, got {self.budget_s}")
+        if self.budget_s is not None and not 0 < self.budget_s < math.inf:
+            raise InputError(f"--budget must be finite seconds > 0, got {self.budget_s}")
+        if self.seed < 0:
+            raise InputError(f"--seed must be >= 0, got {self.seed}")
         if self.repeats is not None and self.repeats < 2:
             raise InputError(f"--repeats must be >= 2, got {self.repeats}")
         if self.layers is not None and self.layers < 1:
@@ -207,8 +210,20 @@ def calibrate(
         raise InputError(
             f"--kv-layout must be one of {', '.join(available)}, got {cfg.kv_layout!r}"
         )
-    store = ShardStore(cfg.out)
     requested = resolve_device(cfg.device)
+    store = ShardStore(cfg.out)
+    with store.locked():  # one writer: a second calibrate (or --resume) on this folder stops
+        return _calibrate(cfg, store, requested, available, on_message, on_progress)
+
+
+def _calibrate(
+    cfg: CalibrateConfig,
+    store: ShardStore,
+    requested: torch.device,
+    available: Mapping[str, Callable[[], PointLayout]],
+    on_message: Callable[[str], None],
+    on_progress: Callable[[SweepStatus], None] | None,
+) -> CalibrationResult:
     if cfg.resume:
         plan = store.read_plan()
         _check_resume(plan, cfg, requested, store.plan_path)
@@ -312,6 +327,12 @@ def _finish(
         f"measured {points}/{planned} points, {len(frame)} timed iterations "
         f"({len(provenance['infeasible_points'])} infeasible); stopped: {outcome.stopped_by}"
     )
+    if frame.empty and outcome.stopped_by == "signal":
+        on_message(
+            "interrupted before the first point was measured; the plan is kept: "
+            f"continue with --resume --out {cfg.out}"
+        )
+        return result
     if frame.empty:
         raise InputError(f"{cfg.out}: no point was measured (budget too small?); nothing to write")
     provenance["points_measured"] = points

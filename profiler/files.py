@@ -28,11 +28,15 @@ def load_mapping(path: str | Path, what: str) -> dict[str, Any]:
             data = tomllib.loads(text)
         except tomllib.TOMLDecodeError as exc:
             raise InputError(f"{path}: not valid TOML: {exc}") from None
+        except RecursionError:
+            raise InputError(f"{path}: not a {what}: nested too deeply") from None
     else:
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: not valid JSON: {exc}") from None
+        except RecursionError:
+            raise InputError(f"{path}: not a {what}: nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: a {what} must be a JSON object / TOML table of fields")
     return data

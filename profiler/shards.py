@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +25,7 @@ import pandas as pd
 
 from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
 from servecal.costmodels.errors import InputError
+from servecal.costmodels.folders import folder_lock
 from servecal.profiler.design import Point
 
 PLAN_SCHEMA = "servecal.calibration-plan/1"
@@ -33,7 +36,15 @@ class ShardStore:
     """The ``shards/`` folder of one calibration run."""
 
     def __init__(self, out_dir: str | Path) -> None:
-        self.root = Path(out_dir) / "shards"
+        self.out = Path(out_dir)
+        self.root = self.out / "shards"
+
+    @contextmanager
+    def locked(self) -> Iterator[ShardStore]:
+        """Hold the calibration folder's lock: two runs (two ``--resume`` too) on one
+        folder would write each other's shards; the second stops naming the first."""
+        with folder_lock(self.out, "servecal calibrate"):
+            yield self
 
     @property
     def plan_path(self) -> Path:
@@ -51,7 +62,7 @@ class ShardStore:
             plan = json.loads(self.plan_path.read_text())
         except FileNotFoundError:
             raise InputError(f"{self.plan_path}: no run to resume here") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, RecursionError) as exc:
             raise InputError(f"{self.plan_path}: unreadable plan ({type(exc).__name__})") from None
         if not isinstance(plan, dict) or plan.get("schema") != PLAN_SCHEMA:
             raise InputError(f"{self.plan_path}: not a {PLAN_SCHEMA} file")

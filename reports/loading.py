@@ -11,6 +11,7 @@ as a fleet, and its job folders as calibrations.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Iterable, Sequence
@@ -140,6 +141,8 @@ def _read_json(path: Path) -> dict[str, Any]:
         raise InputError(f"{path}: cannot read ({exc.__class__.__name__})") from None
     except json.JSONDecodeError as exc:
         raise InputError(f"{path}: not valid JSON (line {exc.lineno})") from None
+    except RecursionError:
+        raise InputError(f"{path}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise InputError(f"{path}: expected a JSON object at the top level")
     return data
@@ -156,6 +159,40 @@ def _read_parquet(path: Path, required: Sequence[str]) -> pd.DataFrame:
     if missing:
         raise InputError(f"{path}: missing column {missing[0]!r}")
     return df
+
+
+def _numbers(value: Any, where: str) -> Any:
+    """A run summary as numbers: ``null`` (how run folders store NaN) reads as NaN;
+    text where a number belongs is refused, naming the key."""
+    if isinstance(value, dict):
+        return {k: _numbers(v, f"{where}.{k}") for k, v in value.items()}
+    if isinstance(value, list):
+        return [_numbers(v, where) for v in value]
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        raise InputError(f"{where}: expected a number, got text {value[:40]!r}")
+    return value
+
+
+@functools.lru_cache(maxsize=64)
+def _table_fingerprint(path: str, mtime: float) -> dict[str, Any]:
+    from servecal.costmodels import CostTable
+
+    return CostTable.load(path).fingerprint
+
+
+def _compare_run_table(folder: Path, config: dict[str, Any]) -> None:
+    """Warn (or under ``--strict`` refuse) when the cost table a run planned with was
+    measured on another device or model than the run's own measurements."""
+    spec = config.get("predictor")
+    if not isinstance(spec, str) or not spec.endswith(".json") or not Path(spec).is_file():
+        return
+    from servecal.costmodels.drift.replay import measured_fingerprint
+    from servecal.costmodels.provenance import compare_fingerprints
+
+    table_fp = _table_fingerprint(spec, Path(spec).stat().st_mtime)
+    compare_fingerprints(table_fp, measured_fingerprint(folder), spec, str(folder))
 
 
 def _observer_drift(observers: Any) -> dict[str, Any] | None:
@@ -180,6 +217,7 @@ def load_run(folder: Path) -> RunData:
     summary = info.get("summary", {})
     if not isinstance(summary, dict):
         raise InputError(f"{folder / 'run.json'}: 'summary' must be an object")
+    summary = _numbers(summary, f"{folder / 'run.json'}: summary")
     energy = _first(info, "energy_source", "energy", default=config.get("energy_source"))
     drift = info.get("drift") or _observer_drift(info.get("observers"))
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
@@ -187,6 +225,7 @@ def load_run(folder: Path) -> RunData:
     if "preemptions" in requests.columns and "recomputes" not in requests.columns:
         # a run folder written before 0.2 named recompute preemptions "preemptions"
         requests = requests.rename(columns={"preemptions": "recomputes"}).assign(parks=0)
+    _compare_run_table(folder, config)
     if not summary:  # an older or hand-made run: the one metrics implementation fills it in
         from servecal.sched.metrics import summarize
 
@@ -214,12 +253,13 @@ def load_calibration(folder: Path) -> CalibrationData:
     read = read_samples(samples_path)
     predictor = None
     table_json: dict[str, Any] = {}
+    fp_path = folder / "fingerprint.json"
     if table_path.is_file():
         from servecal.costmodels import CostTable
 
         table_json = _read_json(table_path)
-        predictor = CostTable.load(table_path)
-    fp_path = folder / "fingerprint.json"
+        measured = _read_json(fp_path) if fp_path.is_file() else read.provenance
+        predictor = CostTable.load(table_path, fingerprint=measured, other=str(samples_path))
     fingerprint = (
         _read_json(fp_path)
         if fp_path.is_file()
@@ -258,7 +298,8 @@ def _candidates(root: Path) -> Iterable[Path]:
         return
     if _is_fleet(root):
         yield root  # and its job folders below
-    for child in sorted(p for p in root.iterdir() if p.is_dir()):
+    # hidden folders are never runs: a writer's temporaries are ``.NAME.xxxx.tmp``
+    for child in sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith(".")):
         yield from _candidates(child)
 
 

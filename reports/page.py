@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import datetime as _dt
-import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servecal.costmodels.atomic import atomic_write_bytes
+from servecal.costmodels.folders import make_folder
 from servecal.reports.blocks import Section, Text
 from servecal.reports.calibration import calibration_section
 from servecal.reports.drift import drift_section
@@ -29,14 +29,7 @@ class ReportFiles:
 
 
 def _write_atomic(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, text.encode("utf-8"))  # a normal file's mode (0644), not 0600
 
 
 def _sample_meter(inputs: ReportInputs) -> str | None:
@@ -100,7 +93,7 @@ def write_pages(
 ) -> ReportFiles:
     """Write already-built sections as ``report.html`` and ``report.md`` (atomically)."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    make_folder(out)
     files = ReportFiles(out / HTML_NAME, out / MD_NAME)
     _write_atomic(files.html, to_html(title, meta, secs))
     _write_atomic(files.markdown, to_markdown(title, meta, secs, HTML_NAME))

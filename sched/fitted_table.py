@@ -126,6 +126,7 @@ def probe_margin(table: CostTable, truth: SamplableTruth) -> CostTable:
     p_tail, _ = table.lookup(tail, *query)
     rho = conformal_rho(rows["ms"].to_numpy(dtype=float) / p_tail - 1.0, tail)
     doc = table.to_json()
+    doc.pop("content_hash", None)  # a new table (another margin): hashed anew when saved
     doc["margin"] = {
         **doc["margin"],
         "rho": rho,

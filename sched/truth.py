@@ -58,10 +58,10 @@ class Drift:
     c_range: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
-        if not self.at_ms >= 0:
-            raise ValueError("Drift.at_ms must be >= 0")
-        if not self.factor > 0:
-            raise ValueError("Drift.factor must be > 0")
+        if not 0 <= self.at_ms < math.inf:
+            raise ValueError("Drift.at_ms must be finite and >= 0")
+        if not 0 < self.factor < math.inf:
+            raise ValueError("Drift.factor must be finite and > 0")
         for r in (self.n_range, self.c_range):
             if r is not None and not 0 <= r[0] <= r[1]:
                 raise ValueError(f"Drift range {r} must satisfy 0 <= lo <= hi")
@@ -306,6 +306,10 @@ def truth_options(name: str, options: str, allowed: tuple[str, ...]) -> dict[str
             raise InputError(
                 f"--truth {name}:{options}: {key} needs a number, got {value!r}"
             ) from None
+        if not math.isfinite(kwargs[key]):
+            raise InputError(
+                f"--truth {name}:{options}: {key} needs a finite number, got {value!r}"
+            )
     return kwargs
 
 

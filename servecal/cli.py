@@ -1,20 +1,96 @@
 """The ``servecal`` command line: a thin shell over the four stages.
 
 Commands live in ``servecal/commands/<name>.py``; each parses its flags and calls
-one function of a stage. User errors (:class:`InputError`) become one line on
-stderr and exit code 2, never a traceback.
+one function of a stage. Commands that load cost tables take ``--allow-edited``
+and ``--strict`` (:func:`servecal.commands._common.table_flags`). Every failure a
+user can cause ends as one line on stderr: bad input
+(:func:`servecal.commands._common.user_errors`) and click's usage errors
+(:class:`OneLineGroup`) as ``error: ...`` with exit code 2, Ctrl-C with exit
+code 130; never a traceback or a boxed panel.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 import pkgutil
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from servecal import __version__, commands
-from servecal.costmodels.errors import InputError
+from servecal.commands._common import (
+    EXIT_INPUT,
+    EXIT_INTERRUPTED,
+    USER_ERRORS,
+    describe_error,
+    one_line,
+)
+from servecal.costmodels.provenance import ALLOW_EDITED_ENV, STRICT_ENV
+
+try:  # typer >= 0.16 vendors (a part of) click; older typer uses the click package
+    from typer._click.exceptions import ClickException, NoArgsIsHelpError
+except ImportError:  # pragma: no cover - depends on the installed typer
+    from click.exceptions import ClickException, NoArgsIsHelpError  # type: ignore[no-redef]
+
+
+class OneLineGroup(TyperGroup):
+    """The root group: usage errors as one line; ``--allow-edited``/``--strict`` held
+    for one command only."""
+
+    def invoke(self, ctx: Any) -> Any:
+        saved = {k: os.environ.get(k) for k in (ALLOW_EDITED_ENV, STRICT_ENV)}
+        try:
+            return super().invoke(ctx)
+        finally:  # the flags hold for one command (CliRunner runs many in one process)
+            for key, value in saved.items():
+                if value is None:
+                    os.environ.pop(key, None)
+                else:
+                    os.environ[key] = value
+
+    def main(  # type: ignore[override]
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
+        try:
+            rv = super().main(
+                args=args,
+                prog_name=prog_name,
+                complete_var=complete_var,
+                standalone_mode=False,
+                **extra,
+            )
+            code = rv if isinstance(rv, int) and not isinstance(rv, bool) else 0
+        except NoArgsIsHelpError as exc:
+            text = exc.ctx.get_help() if exc.ctx is not None else ""
+            if text:
+                typer.echo(text)
+            code = EXIT_INPUT
+        except ClickException as exc:
+            ctx = getattr(exc, "ctx", None)
+            hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+            typer.echo(f"error: {one_line(exc.format_message())}{hint}", err=True)
+            code = exc.exit_code
+        except typer.Abort:
+            typer.echo("interrupted", err=True)
+            code = EXIT_INTERRUPTED
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            code = EXIT_INTERRUPTED
+        except USER_ERRORS as exc:  # raised outside a command (an option callback)
+            typer.echo(f"error: {describe_error(exc)}", err=True)
+            code = EXIT_INPUT
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
 
 app = typer.Typer(
     name="servecal",
@@ -22,6 +98,7 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    cls=OneLineGroup,
 )
 
 
@@ -47,9 +124,8 @@ for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.nam
 
 
 def main() -> None:
-    """Console entry point: run the app, turning user errors into exit code 2."""
+    """Console entry point (errors and Ctrl-C are handled by :class:`OneLineGroup`)."""
     try:
-        app(standalone_mode=True)
-    except InputError as exc:
-        typer.echo(f"error: {exc}", err=True)
-        sys.exit(2)
+        app()
+    except KeyboardInterrupt:  # between the group's handler and the interpreter's exit
+        sys.exit(EXIT_INTERRUPTED)

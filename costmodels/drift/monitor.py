@@ -301,6 +301,7 @@ class DriftMonitor:
             "drift": {
                 "state": self.state,
                 "iterations": n,
+                "checked": n,  # inside the table's grid (hull on every axis) and tested
                 "skipped": self._skipped,
                 "outside_domain": {
                     "iterations": self._outside,

@@ -6,10 +6,12 @@ iteration that falls between grid points, by as much as the grid is coarse (10%
 and more). Testing ``log(actual / P50)`` against that would read the rounding as
 a speed-up. The drift tests therefore use the table's P50 *interpolated*
 (multilinear over ``n_decode, ctx, prefix, chunk``: :mod:`..interp`, the
-``linear`` rule's own arithmetic), whatever the table's rule, and leave queries
-outside the grid out: there the table clamps, and a miss means "calibrate
-further", not "the device drifted" (an axis calibrated at one value only, e.g.
-``ctx = 0``, is one the table declares flat: it bounds nothing). The tail test
+``linear`` rule's own arithmetic), whatever the table's rule. A query is in the
+table's domain when it lies inside the grid's hull on every axis (between grid
+values is inside); only a query beyond an edge is out (an axis calibrated at one
+value, e.g. ``ctx = 0``, bounds the domain to that value, as the table's own
+``out_of_domain`` count does). There the table clamps, and a miss means
+"calibrate further", not "the device drifted". The tail test
 keeps the table's own bound ``P99 + δ``, the one the scheduler planned with.
 """
 
@@ -37,19 +39,20 @@ class TableMedian:
         self._lin = Multilinear(self._axes)
 
     def in_domain(self, n_decode: float, chunk: float, ctx: float = 0, prefix: float = 0) -> bool:
+        """Inside the grid's hull on every axis (between grid values counts as inside)."""
         for a, x in zip(self._axes, (n_decode, ctx, prefix, chunk), strict=True):
-            if len(a) > 1 and not a[0] <= x <= a[-1]:
+            if not a[0] <= x <= a[-1]:
                 return False
         return True
 
     def domain_mask(
         self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0
     ) -> np.ndarray:
+        """:meth:`in_domain`, vectorised."""
         ok = np.ones(np.broadcast(n_decode, chunk, ctx, prefix).shape, dtype=bool)
         for a, x in zip(self._axes, (n_decode, ctx, prefix, chunk), strict=True):
-            if len(a) > 1:
-                x = np.asarray(x, dtype=float)
-                ok &= (x >= a[0]) & (x <= a[-1])
+            x = np.asarray(x, dtype=float)
+            ok &= (x >= a[0]) & (x <= a[-1])
         return ok
 
     def __call__(self, n_decode: float, chunk: float, ctx: float = 0, prefix: float = 0) -> float:

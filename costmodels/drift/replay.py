@@ -1,38 +1,43 @@
-"""Replay stored measurements against a cost table: the engine of ``servecal validate``.
+"""Check stored measurements against a cost table: the engine of ``servecal validate``.
 
 Measurements are either a samples file (a fresh ``servecal calibrate``) or a run
 folder (its ``iterations.parquet``: predictions are recomputed from the table
 given, not taken from the log, so any table can be checked against any run).
-Rows go through a :class:`DriftMonitor` one by one; a run in its own time order,
-a samples file shuffled with a fixed seed (a calibration sweep visits points in
-design order, and a monitor fed one point's repeats in a row would read that
-point's model error as a change over time).
+Rows inside the table's grid hull are checked with the gate of :mod:`.gate`
+(clusters: a samples file's grid points, a run's grid boxes); rows beyond an
+edge are counted apart (there the table clamps: a miss means "extend the
+calibration", not "the device drifted").
 """
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.drift.monitor import DriftConfig, DriftMonitor
-from servecal.costmodels.drift.profile import MIN_RESIDUALS, NoiseProfile
-from servecal.costmodels.drift.reference import reference_for
+from servecal.costmodels.drift.gate import Bands, GateConfig, decide, quarters_of
+from servecal.costmodels.drift.reference import TABLE_AXES, reference_for
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
 
 RUN_ITERATIONS = "iterations.parquet"
 #: Columns of a run's iterations.parquet that a replay needs (actual time: duration_ms).
 RUN_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "duration_ms")
-PROGRESS_EVERY = 10_000
+QUERY_COLUMNS = ("n_decode", "chunk", "ctx", "prefix")
+#: Regions named in a recommendation before "and N more".
+NAME_REGIONS = 4
 
 
 def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
-    """Rows with ``n_decode, chunk, ctx, prefix, ms`` (+ ``start_ms`` for runs); and the kind."""
+    """Rows with ``n_decode, chunk, ctx, prefix, ms`` (+ ``start_ms`` for runs); and the kind.
+
+    A run's idle iterations (``duration_ms = 0``) carry no evidence and are
+    dropped; a negative, NaN or infinite value anywhere is an :class:`InputError`.
+    """
     p = Path(path)
     if p.is_dir():
         it = p / RUN_ITERATIONS
@@ -45,8 +50,9 @@ def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
         for col in RUN_COLUMNS:
             if col not in frame.columns:
                 raise InputError(f"{it}: column '{col}': missing")
+            _check_column(frame[col], f"{it}: column '{col}'")
         out = frame.rename(columns={"duration_ms": "ms"})
-        keep = out["ms"].to_numpy(dtype=float) > 0  # idle iterations carry no evidence
+        keep = out["ms"].to_numpy(dtype=float) > 0
         return out.loc[keep].reset_index(drop=True), "run"
     if not p.exists():
         raise InputError(f"{p}: no such file or folder")
@@ -55,85 +61,238 @@ def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
     return read_samples(p).frame, "samples"
 
 
-def replay(
-    predictor: Any,
-    frame: pd.DataFrame,
-    kind: str = "samples",
-    profile: NoiseProfile | None = None,
-    config: DriftConfig | None = None,
-    seed: int = 0,
-    progress: Callable[[int], None] | None = None,
-) -> dict[str, Any]:
-    """Verdict of ``predictor`` on measured rows (see module doc).
+def measured_fingerprint(path: str | Path) -> dict[str, Any]:
+    """What the measurements say about the device and model they come from.
 
-    Without ``profile`` the noise scale is taken from the rows themselves (a MAD,
-    which a shift does not move) and the centre is the P50 promise, 0. For a cost
-    table the median is its interpolated P50 and rows beyond its grid are left
-    out of the tests (counted in ``outside_domain``): see ``reference``.
-    ``progress(rows_done)`` is called every :data:`PROGRESS_EVERY` rows.
+    A samples file: its provenance. A run folder: the identity keys its
+    ``run.json`` config records (a torch run records its model, hash, dtype), and,
+    for a simulated run whose truth replays samples, those samples' provenance.
     """
-    if len(frame) < MIN_RESIDUALS:
+    from servecal.costmodels.provenance import FINGERPRINT_KEYS
+    from servecal.costmodels.samples import read_provenance
+
+    p = Path(path)
+    if not p.is_dir():
+        return read_provenance(p)
+    try:
+        doc = json.loads((p / "run.json").read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InputError(f"{p / 'run.json'}: unreadable ({type(exc).__name__})") from None
+    config = doc.get("config") if isinstance(doc, dict) else None
+    if not isinstance(config, dict):
+        return {}
+    fp: dict[str, Any] = {}
+    truth = config.get("truth")
+    if isinstance(truth, str) and truth.startswith("samples:"):
+        source = Path(truth.removeprefix("samples:"))
+        if source.is_file():
+            fp.update(read_provenance(source))
+    fp.update({k: config[k] for k in FINGERPRINT_KEYS if config.get(k) is not None})
+    return fp
+
+
+def plural(unit: str) -> str:
+    """``grid point`` → ``grid points``, ``grid box`` → ``grid boxes``."""
+    return unit + ("es" if unit.endswith("x") else "s")
+
+
+def _check_column(column: pd.Series, where: str) -> None:
+    if column.dtype == bool or not pd.api.types.is_numeric_dtype(column):
+        raise InputError(f"{where}: must be numeric, got {column.dtype}")
+    values = column.to_numpy(dtype=float, na_value=np.nan)
+    bad = ~np.isfinite(values) | (values < 0)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
         raise InputError(
-            f"need at least {MIN_RESIDUALS} measured rows to validate, got {len(frame)}"
+            f"{where}, row {i}: {values[i]} is not a finite value >= 0 ({int(bad.sum())} bad rows)"
         )
-    cols = {c: frame[c].to_numpy(dtype=float) for c in ("n_decode", "chunk", "ctx", "prefix")}
-    args = (cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
-    p50 = np.asarray(predictor.predict(*args, q=0.5), dtype=float)
-    p99 = np.asarray(predictor.predict(*args, q=PLAN_QUANTILE), dtype=float)
-    margin = np.asarray(predictor.margin(*args), dtype=float)
+
+
+def box_edges(values: tuple[int, ...]) -> np.ndarray:
+    """A table axis refined with powers of two inside its range: a fitted model may keep
+    only an axis's two ends (it is exact along it), but a box must stay narrow enough
+    (at most ×2 wide above 1) to hold iterations of similar shape."""
+    lo, hi = float(values[0]), float(values[-1])
+    ladder = 2.0 ** np.arange(0, int(np.ceil(np.log2(max(hi, 1.0)))) + 1)
+    return np.unique(
+        np.concatenate([np.asarray(values, float), ladder[(ladder > lo) & (ladder < hi)]])
+    )
+
+
+def grid_boxes(axes: dict[str, tuple[int, ...]], frame: pd.DataFrame) -> np.ndarray:
+    """Flat index of the grid box holding each row (lower corner per axis): the table's
+    axes, refined by :func:`box_edges`."""
+    flat = np.zeros(len(frame), dtype=np.int64)
+    for name in TABLE_AXES:
+        a = box_edges(tuple(axes[name]))
+        x = frame[name].to_numpy(dtype=float)
+        i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, max(a.size - 2, 0))
+        flat = flat * max(a.size - 1, 1) + i
+    return flat
+
+
+def replay(
+    predictor: Any, frame: pd.DataFrame, kind: str = "samples", config: GateConfig | None = None
+) -> dict[str, Any]:
+    """The gate's verdict on measured rows (see module doc and docs/validate.md).
+
+    Raises :class:`InputError` when nothing can be decided: no row inside the
+    table's grid, or fewer grid points than the gate needs.
+    """
+    config = config or GateConfig()
+    if len(frame) == 0:
+        raise InputError("no measured rows to validate")
+    cols = {c: frame[c].to_numpy(dtype=float) for c in QUERY_COLUMNS}
+    args = tuple(cols[c] for c in QUERY_COLUMNS)
     ms = frame["ms"].to_numpy(dtype=float)
     ref = reference_for(predictor)
-    inside = np.ones(len(frame), dtype=bool)
-    median = p50
     if ref is not None:  # interpolated median; rows beyond the grid are reported apart
         inside = ref.domain_mask(*args)
         median = ref.many(*args)
-    if inside.sum() < MIN_RESIDUALS:
-        raise InputError(
-            f"only {int(inside.sum())} of {len(frame)} rows lie inside the table's grid; "
-            f"need {MIN_RESIDUALS} to validate"
-        )
-    resid = np.log(ms[inside] / median[inside])
-    if profile is None:
-        profile = NoiseProfile.from_residuals(
-            resid, center=0.0, source="scale from the rows checked; centre = P50"
-        )
-    monitor = DriftMonitor(profile, config, reference=ref)
-    if kind == "run":
-        order = np.arange(len(frame))
-        start = frame["start_ms"].to_numpy(dtype=float) if "start_ms" in frame else None
     else:
-        order = np.random.default_rng(seed).permutation(len(frame))
-        start = None
-    n_i, c_i = cols["n_decode"].astype(np.int64), cols["chunk"].astype(np.int64)
-    for step, i in enumerate(order):
-        monitor.observe(
-            {
-                "index": step,
-                "start_ms": float(start[i]) if start is not None else 0.0,
-                "n_decode": int(n_i[i]),
-                "chunk": int(c_i[i]),
-                "pred_p50": float(p50[i]),
-                "pred_p99": float(p99[i]),
-                "margin": float(margin[i]),
-                "actual_ms": float(ms[i]),
-            }
+        inside = np.ones(len(frame), dtype=bool)
+        median = np.asarray(predictor.predict(*args, q=0.5), dtype=float)
+    bound = _bound(predictor, args)
+    hit = None if bound is None else ms > bound
+    checked = int(inside.sum())
+    if checked == 0:
+        raise InputError(
+            f"none of the {len(frame)} rows lies inside the table's grid "
+            f"({_describe_domain(predictor)}): nothing to check"
         )
-        if progress is not None and (step + 1) % PROGRESS_EVERY == 0:
-            progress(step + 1)
-    s = monitor.summary()["drift"]
-    drifted = s["state"] == "drift"
-    return {
-        "verdict": "drifted" if drifted else "valid",
-        "kind": kind,
-        "rows": int(len(frame)),
-        "factor": s["factor"],
-        "median_ratio": math.exp(float(np.median(resid))),
-        "coverage": float(np.mean((ms <= p99 + margin)[inside])),
-        "outside_domain": s["outside_domain"],
-        "coverage_promised": s["coverage_promised"],
-        "alarms": s["alarms"],
-        "regions": [r for r in s["regions"] if r["status"] != "ok"] if drifted else [],
-        "recommendation": s["recommendation"],
-        "noise": s["noise"],
+    rows = np.flatnonzero(inside)
+    sub = frame.iloc[rows]
+    r = np.log(ms[rows] / median[rows])
+    n_dec, chunk = cols["n_decode"][rows], cols["chunk"][rows]
+    quarter = None
+    if kind == "run" and ref is not None:
+        # a run rarely repeats a point: the unit is a grid box (within one region
+        # cell, so that it lies in one band) in one quarter of the run's time
+        unit = "grid box"
+        when = sub["start_ms"].to_numpy(dtype=float) if "start_ms" in sub else np.arange(checked)
+        quarter = quarters_of(when)
+        cell = config.grid.indices(n_dec, chunk)
+        cluster = (grid_boxes(predictor.axes, sub) * config.grid.size + cell) * 4 + quarter
+    else:
+        unit = "grid point"
+        cluster = sub.groupby(list(QUERY_COLUMNS), sort=False).ngroup().to_numpy()
+    try:
+        result = decide(
+            r, None if hit is None else hit[rows], cluster, n_dec, chunk, config, quarter
+        )
+    except ValueError as exc:
+        raise InputError(
+            f"cannot decide: {str(exc).replace('grid points', plural(unit))}"
+        ) from None
+    out_rows = len(frame) - checked
+    outside = {
+        "rows": out_rows,
+        "coverage": None if hit is None or not out_rows else float(1 - hit[~inside].mean()),
     }
+    bands = Bands(config.grid, quarters=quarter is not None).of(n_dec, chunk, quarter)
+    for reg in result.regions:
+        reg["grid"] = _grid_span(predictor, sub, (bands == reg["index"]).any(axis=1))
+    doc: dict[str, Any] = {
+        "verdict": result.verdict,
+        "reason": result.reason,
+        "false_alarm_bound": config.false_alarm,
+        "min_shift": config.min_shift,
+        "kind": kind,
+        "unit": unit,
+        "rows": int(len(frame)),
+        "checked": checked,
+        "checked_share": checked / len(frame),
+        "outside_domain": outside,
+        "points": result.clusters,
+        "factor": result.factor,
+        "median_ratio": math.exp(float(np.median(r))),
+        "coverage": None if hit is None else float(1 - hit[rows].mean()),
+        "coverage_promised": 1 - config.tail_p0 if hit is not None else None,
+        "tests": result.tests,
+        "regions": result.regions,
+        "stability": {
+            **result.stability,
+            "flipping_rows": [int(rows[i]) for i in result.stability["flipping_rows"]],
+        },
+    }
+    doc["recalibrate"] = [reg["grid"] for reg in result.regions if reg["status"] == "drift"]
+    doc["recommendation"] = _recommend(doc)
+    return doc
+
+
+def _bound(predictor: Any, args: tuple[np.ndarray, ...]) -> np.ndarray | None:
+    """``P99 + δ`` per row, or None for a table without a tail (medians only)."""
+    lookup = getattr(predictor, "lookup_bound", None)
+    if lookup is not None:
+        if getattr(predictor, "margin_info", None) is None:
+            return None
+        return np.asarray(lookup(*args), dtype=float)
+    p99 = np.asarray(predictor.predict(*args, q=PLAN_QUANTILE), dtype=float)
+    return p99 + np.asarray(predictor.margin(*args), dtype=float)
+
+
+def _describe_domain(predictor: Any) -> str:
+    domain = getattr(predictor, "domain", None)
+    if not domain:
+        return "no grid"
+    return ", ".join(f"{a} {lo}..{hi}" for a, (lo, hi) in domain.items())
+
+
+def _grid_span(predictor: Any, rows: pd.DataFrame, mask: np.ndarray) -> dict[str, list[int]]:
+    """Per axis, the grid values bracketing the rows of one region (what to re-measure)."""
+    axes = getattr(predictor, "axes", None)
+    span: dict[str, list[int]] = {}
+    for name in QUERY_COLUMNS:
+        x = rows[name].to_numpy(dtype=float)[mask]
+        lo, hi = float(x.min()), float(x.max())
+        if axes is None:
+            span[name] = [int(lo), int(hi)]
+            continue
+        a = np.asarray(axes[name])
+        i = max(int(np.searchsorted(a, lo, side="right")) - 1, 0)
+        j = min(int(np.searchsorted(a, hi, side="left")), a.size - 1)
+        span[name] = [int(a[i]), int(a[j])]
+    return span
+
+
+def _span_text(span: dict[str, list[int]]) -> str:
+    return ", ".join(f"{k} {lo}" if lo == hi else f"{k} {lo}-{hi}" for k, (lo, hi) in span.items())
+
+
+def _recommend(doc: dict[str, Any]) -> str:
+    out = doc["outside_domain"]
+    tail = ""
+    if out["rows"]:
+        cov = "" if out["coverage"] is None else f", {out['coverage']:.1%} within P99 + margin"
+        tail = f"; {out['rows']} rows lie beyond the table's grid{cov}: extend the calibration grid"
+    checked = (
+        f"{doc['checked']} of {doc['rows']} rows on {doc['points']} {plural(doc['unit'])} checked"
+    )
+    if doc["verdict"] == "undecided":
+        return f"cannot decide ({checked}): {doc['reason']}" + tail
+    if doc["verdict"] == "valid":
+        return (
+            f"the table holds ({checked}; median shift ×{doc['factor']:.3f}, within "
+            f"±{doc['min_shift']:.0%}; false-alarm bound {doc['false_alarm_bound']:.0%})" + tail
+        )
+    moved = [r for r in doc["regions"] if r["status"] == "drift"]
+    rejected = [t["test"] for t in doc["tests"] if t["rejected"]]
+    tol = math.log1p(doc["min_shift"])
+    direction = 1 if "slowdown" in rejected else (-1 if "speedup" in rejected else 0)
+    shifted = [r for r in doc["regions"] if direction * math.log(r["factor"]) > tol]
+    since = [r for r in moved if r["axis"] == "time"]
+    moved = [r for r in moved if r["axis"] != "time"]
+    when = f"; it moved from {since[0]['region']} of the run on" if since else ""
+    if not moved or (direction and 2 * len(shifted) >= len(doc["regions"])):
+        what = "the tail" if rejected == ["tail"] else f"shift ×{doc['factor']:.3f}"
+        return f"recalibrate the whole table: {what} ({checked}){when}" + tail
+    parts = [
+        f"{r['region']} (×{r['factor']:.3f}"
+        + ("" if r["coverage"] is None else f", {r['coverage']:.1%} covered")
+        + f"; grid {_span_text(r['grid'])})"
+        for r in moved[:NAME_REGIONS]
+    ]
+    more = f" and {len(moved) - NAME_REGIONS} more regions" if len(moved) > NAME_REGIONS else ""
+    return "recalibrate " + "; ".join(parts) + more + when + tail

@@ -18,7 +18,6 @@ from typing import Any
 
 from servecal.costmodels.crossval import folds_for
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.table import CostTable
 from servecal.reports.demo.setting import (
     WORKLOADS,
     Axes,
@@ -192,7 +191,7 @@ def calibrate_step(config: DemoConfig, say: DemoCallbacks) -> tuple[Path, bool, 
     # which fills its budget to the last token, would plan on exactly those chunks
     # (measured: 0.16x of the best fixed chunk on `long` at the middle target). So the
     # demo's table rounds up on its finer compile grid instead.
-    table = CostTable.from_json({**fitted.table.to_json(), "between": "round_up"})
+    table = fitted.table.with_between("round_up")  # a new table: its own content hash
     table.save(table_path)
     m = fitted.metrics
     say.message(

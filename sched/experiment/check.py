@@ -8,7 +8,12 @@ backend measures instead of simulating (no truth, no drift), and so on.
 from __future__ import annotations
 
 from servecal.costmodels.errors import InputError
-from servecal.sched.experiment.models import DEFAULT_TRUTH, load_predictor, load_truth
+from servecal.sched.experiment.models import (
+    DEFAULT_TRUTH,
+    compare_provenance,
+    load_predictor,
+    load_truth,
+)
 from servecal.sched.experiment.spec import TORCH, RunSpec, needs_tpot_target
 from servecal.sched.policies.registry import DRIVER, ENGINE
 
@@ -60,3 +65,4 @@ def check(spec: RunSpec, searching: bool = False) -> None:
         parse_drift(spec.drift)
     load_truth(spec.truth)
     load_predictor(spec.predictor, spec.truth)
+    compare_provenance(spec.predictor, spec.truth)

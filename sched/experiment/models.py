@@ -107,6 +107,21 @@ def cost_table(path: str, truth: Any) -> Any:
     return CostTable.load(path)
 
 
+def compare_provenance(predictor_spec: str, truth_spec: str) -> None:
+    """Warn (or under ``--strict`` refuse) when a cost table plans for a samples truth
+    measured on another device, model or TP degree (not cached: the CLI dedupes the
+    warning per command, and ``--strict`` must hold on every command)."""
+    path = table_path(predictor_spec)
+    source = getattr(load_truth(truth_spec), "path", None)
+    if path is None or source is None:
+        return
+    from servecal.costmodels.provenance import compare_fingerprints
+    from servecal.costmodels.samples import read_provenance
+
+    table = load_predictor(predictor_spec, truth_spec)
+    compare_fingerprints(table.fingerprint, read_provenance(source), str(path), str(source))
+
+
 def table_path(predictor_spec: str) -> Path | None:
     """The cost table file a predictor spec names, if it names one."""
     named, arg = _split(predictor_spec, PREDICTORS, "--predictor")

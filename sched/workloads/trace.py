@@ -45,14 +45,20 @@ def _read_table(path: Path) -> pd.DataFrame:
         raise InputError(f"{path}: cannot read as a trace ({detail})") from None
 
 
+#: Longest prompt or output a trace may give (tokens): beyond it a length is an error,
+#: not a number that int64 would wrap round.
+MAX_TRACE_TOKENS = 10**9
+
+
 def _lengths(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
     values = pd.to_numeric(frame[column], errors="coerce")
-    bad = values.isna() | (values < 1) | (values != np.floor(values))
+    bad = values.isna() | (values < 1) | (values > MAX_TRACE_TOKENS)
+    bad |= values != np.floor(values)
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(
-            f"{path}: column {column}, line {row + 2}: expected a whole number >= 1, "
-            f"got {frame[column].iloc[row]!r}"
+            f"{path}: column {column}, line {row + 2}: expected a whole number in "
+            f"[1, {MAX_TRACE_TOKENS:.0e}], got {frame[column].iloc[row]!r}"
         )
     return values.to_numpy(dtype=np.int64)
 
@@ -63,7 +69,7 @@ def _arrival_seconds(frame: pd.DataFrame, column: str, kind: str, path: Path) ->
         seconds = (parsed - parsed.min()).dt.total_seconds()
     else:
         seconds = pd.to_numeric(frame[column], errors="coerce")
-    bad = seconds.isna() | (seconds < 0)
+    bad = seconds.isna() | (seconds < 0) | ~np.isfinite(seconds.to_numpy(dtype=float))
     if bad.any():
         row = int(np.flatnonzero(bad.to_numpy())[0])
         raise InputError(

@@ -1,31 +1,192 @@
-"""Shared plumbing for command modules (not a command: names starting with _ are skipped)."""
+"""Shared plumbing for command modules (not a command: names starting with _ are skipped).
+
+:func:`user_errors` is the one place where a user's bad input becomes one line
+``error: ...`` and exit code 2 (and Ctrl-C exit code 130): every command
+callback is decorated with it, so the same holds under ``typer.testing.CliRunner``
+and the shell. :mod:`servecal.cli` does the same for click's own usage errors.
+"""
 
 from __future__ import annotations
 
+import errno
 import functools
-from collections.abc import Callable
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any, TypeVar
 
 import typer
 
 from servecal.costmodels.errors import InputError
+from servecal.costmodels.provenance import (
+    ALLOW_EDITED_ENV,
+    STRICT_ENV,
+    FingerprintMismatchWarning,
+)
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+#: Exit codes: bad input (or a gate that cannot decide), and interrupted (128 + SIGINT).
+EXIT_INPUT = 2
+EXIT_INTERRUPTED = 130
+#: Warnings shown as one ``warning: ...`` line (each message once per command).
+ONE_LINE_WARNINGS = (FingerprintMismatchWarning,)
+
+
+def one_line(text: str) -> str:
+    """``text`` on one line (a message that spans lines would read as several)."""
+    return " ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def describe_error(exc: BaseException) -> str:
+    """The one line that says what went wrong, for the error types user input raises."""
+    if isinstance(exc, InputError):
+        return one_line(str(exc))
+    if isinstance(exc, OSError):
+        what = exc.strerror or errno.errorcode.get(exc.errno or 0, "") or str(exc)
+        where = exc.filename
+        if where is None:
+            return one_line(f"{what}" if exc.strerror else str(exc))
+        other = f" -> {exc.filename2}" if exc.filename2 else ""
+        return one_line(f"{where}{other}: {what}")
+    if isinstance(exc, OverflowError):
+        return one_line(f"a number is too large ({exc})")
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply (a JSON or TOML file?)"
+    return one_line(str(exc) or type(exc).__name__)
+
+
+#: What :func:`user_errors` turns into one line and exit 2. ValueError covers
+#: InputError, and numpy/pandas/json refusing a user's value.
+USER_ERRORS = (InputError, OSError, OverflowError, RecursionError, ValueError)
+
 
 def user_errors(fn: F) -> F:
-    """Turn :class:`InputError` into one line on stderr and exit code 2.
+    """Bad input → one line ``error: ...`` on stderr and exit 2; Ctrl-C → exit 130.
 
-    Decorate every command callback with it (below ``@app.command``'s target), so
-    that the same behaviour holds under ``typer.testing.CliRunner`` and the shell.
+    Decorate every command callback with it (below ``@app.command``'s target).
+    Fingerprint warnings print as one ``warning: ...`` line each.
     """
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
-            return fn(*args, **kwargs)
-        except InputError as exc:
-            typer.echo(f"error: {exc}", err=True)
-            raise typer.Exit(2) from None
+            with one_line_warnings():
+                return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except KeyboardInterrupt:
+            typer.echo("interrupted: what was written so far is kept", err=True)
+            raise typer.Exit(EXIT_INTERRUPTED) from None
+        except USER_ERRORS as exc:
+            typer.echo(f"error: {describe_error(exc)}", err=True)
+            raise typer.Exit(EXIT_INPUT) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextmanager
+def one_line_warnings() -> Iterator[None]:
+    """Show :data:`ONE_LINE_WARNINGS` as ``warning: ...`` on stderr, each message once."""
+    seen: set[str] = set()
+    with warnings.catch_warnings():
+        previous = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+            if not issubclass(category, ONE_LINE_WARNINGS):
+                return previous(message, category, filename, lineno, file, line)
+            text = one_line(str(message))
+            if text not in seen:
+                seen.add(text)
+                typer.echo(f"warning: {text}", err=True)
+            return None
+
+        warnings.showwarning = show
+        for category in ONE_LINE_WARNINGS:
+            warnings.simplefilter("always", category)  # `seen` does the deduplication
+        yield
+
+
+def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
+    """Hold the command's output folder (its ``param`` argument) while it runs.
+
+    Put it below :func:`user_errors`. Checks the folder can be written before any
+    work; with ``runs``, holds :func:`servecal.sched.runfolder.run_output` (lock,
+    stale outputs of the last command there replaced), else only the lock.
+    """
+
+    def decorate(fn: F) -> F:
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            folder = kwargs.get(param)
+            if folder is None:
+                return fn(*args, **kwargs)
+            writable_folder(Path(folder), f"--{param.replace('_', '-')}")
+            command = f"servecal {fn.__name__.removesuffix('_command')}"
+            if runs:
+                from servecal.sched.runfolder import run_output
+
+                holder = run_output(folder, command)
+            else:
+                from servecal.costmodels.folders import folder_lock
+
+                holder = folder_lock(folder, command)
+            with holder:
+                return fn(*args, **kwargs)
+
+        return wrapper  # type: ignore[return-value]
+
+    return decorate
+
+
+def writable_file(path: Path, flag: str = "--out") -> Path:
+    """Check, before any work, that ``path`` can be written as a file; one-line
+    :class:`InputError` if not. Creates nothing."""
+    p = Path(path)
+    if p.is_dir():
+        raise InputError(f"{flag} {p}: is a folder, expected a file")
+    _probe(p.parent if str(p.parent) else Path("."), flag, p)
+    return p
+
+
+def writable_folder(path: Path, flag: str = "--out") -> Path:
+    """Check, before any work, that ``path`` can be written as a folder. Creates nothing."""
+    p = Path(path)
+    if p.exists() and not p.is_dir():
+        raise InputError(f"{flag} {p}: exists and is not a folder")
+    _probe(p, flag, p)
+    return p
+
+
+def _probe(folder: Path, flag: str, shown: Path) -> None:
+    """Write (and remove) a file in ``folder``, or in its nearest existing ancestor when
+    it does not exist yet: the only sure test of "can be written" (root ignores modes)."""
+    existing = folder
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise InputError(f"{flag} {shown}: {existing} is not a folder")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=existing, prefix=".servecal-probe-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise InputError(f"{flag} {shown}: cannot write there ({describe_error(exc)})") from None
+
+
+#: The two options of every command that loads cost tables (pass them to :func:`table_flags`).
+ALLOW_EDITED_HELP = "Load cost tables whose numbers no longer match their content hash."
+STRICT_HELP = "Refuse (exit 2), not just warn on, a table/measurement fingerprint mismatch."
+
+
+def table_flags(allow_edited: bool, strict: bool) -> None:
+    """Put ``--allow-edited`` / ``--strict`` in force for this command, including in
+    worker processes (through the environment; the CLI restores it afterwards)."""
+    for name, on in ((ALLOW_EDITED_ENV, allow_edited), (STRICT_ENV, strict)):
+        if on:
+            os.environ[name] = "1"
+        else:
+            os.environ.pop(name, None)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import EXIT_INTERRUPTED, user_errors
 
 
 def register(app: typer.Typer) -> None:
@@ -32,7 +32,7 @@ def calibrate(
     layers: int = typer.Option(None, help="Layers to build and time (scaled to the model's)."),
     dtype: str = typer.Option(None, help="float32, bfloat16 or float16 (default: bf16 on CUDA)."),
     threads: int = typer.Option(None, help="torch threads on CPU (default: half the cores)."),
-    seed: int = typer.Option(0, help="Seed of the point order and weights."),
+    seed: int = typer.Option(0, min=0, help="Seed of the point order and weights."),
     block: int = typer.Option(
         None, help="Points whose repeats are interleaved (default 32 on CPU, 1 on CUDA)."
     ),
@@ -81,9 +81,11 @@ def calibrate(
             on_message=say,
             on_progress=bars.points(),
         )
-    typer.echo(f"wrote {result.samples_path} and {result.samples_path.parent / 'fingerprint.json'}")
+    if result.samples_path is not None:
+        fp = result.samples_path.parent / "fingerprint.json"
+        typer.echo(f"wrote {result.samples_path} and {fp}")
     if result.outcome.stopped_by == "signal":
-        raise typer.Exit(130)
+        raise typer.Exit(EXIT_INTERRUPTED)
     if result.table_path is None:
         return
     m = result.metrics

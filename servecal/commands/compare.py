@@ -8,7 +8,13 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+    writes_folder,
+)
 from servecal.commands._runs import PREDICTOR_HELP, TRUTH_HELP
 
 #: TPOT targets (ms) when none are given and some workload needs one (SPEC §1's).
@@ -57,6 +63,7 @@ def _policy_options(opts: list[str], policies: list[str]) -> dict[str, dict[str,
 
 
 @user_errors
+@writes_folder("out")
 def compare_command(
     out: Path = typer.Option(..., help="Output folder: one run folder per cell and seed."),
     workloads: str = typer.Option("chat,mixed,long,bursty", help="Comma-separated workloads."),
@@ -73,13 +80,13 @@ def compare_command(
     setting: str = typer.Option(
         "colocated", help="colocated, or prefill: prefill-only instances, good = TTFT met."
     ),
-    seeds: int = typer.Option(5, help="Seeds 0..N-1."),
+    seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
     truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
     predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
-    kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
-    jobs: int = typer.Option(None, help="Worker processes [default: all cores]."),
+    kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
+    jobs: int = typer.Option(None, min=1, help="Worker processes [default: all cores]."),
     slo_classes: str = typer.Option(
         None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
     ),
@@ -92,8 +99,11 @@ def compare_command(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
+    table_flags(allow_edited, strict)
     from servecal.commands._runs import Bars, driver_options, make_spec, split_list
     from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex

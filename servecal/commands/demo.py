@@ -7,10 +7,11 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import user_errors, writes_folder
 
 
 @user_errors
+@writes_folder("out", runs=False)
 def demo(
     budget: float = typer.Option(
         240.0, "--budget", help="Seconds for the whole demo (calibration gets 45%)."
@@ -19,7 +20,9 @@ def demo(
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda:N."),
     seeds: int = typer.Option(2, "--seeds", help="Seeds per simulated cell."),
     requests: int = typer.Option(200, "--requests", help="Requests per simulated run."),
-    jobs: int = typer.Option(None, "--jobs", help="Simulation processes (default: all cores)."),
+    jobs: int = typer.Option(
+        None, "--jobs", min=1, help="Simulation processes (default: all cores)."
+    ),
     workloads: str = typer.Option(
         "chat,mixed,long,bursty", "--workloads", help="Comma-separated subset of the four."
     ),

@@ -8,7 +8,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import ALLOW_EDITED_HELP, user_errors
 
 
 def print_metrics(metrics: dict[str, Any]) -> None:
@@ -28,7 +28,7 @@ def print_metrics(metrics: dict[str, Any]) -> None:
         typer.echo(f"  pinball loss q={q:<6g}        {loss:.4f} ms")
     typer.echo("  tightness (P99+δ)/actual−1:  " + ("n/a" if tight is None else f"{tight:.2%}"))
     typer.echo(f"  rows out of domain:          {metrics['out_of_domain']}")
-    typer.echo(f"  rows:                        {metrics['rows']}")
+    typer.echo(f"  rows checked (in the grid):  {metrics['checked']} of {metrics['rows']}")
 
 
 @user_errors
@@ -37,15 +37,30 @@ def eval_table(
     samples: Path = typer.Argument(..., help="Samples file (Parquet or CSV) to check against."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     strict: bool = typer.Option(False, "--strict", help="Refuse a fingerprint mismatch."),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """P50 MAPE, P99+δ coverage, pinball loss, margin tightness and rows out of domain."""
-    from servecal.costmodels import CostTable
+    from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.evaluate import evaluate
     from servecal.costmodels.samples import read_samples
 
     data = read_samples(samples)
-    loaded = CostTable.load(table, strict=strict, fingerprint=data.provenance or None)
+    loaded = CostTable.load(
+        table,
+        strict=strict,
+        fingerprint=data.provenance or None,
+        allow_edited=allow_edited or None,
+        other=str(samples),
+    )
+    if data.frame.empty:
+        raise InputError(f"{samples}: no sample rows: nothing to check")
     metrics = evaluate(loaded, data.frame)
+    if metrics["checked"] == 0:
+        raise InputError(
+            f"none of the {metrics['rows']} rows of {samples} lies inside the table's grid "
+            f"({', '.join(f'{a} {lo}..{hi}' for a, (lo, hi) in loaded.domain.items())}): "
+            "nothing checked"
+        )
     if as_json:
         doc = dict(metrics)
         doc["pinball"] = {repr(q): v for q, v in metrics["pinball"].items()}

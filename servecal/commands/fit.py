@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import user_errors, writable_file
 
 
 def parse_quantiles(text: str) -> list[float]:
@@ -39,7 +39,7 @@ def fit(
         help="Share of grid points each cross-validation fold holds out (1/K); --holdout is "
         "its older name.",
     ),
-    seed: int = typer.Option(0, "--seed", help="Seed of the held-out split and the models."),
+    seed: int = typer.Option(0, "--seed", min=0, help="Seed of the held-out split and the models."),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object (model block, metrics, notes, table path)."
     ),
@@ -51,6 +51,7 @@ def fit(
     from servecal.costmodels.fit import TailWarning, fit_cost_table
     from servecal.costmodels.samples import read_samples
 
+    writable_file(out)
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)
     console = Console(stderr=True)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import user_errors, writable_file
 
 
 def register(app: typer.Typer) -> None:
@@ -39,6 +39,7 @@ def import_profile(
     from servecal.profiler.importers.collective import CommOptions
     from servecal.profiler.shapes import ModelShape
 
+    writable_file(out)
     shape = ModelShape.resolve(model)
     comm = CommOptions(backend=comm_backend, enabled=not no_comm)
     frame, provenance = run(kind, path, shape, tp, Grid.from_file(grid) if grid else None, comm)

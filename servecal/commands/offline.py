@@ -34,7 +34,7 @@ def offline(
         help="Comma list of fcfs, mc-sf, sorted-f, sorted-lp, sorted-f-amin, opt (n <= 8).",
     ),
     seeds: int = typer.Option(1, "--seeds", help="Instances (and prediction draws) to average."),
-    seed: int = typer.Option(0, "--seed", help="First seed."),
+    seed: int = typer.Option(0, "--seed", min=0, help="First seed."),
     solver: str = typer.Option("auto", "--solver", help="Sorted-F Phase 1: auto|dp|swap|quantile."),
     phase2: str = typer.Option(
         "best",

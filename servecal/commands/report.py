@@ -6,18 +6,28 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+    writes_folder,
+)
 
 
 @user_errors
+@writes_folder("out", runs=False)
 def report(
     inputs: list[Path] = typer.Argument(
         ..., help="Run folders, calibration folders, or folders above them (searched)."
     ),
     out: Path = typer.Option(..., "--out", help="Folder for report.html and report.md."),
     title: str = typer.Option("servecal report", "--title", help="Page title."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """Write an HTML report (figures embedded) and a Markdown summary of runs and calibrations."""
+    table_flags(allow_edited, strict)
     from servecal.reports import build_report
 
     files = build_report(inputs, out, title=title)

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+    writes_folder,
+)
 from servecal.commands._runs import POLICY_OPT_HELP, PREDICTOR_HELP, TRUTH_HELP
 
 #: Keys of ``simulate --json``, in order (those a run does not have are left out).
@@ -41,6 +47,7 @@ SUMMARY_KEYS = (
 
 
 @user_errors
+@writes_folder("out")
 def simulate_command(
     workload: str = typer.Option(..., help="chat|mixed|long|bursty|multislo|trace:PATH"),
     policy: str = typer.Option(
@@ -54,12 +61,12 @@ def simulate_command(
     rate: float = typer.Option(
         None, help="Arrival rate, req/s [default: per workload; a trace's own times]."
     ),
-    seeds: int = typer.Option(5, help="Seeds 0..N-1."),
+    seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
     predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
-    kv_tokens: int = typer.Option(500_000, help="KV capacity M in tokens."),
+    kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
@@ -83,10 +90,15 @@ def simulate_command(
     adaptive_margin: bool = typer.Option(
         False, "--adaptive-margin", help="Adapt the margin online while drift is detected."
     ),
-    jobs: int = typer.Option(None, help="Worker processes [default: one per seed, all cores]."),
+    jobs: int = typer.Option(
+        None, min=1, help="Worker processes [default: one per seed, all cores]."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
+    table_flags(allow_edited, strict)
     from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex
@@ -124,10 +136,6 @@ def simulate_command(
     )
     if chosen == TORCH and truth is not None:
         raise InputError("--truth is the simulated executor's; drop it with --backend torch")
-    from servecal.commands._tp import simulate_warning
-
-    if tp_note := simulate_warning(spec.predictor, spec.truth, chosen):
-        say(tp_note)
     ex.check(spec, searching=max_goodput)
     label = f"{policy_spec.label} on {workload}"
     if chosen == TORCH:

@@ -1,4 +1,11 @@
-"""``servecal validate``: does a cost table still hold? (a deployment gate: exit 0 / 1 / 2)."""
+"""``servecal validate``: does a cost table still hold? A deployment gate (exit 0 / 1 / 2).
+
+The verdict comes from :mod:`servecal.costmodels.drift.gate` (docs/validate.md):
+``valid`` (exit 0), ``drifted`` (exit 1), or ``undecided`` (exit 2: the verdict
+would flip with one row removed). Anything that cannot be checked at all (no
+table, no rows inside its grid, too few grid points, bad input) is one line
+``error: ...`` and exit 2. Text and ``--json`` carry the same verdict.
+"""
 
 from __future__ import annotations
 
@@ -8,11 +15,11 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import ALLOW_EDITED_HELP, STRICT_HELP, user_errors
 
-#: Above this many rows the replay shows a progress bar.
-PROGRESS_ROWS = 50_000
-#: Regions listed in the text verdict (most suspicious first).
+#: Exit code per verdict.
+EXIT = {"valid": 0, "drifted": 1, "undecided": 2}
+#: Regions listed in the text verdict (moved ones first).
 SHOW_REGIONS = 8
 
 
@@ -24,63 +31,84 @@ def validate(
     ),
     as_json: bool = typer.Option(False, "--json", help="Print the verdict as JSON."),
     min_shift: float = typer.Option(
-        0.05, "--min-shift", help="Smallest relative change of the median worth flagging."
+        0.05, "--min-shift", help="Tolerated relative change of the median (either way)."
     ),
+    false_alarm: float = typer.Option(
+        0.01, "--false-alarm", help="Bound on the chance of 'drifted' for a table that holds."
+    ),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
-    """Replay measurements against a table: `valid` (exit 0) or `drifted` (exit 1)."""
-    from servecal.commands._tp import validate_warning
+    """Check measurements against a table: valid (exit 0), drifted (1), cannot decide (2)."""
     from servecal.costmodels import CostTable, InputError
-    from servecal.costmodels.drift import DriftConfig
-    from servecal.costmodels.drift.replay import load_measurements, replay
+    from servecal.costmodels.drift.gate import GateConfig
+    from servecal.costmodels.drift.replay import load_measurements, measured_fingerprint, replay
+    from servecal.costmodels.provenance import compare_fingerprints
 
     try:
-        config = DriftConfig(min_shift=min_shift)
+        config = GateConfig(min_shift=min_shift, false_alarm=false_alarm)
     except ValueError as exc:
-        raise InputError(f"--min-shift: {exc}") from None
-    cost_table = CostTable.load(table)
+        flag = "--min-shift" if "min_shift" in str(exc) else "--false-alarm"
+        raise InputError(f"{flag}: {exc}") from None
+    cost_table = CostTable.load(table, allow_edited=allow_edited or None)
     frame, kind = load_measurements(measurements)
-    if tp_note := validate_warning(table, cost_table.tp, measurements):
-        typer.echo(tp_note, err=True)
-    if len(frame) > PROGRESS_ROWS and not as_json:
-        from rich.progress import Progress
-
-        with Progress(transient=True) as bar:
-            task = bar.add_task("replaying", total=len(frame))
-            result = replay(cost_table, frame, kind, config=config,
-                            progress=lambda done: bar.update(task, completed=done))  # fmt: skip
-    else:
-        result = replay(cost_table, frame, kind, config=config)
-    if as_json:
-        typer.echo(json.dumps(result, indent=1))
-    else:
-        typer.echo(_text(result))
-    raise typer.Exit(0 if result["verdict"] == "valid" else 1)
+    mismatch = compare_fingerprints(
+        cost_table.fingerprint,
+        measured_fingerprint(measurements),
+        str(table),
+        str(measurements),
+        strict=strict,
+    )
+    result = replay(cost_table, frame, kind, config=config)
+    result["table"] = {"path": str(table), "content_hash": cost_table.content_hash()}
+    result["fingerprint_mismatch"] = mismatch
+    typer.echo(json.dumps(result, indent=1) if as_json else text(result))
+    raise typer.Exit(EXIT[result["verdict"]])
 
 
-def _text(r: dict[str, Any]) -> str:
+def _pct(value: float | None, digits: int = 2) -> str:
+    return "n/a (no tail)" if value is None else f"{value:.{digits}%}"
+
+
+def text(r: dict[str, Any]) -> str:
+    """The verdict for a person: the same numbers ``--json`` prints."""
+    from servecal.costmodels.drift.replay import plural
+
+    out = r["outside_domain"]
     lines = [
         f"verdict: {r['verdict']}",
-        f"rows: {r['rows']} ({r['kind']})",
-        f"median actual/P50: {r['median_ratio']:.3f}   estimated shift: ×{r['factor']:.3f}",
-        f"coverage (actual <= P99 + margin): {r['coverage']:.2%} "
-        f"(promised {r['coverage_promised']:.0%})",
+        f"checked: {r['checked']} of {r['rows']} rows ({r['checked_share']:.1%}, {r['kind']}) "
+        f"on {r['points']} {plural(r['unit'])}; {out['rows']} beyond the table's grid",
+        f"median shift: ×{r['factor']:.3f} (tolerated ±{r['min_shift']:.0%}); "
+        f"false-alarm bound {r['false_alarm_bound']:.0%} per call",
+        "coverage (actual <= P99 + margin): n/a (a median-only table has no tail)"
+        if r["coverage"] is None
+        else f"coverage (actual <= P99 + margin): {_pct(r['coverage'])} "
+        f"(promised {_pct(r['coverage_promised'], 0)})",
     ]
-    out = r["outside_domain"]
-    if out["iterations"]:
-        lines.append(
-            f"outside the table's grid: {out['iterations']} rows "
-            f"(coverage {out['coverage']:.1%}), not tested for drift"
-        )
-    for a in r["alarms"]:
-        size = f"×{a['factor']:.3f}" if "factor" in a else f"tail rate {a['exceed_rate']:.2%}"
-        lines.append(f"alarm: {a['detector']} at row {a['index']} ({size})")
+    for t in r["tests"]:
+        if t["test"] == "tail":
+            what = f"exceedance {t['exceed_rate']:.2%} (rejects at {t['critical']:.2%})"
+        else:
+            what = f"{t['votes']} of {t['points']} {plural(r['unit'])} past the tolerance ("
+            what += "rejects at "
+            what += f"{t['critical']})"
+        flag = "REJECTED" if t["rejected"] else "ok"
+        lines.append(f"test {t['test']}: {what}, p = {t['p_value']:.2g}: {flag}")
     for reg in r["regions"][:SHOW_REGIONS]:
+        cov = "" if reg["coverage"] is None else f"coverage {reg['coverage']:.1%}, "
         lines.append(
-            f"  region {reg['region']}: {reg['status']}, ×{reg['factor']:.3f}, "
-            f"coverage {reg['coverage']:.1%}, {reg['iterations']} rows"
+            f"  region {reg['region']}: {reg['status']}, ×{reg['factor']:.3f}, {cov}"
+            f"{reg['points']} {plural(r['unit'])}, {reg['rows']} rows"
         )
     if len(r["regions"]) > SHOW_REGIONS:
         lines.append(f"  ... {len(r['regions']) - SHOW_REGIONS} more regions (--json lists all)")
+    stab = r["stability"]
+    lines.append(
+        "stability: no single row's removal changes the verdict"
+        if stab["stable"]
+        else f"stability: removing row {stab['flipping_rows'][0]} flips the verdict"
+    )
     lines.append(r["recommendation"])
     return "\n".join(lines)
 
@@ -88,5 +116,6 @@ def _text(r: dict[str, Any]) -> str:
 def register(app: typer.Typer) -> None:
     app.command(
         "validate",
-        help="Replay new measurements against a cost table: valid (exit 0) or drifted (exit 1).",
+        help="Check new measurements against a cost table: valid (exit 0), drifted (1), "
+        "cannot decide (2).",
     )(validate)

@@ -8,6 +8,7 @@ measures the `tiny` model on this CPU.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servecal.cli import app
+from servecal.costmodels import CostTable
 from servecal.costmodels.samples import write_samples
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
 
@@ -41,10 +43,23 @@ def _run(out: Path, *extra: str) -> None:
     assert str(out / "report" / "report.html") in result.output
 
 
+def _check_gate(out: Path) -> None:
+    """The demo's table against the demo's own calibration samples: the gate says valid."""
+    table = out / "calibration" / "costtable.json"
+    assert json.loads(table.read_text())["content_hash"] == CostTable.load(table).content_hash()
+    r = runner.invoke(
+        app, ["validate", str(table), str(out / "calibration" / "samples.parquet"), "--json"]
+    )
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    assert doc["verdict"] == "valid" and doc["stability"]["stable"] and doc["checked_share"] == 1
+
+
 def _check_report(out: Path) -> None:
     seeds = list((out / "runs").glob("mixed/*/tpot-*/seed-0/run.json"))
     assert len(seeds) == 4 * 3  # four policies x three derived targets
     assert (out / "calibration" / "costtable.json").is_file()
+    _check_gate(out)
     html = (out / "report" / "report.html").read_text(encoding="utf-8")
     parsed = check(html)
     assert parsed.errors == []

@@ -15,7 +15,6 @@ from servecal.costmodels import CostTable
 from servecal.costmodels.fit import MODELS
 from servecal.costmodels.samples import write_samples
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
-from servecal.costmodels.table import FingerprintMismatchWarning
 
 runner = CliRunner()
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "samples_analytic.parquet"
@@ -68,10 +67,21 @@ def test_eval_json_has_exactly_the_keys(fitted: Path) -> None:
         "pinball",
         "tightness",
         "out_of_domain",
+        "checked",
         "rows",
     ]
     assert set(doc["pinball"]) == {"0.5", "0.99"}
     assert doc["rows"] == len(pd.read_parquet(EXAMPLE)) and doc["p50_mape"] < 0.03
+
+
+def test_eval_says_what_it_checked_and_refuses_checking_nothing(fitted, tmp_path) -> None:
+    result = runner.invoke(app, ["eval", str(fitted), str(EXAMPLE)])
+    assert result.exit_code == 0, result.output
+    rows = len(pd.read_parquet(EXAMPLE))
+    assert f"rows checked (in the grid):  {rows} of {rows}" in result.output
+    frame = pd.read_parquet(EXAMPLE)
+    write_samples(frame.assign(ctx=4096), tmp_path / "beyond.parquet", {"device_name": "synthetic"})
+    _fails_with_one_line(["eval", str(fitted), str(tmp_path / "beyond.parquet")], "nothing checked")
 
 
 @pytest.mark.parametrize("fmt", ["parquet", "csv"])
@@ -128,9 +138,11 @@ def test_bad_tables_exit_2(fitted: Path, tmp_path: Path) -> None:
 def test_strict_eval_refuses_another_device(fitted: Path, tmp_path: Path) -> None:
     frame = pd.read_parquet(EXAMPLE)
     write_samples(frame, tmp_path / "other.parquet", {"device_name": "A100"})
-    with pytest.warns(FingerprintMismatchWarning, match="device_name"):
-        result = runner.invoke(app, ["eval", str(fitted), str(tmp_path / "other.parquet")])
-    assert result.exit_code == 0  # warns only
+    result = runner.invoke(app, ["eval", str(fitted), str(tmp_path / "other.parquet")])
+    assert result.exit_code == 0  # warns only, one line
+    warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert len(warned) == 1 and "fingerprint mismatch" in warned[0]
+    assert "device_name 'synthetic' vs 'A100'" in warned[0]
     _fails_with_one_line(
         ["eval", str(fitted), str(tmp_path / "other.parquet"), "--strict"], "fingerprint mismatch"
     )

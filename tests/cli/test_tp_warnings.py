@@ -42,7 +42,7 @@ def test_validate_warns_once_when_the_samples_are_another_tp(files) -> None:
     r = runner.invoke(app, ["validate", str(files["table"]), str(files["tp1"])])
     assert r.exit_code == 0, r.output
     (line,) = warning_lines(r)
-    assert "is a TP 4 table but" in line and "is TP 1" in line
+    assert "fingerprint mismatch" in line and "(tp 4 vs 1)" in line
     assert r.stdout.startswith("verdict: valid")
     same = runner.invoke(app, ["validate", str(files["table"]), str(files["tp4"])])
     assert same.exit_code == 0 and not warning_lines(same)
@@ -60,7 +60,7 @@ def simulate(files, out: Path, truth: str) -> object:
 def test_simulate_warns_when_its_truth_samples_are_another_tp(files, tmp_path) -> None:
     r = simulate(files, tmp_path / "a", f"samples:{files['tp1']}")
     (line,) = warning_lines(r)
-    assert "TP 4 table but the run is TP 1" in line
+    assert "fingerprint mismatch" in line and "(tp 4 vs 1)" in line
     assert not warning_lines(simulate(files, tmp_path / "b", f"samples:{files['tp4']}"))
     assert not warning_lines(simulate(files, tmp_path / "c", "analytic"))  # no TP to compare
     # validating the run folder compares with the run's truth samples

@@ -36,7 +36,7 @@ def test_keys_and_definitions() -> None:
     b = rows(t, 64, 64, [t.predict(32, 64)] * 2)
     m = evaluate(t, pd.concat([a, b], ignore_index=True))
     assert tuple(m) == METRIC_KEYS
-    assert m["rows"] == 5 and m["out_of_domain"] == 2
+    assert m["rows"] == 5 and m["out_of_domain"] == 2 and m["checked"] == 3
     assert m["p50_mape"] == pytest.approx((0.1 / 1.1 + 0.0) / 2)  # per point, not per row
     assert m["p99_coverage"] == pytest.approx(4 / 5)
     ms = np.array([p50 * 1.1, p50 * 1.1, bound * 2])

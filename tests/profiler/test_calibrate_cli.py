@@ -49,6 +49,8 @@ def test_calibrate_writes_samples_fingerprint_and_table(run):
     assert output.count("energy unavailable") == 1
     table = CostTable.load(out / "costtable.json")
     assert table.predict(2, 16, 64, 0) > 0
+    doc = json.loads((out / "costtable.json").read_text())
+    assert doc["content_hash"] == table.content_hash()  # the calibration's table is hashed
     assert "held-out P50 MAPE" in output and "P99 coverage" in output
 
 
@@ -57,6 +59,12 @@ def test_held_out_accuracy_is_sane(run):
     validation = json.loads((out / "costtable.json").read_text())["validation"]
     assert validation["p99_coverage"] >= 0.9
     assert validation["p50_mape"] < 0.5
+    # the deployment gate on the calibration's own samples: the table holds (exit 0)
+    gate = runner.invoke(
+        app, ["validate", str(out / "costtable.json"), str(out / "samples.parquet"), "--json"]
+    )
+    assert gate.exit_code == 0, gate.output
+    assert json.loads(gate.stdout)["stability"]["stable"]
 
 
 def test_budget_stops_between_blocks_of_points(tmp_path):

@@ -37,11 +37,18 @@ def test_interpolates_between_grid_points_and_matches_on_them() -> None:
     assert m.many(n, c) == pytest.approx([m(int(a), int(b)) for a, b in zip(n, c, strict=True)])
 
 
-def test_domain_ignores_axes_calibrated_at_one_value() -> None:
+def test_domain_is_the_grids_hull_on_every_axis() -> None:
     m = TableMedian(table())
-    assert m.in_domain(8, 300, ctx=4000)  # ctx was never varied: the table is flat in it
+    assert m.in_domain(20, 640)  # between grid values: inside
+    assert m.in_domain(1, 0) and m.in_domain(32, 1024)  # on the edges: inside
+    assert not m.in_domain(8, 300, ctx=4000)  # ctx calibrated at 0 only: beyond its edge
     assert not m.in_domain(64, 300)
-    assert m.domain_mask(np.array([8, 64]), np.array([300, 300])).tolist() == [True, False]
+    assert not m.in_domain(0, 300)  # below the first n_decode
+    assert m.domain_mask(np.array([8, 64, 20]), np.array([300, 300, 640])).tolist() == [
+        True,
+        False,
+        True,
+    ]
     assert reference_for(object()) is None
 
 
@@ -59,6 +66,7 @@ def test_replay_leaves_rows_beyond_the_grid_out() -> None:
     frame = pd.DataFrame({"n_decode": n, "chunk": c, "ctx": 0, "prefix": 0, "ms": ms})
     r = replay(t, frame)
     assert r["verdict"] == "valid"
-    assert r["outside_domain"]["iterations"] == 100
+    assert r["outside_domain"]["rows"] == 100
+    assert r["checked"] == 500
     assert r["outside_domain"]["coverage"] < 0.5
     assert "extend the calibration grid" in r["recommendation"]

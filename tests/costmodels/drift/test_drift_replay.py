@@ -33,20 +33,40 @@ def fresh(factor: float = 1.0) -> pd.DataFrame:
 def test_same_conditions_valid(table) -> None:
     r = replay(table, fresh())
     assert r["verdict"] == "valid"
-    assert r["alarms"] == [] and r["regions"] == []
+    assert not any(t["rejected"] for t in r["tests"])
+    assert all(reg["status"] != "drift" for reg in r["regions"]) and r["recalibrate"] == []
     assert r["factor"] == pytest.approx(1.0, abs=0.03)
     assert r["coverage"] > 0.98
+    assert r["false_alarm_bound"] == 0.01
+    assert r["checked"] == r["rows"] == len(fresh()) and r["points"] == len(POINTS)
+    assert r["stability"]["stable"]
 
 
 def test_slowed_ten_percent_drifted_with_size(table) -> None:
     r = replay(table, fresh(1.10))
     assert r["verdict"] == "drifted"
-    assert r["alarms"][0]["detector"] == "slowdown"
+    slowdown = next(t for t in r["tests"] if t["test"] == "slowdown")
+    assert slowdown["rejected"] and slowdown["p_value"] < 1e-6
     assert r["factor"] == pytest.approx(1.10, abs=0.04)
-    assert "recalibrate" in r["recommendation"]
+    assert "recalibrate the whole table" in r["recommendation"]
 
 
-def test_run_folder_is_replayed_in_time_order(table, tmp_path) -> None:
+def test_one_region_slowed_is_named(table) -> None:
+    frame = fresh()
+    long_prefill = frame["chunk"] >= 1024
+    frame.loc[long_prefill, "ms"] *= 1.2
+    r = replay(table, frame)
+    assert r["verdict"] == "drifted"
+    moved = [reg for reg in r["regions"] if reg["status"] == "drift"]
+    assert [reg["region"] for reg in moved] == ["chunk 1024+"]
+    assert moved[0]["direction"] == "slowdown"
+    assert moved[0]["factor"] == pytest.approx(1.2, abs=0.03)
+    assert r["recalibrate"] == [{"n_decode": [0, 64], "chunk": [1024, 2048], "ctx": [0, 512],
+                                 "prefix": [0, 0]}]  # fmt: skip
+    assert r["recommendation"].startswith("recalibrate chunk 1024+ (×1.1")
+
+
+def test_run_folder_is_checked_by_grid_box(table, tmp_path) -> None:
     f = fresh().sample(frac=1.0, random_state=3).reset_index(drop=True)  # a run mixes points
     f["ms"] *= np.where(np.arange(len(f)) >= len(f) // 2, 1.2, 1.0)
     run = f.rename(columns={"ms": "duration_ms"}).assign(start_ms=np.arange(len(f)) * 5.0)
@@ -54,9 +74,23 @@ def test_run_folder_is_replayed_in_time_order(table, tmp_path) -> None:
     frame, kind = load_measurements(tmp_path)
     assert kind == "run"
     r = replay(table, frame, kind)
+    assert r["unit"] == "grid box"
     assert r["verdict"] == "drifted"
-    assert r["alarms"][0]["index"] >= len(f) // 2
-    assert r["alarms"][0]["time_ms"] == pytest.approx(5.0 * r["alarms"][0]["index"])
+    assert 1.05 < r["factor"] < 1.2
+
+
+def test_run_folder_with_bad_values_is_refused(tmp_path) -> None:
+    f = fresh().rename(columns={"ms": "duration_ms"})
+    for column, value in (("duration_ms", np.nan), ("n_decode", -1), ("ctx", np.inf)):
+        bad = f.copy()
+        bad[column] = bad[column].astype(float)
+        bad.loc[3, column] = value
+        bad.to_parquet(tmp_path / "iterations.parquet")
+        with pytest.raises(InputError, match=f"'{column}', row 3"):
+            load_measurements(tmp_path)
+    f.assign(duration_ms=f["duration_ms"] > 1).to_parquet(tmp_path / "iterations.parquet")
+    with pytest.raises(InputError, match="numeric"):
+        load_measurements(tmp_path)
 
 
 def test_bad_measurements_are_input_errors(table, tmp_path) -> None:
@@ -66,3 +100,21 @@ def test_bad_measurements_are_input_errors(table, tmp_path) -> None:
         load_measurements(tmp_path)
     with pytest.raises(InputError, match="at least"):
         replay(table, fresh().head(5))
+    beyond = fresh().assign(n_decode=1000)
+    with pytest.raises(InputError, match="nothing to check"):
+        replay(table, beyond)
+
+
+def test_a_median_only_table_is_checked_on_its_median() -> None:
+    from servecal.costmodels.fit import fit_cost_table
+
+    medians = TRUTH.draw(POINTS, 1, np.random.default_rng(3))  # importer-style: rep 0 only
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        table = fit_cost_table(medians, {"source": "medians"}, seed=0).table
+    assert table.tail is None
+    r = replay(table, fresh())
+    assert r["verdict"] == "valid" and r["coverage"] is None
+    assert [t["test"] for t in r["tests"]] == ["slowdown", "speedup"]
+    assert all(reg["coverage"] is None for reg in r["regions"])
+    assert replay(table, fresh(1.2))["verdict"] == "drifted"

@@ -89,7 +89,7 @@ def test_a_table_of_the_contiguous_layout_is_used_with_a_warning(table, tmp_path
     assert doc["fingerprint"]["kv_layout"] == "paged"
     doc["fingerprint"]["kv_layout"] = "contiguous"
     other = tmp_path / "contiguous.json"
-    other.write_text(json.dumps(doc))
+    CostTable.from_json(doc, allow_edited=True).save(other)  # written anew: its own hash
     res = _simulate(other, tmp_path / "run", "sloweave")
     assert res.exit_code == 0, res.output
     assert "contiguous KV layout" in res.stderr and "--kv-layout paged" in res.stderr

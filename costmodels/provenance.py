@@ -1,0 +1,130 @@
+"""Is this the table that was fitted, and for this device and model? (standard library only)
+
+* **Content hash.** Every cost table carries ``content_hash``: SHA-256 of the
+  canonical JSON of what it answers with (:data:`HASHED_FIELDS`: grid, rule,
+  quantiles, margin, energy, fingerprint). A loader recomputes it; a mismatch
+  means the numbers were edited after they were written, and loading refuses
+  unless told to allow it (``--allow-edited``; :data:`ALLOW_EDITED_ENV` carries
+  the choice into worker processes).
+* **Fingerprint.** A table's fingerprint names the device and model it was
+  measured on. :func:`compare_fingerprints` compares the keys of
+  :data:`FINGERPRINT_KEYS` that *both* sides have (older files lack some) and
+  warns, or with ``strict`` (``--strict``; :data:`STRICT_ENV`) refuses.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+
+#: The table fields the content hash covers (what it answers with, and for what).
+HASHED_FIELDS = ("axes", "between", "quantiles", "tail", "margin", "energy_j", "fingerprint")
+HASH_PREFIX = "sha256:"
+#: Set (to "1") to load tables whose content hash does not match.
+ALLOW_EDITED_ENV = "SERVECAL_ALLOW_EDITED"
+#: Set (to "1") to refuse, instead of warn on, a fingerprint mismatch.
+STRICT_ENV = "SERVECAL_STRICT_FINGERPRINT"
+#: What identifies the device and model a table is valid for ("device" is the
+#: device's name: a table applies to every GPU of a kind, not to one serial number).
+FINGERPRINT_KEYS = ("device_name", "model", "model_hash", "dtype", "kv_layout", "tp")
+
+
+class FingerprintMismatchWarning(UserWarning):
+    """The table was measured on a different device or model than the one compared."""
+
+
+class EditedTableError(InputError):
+    """A table's numbers do not match its content hash."""
+
+
+def content_hash(doc: Mapping[str, Any]) -> str:
+    """``sha256:<hex>`` of the canonical JSON of ``doc``'s :data:`HASHED_FIELDS`."""
+    part = {k: doc.get(k) for k in HASHED_FIELDS}
+    text = json.dumps(part, sort_keys=True, separators=(",", ":"), allow_nan=False, default=str)
+    return HASH_PREFIX + hashlib.sha256(text.encode()).hexdigest()
+
+
+def _flag(env: str) -> bool:
+    return os.environ.get(env, "") not in ("", "0")
+
+
+def allow_edited_default() -> bool:
+    """Whether ``--allow-edited`` is in force for this process (:data:`ALLOW_EDITED_ENV`)."""
+    return _flag(ALLOW_EDITED_ENV)
+
+
+def strict_default() -> bool:
+    """Whether ``--strict`` is in force for this process (:data:`STRICT_ENV`)."""
+    return _flag(STRICT_ENV)
+
+
+def check_content_hash(
+    doc: Mapping[str, Any], recomputed: str, source: str, allow_edited: bool | None = None
+) -> None:
+    """Refuse a table whose stored ``content_hash`` differs from ``recomputed``.
+
+    Tables written before hashes existed have none and load as they are.
+    """
+    stored = doc.get("content_hash")
+    if stored is None:
+        return
+    if not isinstance(stored, str) or not stored.startswith(HASH_PREFIX):
+        raise InputError(f"{source}: field 'content_hash': expected 'sha256:<hex>'")
+    allow = allow_edited_default() if allow_edited is None else allow_edited
+    if stored != recomputed and not allow:
+        raise EditedTableError(
+            f"{source}: content hash mismatch: its numbers were changed after it was written "
+            "(refit it, or pass --allow-edited to load it anyway)"
+        )
+
+
+def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
+    """``fp``'s identity keys; ``tp`` always (measurements from before tensor
+    parallelism recorded none: they are TP 1)."""
+    out = {k: fp.get(k) for k in FINGERPRINT_KEYS}
+    tp = fp.get("tp")
+    out["tp"] = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
+    return out
+
+
+def fingerprint_diff(table_fp: Mapping[str, Any], other_fp: Mapping[str, Any]) -> list[str]:
+    """Keys of :data:`FINGERPRINT_KEYS` present (not null) in both whose values differ
+    (``tp`` is compared always: a missing one is TP 1)."""
+    a, b = _identity(table_fp), _identity(other_fp)
+    return [
+        k
+        for k in FINGERPRINT_KEYS
+        if a[k] is not None and b[k] is not None and str(a[k]) != str(b[k])
+    ]
+
+
+def compare_fingerprints(
+    table_fp: Mapping[str, Any],
+    other_fp: Mapping[str, Any] | None,
+    table_name: str,
+    other_name: str,
+    strict: bool | None = None,
+) -> str | None:
+    """Warn (:class:`FingerprintMismatchWarning`) or, if ``strict``, raise on a mismatch.
+
+    Returns the one-line message, or None when the fingerprints agree (or one side
+    has none of the keys).
+    """
+    if not other_fp:
+        return None
+    diff = fingerprint_diff(table_fp, other_fp)
+    if not diff:
+        return None
+    a, b = _identity(table_fp), _identity(other_fp)
+    detail = ", ".join(f"{k} {a[k]!r} vs {b[k]!r}" for k in diff)
+    message = f"fingerprint mismatch between {table_name} and {other_name} ({detail})"
+    if strict_default() if strict is None else strict:
+        raise InputError(message + "; refused under --strict")
+    warnings.warn(message, FingerprintMismatchWarning, stacklevel=2)
+    return message
