@@ -27,6 +27,7 @@ DIGITS = 4  # ms → 0.1 µs
 
 def rounded(table: CostTable) -> CostTable:
     doc = table.to_json()
+    doc.pop("content_hash", None)  # the rounded table is hashed anew when saved
     doc["quantiles"] = {q: [round(v, DIGITS) for v in vals] for q, vals in doc["quantiles"].items()}
     return CostTable.from_json(doc, "rounded fitted table")
 
