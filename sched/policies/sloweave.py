@@ -73,6 +73,31 @@ class SLOWeaveConfig:
             raise ValueError("SLOWeaveConfig.max_prefills must be >= 1")
 
 
+def deadline_chunk(
+    predictor: Predictor,
+    n_decode: int,
+    ctx: float,
+    prefix: float,
+    budget_ms: float,
+    limit: int,
+    config: SLOWeaveConfig,
+) -> int:
+    """SLOWeave's chunk decision: the largest chunk ``c <= limit`` whose planned cost
+    (``T̂_q(n, c) + δ`` under ``config``) fits ``budget_ms``, 0 if none fits.
+
+    With no decode running (``n_decode == 0``) no deadline binds and the answer is
+    ``limit``. Pure: the engine policy (:meth:`SLOWeave.plan`) and the vLLM plug-in
+    (``servecal.integrations.vllm``) both decide through this one function.
+    """
+    if limit < 1:
+        return 0
+    if n_decode == 0:
+        return int(limit)
+    return predictor.max_chunk(
+        n_decode, ctx, prefix, budget_ms, limit, q=config.quantile, use_margin=config.use_margin
+    )
+
+
 class SLOWeave:
     """The SLOWeave policy."""
 
@@ -89,17 +114,16 @@ class SLOWeave:
             return Plan(reject=reject) if reject else DECODE_ONLY
         n = view.n_decode
         limit = min(cfg.c_max, room_for(view, live))
-        if n == 0:  # no deadline binds
-            chunks = ((live.rid, limit),) if limit > 0 else ()
+        if n == 0:  # no deadline binds: the whole limit
+            c = deadline_chunk(predictor, 0, 0.0, live.prefilled, math.inf, limit, cfg)
+            chunks = ((live.rid, c),) if c > 0 else ()
             if cfg.multi_prefill and chunks:
                 chunks = self._fill(view, predictor, chunks, math.inf, reject)
             return Plan(prefill=chunks, reject=reject) if chunks or reject else DECODE_ONLY
         now = view.now_ms
         budget = max(0.0, view.earliest_deadline_ms() - now)
         ctx = view.ctx_mean
-        c = predictor.max_chunk(
-            n, ctx, live.prefilled, budget, limit, q=cfg.quantile, use_margin=cfg.use_margin
-        )
+        c = deadline_chunk(predictor, n, ctx, live.prefilled, budget, limit, cfg)
         exceptions: tuple[int, ...] = ()
         if (
             c < cfg.aging_chunk
