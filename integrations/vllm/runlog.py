@@ -1,0 +1,309 @@
+"""The plug-in's online-validation log: a servecal run folder written from a live server.
+
+Every step vLLM executed becomes one row of ``iterations.parquet`` in the engine's
+schema (:data:`servecal.sched.engine.ITERATION_COLUMNS`, plus ``planned_chunk``,
+``token_budget`` and ``raw_ms``); every request one row of ``requests.parquet``
+(:data:`servecal.sched.result.REQUEST_COLUMNS`, plus vLLM's ``request_id``). So
+``servecal validate TABLE RUN_DIR`` gates the table on production traffic and
+``servecal report RUN_DIR`` draws predicted against actual.
+
+The folder is rewritten whole (atomically, through :func:`write_run`) every
+``flush_every`` steps and at shutdown. The writing runs on a background thread
+from a snapshot, so the serving loop only pays for copying its buffers; rows are
+kept in preallocated numpy blocks and a request's TPOT statistics are computed
+when it finishes, so a snapshot is cheap. Predictions are not computed per step:
+the table is asked once per flush, vectorised, for all rows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from array import array
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servecal.costmodels.errors import InputError
+from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
+
+log = logging.getLogger(__name__)
+
+#: Fields of one logged step, in order (all floats in the buffer).
+STEP_FIELDS = (
+    "start_ms",
+    "duration_ms",
+    "n_decode",
+    "chunk",
+    "n_prefills",
+    "ctx",
+    "prefix",
+    "decision_us",
+    "budget_ms",
+    "planned_chunk",
+    "token_budget",
+    "raw_ms",
+)
+_INT_FIELDS = ("n_decode", "chunk", "n_prefills", "planned_chunk")
+_BLOCK = 4096
+
+
+class _Rows:
+    """Append-only float rows in preallocated blocks (no per-step Python objects kept)."""
+
+    def __init__(self, width: int) -> None:
+        self._width = width
+        self._full: list[np.ndarray] = []
+        self._block = np.empty((_BLOCK, width))
+        self._n = 0
+
+    def append(self, row: tuple[float, ...]) -> None:
+        if self._n == _BLOCK:
+            self._full.append(self._block)
+            self._block = np.empty((_BLOCK, self._width))
+            self._n = 0
+        self._block[self._n] = row
+        self._n += 1
+
+    def __len__(self) -> int:
+        return len(self._full) * _BLOCK + self._n
+
+    def snapshot(self) -> np.ndarray:
+        """All rows so far, as one array (a copy: the writer may keep it)."""
+        return np.concatenate([*self._full, self._block[: self._n]])
+
+
+class _Track:
+    """One request as the log follows it (times in ms since the run started)."""
+
+    __slots__ = (
+        "rid",
+        "request_id",
+        "arrival_ms",
+        "prompt_tokens",
+        "max_tokens",
+        "ttft_slo_ms",
+        "tpot_slo_ms",
+        "first_ms",
+        "last_ms",
+        "tokens",
+        "gaps",
+        "preemptions",
+    )
+
+    def __init__(self, rid: int, request_id: str, arrival_ms: float, prompt_tokens: int,
+                 max_tokens: int, ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
+        self.rid = rid
+        self.request_id = request_id
+        self.arrival_ms = arrival_ms
+        self.prompt_tokens = prompt_tokens
+        self.max_tokens = max_tokens
+        self.ttft_slo_ms = ttft_slo_ms
+        self.tpot_slo_ms = tpot_slo_ms
+        self.first_ms = math.nan
+        self.last_ms = math.nan
+        self.tokens = 0
+        self.gaps = array("d")
+        self.preemptions = 0
+
+
+def _request_row(t: _Track, done_ms: float, tokens_out: int) -> dict[str, Any]:
+    """The requests-frame row of ``t`` (TPOT statistics by the engine's own function)."""
+    from servecal.sched.request import Request
+    from servecal.sched.result import REQUEST_COLUMNS, append_request_row
+
+    rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
+    finished = not math.isnan(done_ms)
+    req = Request(
+        t.rid,
+        max(0.0, t.arrival_ms),
+        max(1, t.prompt_tokens),
+        max(1, tokens_out if finished else t.max_tokens),
+        t.ttft_slo_ms,
+        t.tpot_slo_ms,
+    )
+    append_request_row(
+        rows,
+        req,
+        first_ms=t.first_ms,
+        done_ms=done_ms,
+        tokens_out=tokens_out,
+        gaps=np.frombuffer(t.gaps, dtype=float) if t.gaps else np.zeros(0),
+        preemptions=t.preemptions,
+        slo_exception=False,
+        rejected=False,
+    )
+    row = {k: v[0] for k, v in rows.items()}
+    row["request_id"] = t.request_id
+    return row
+
+
+def _predicted(n: int, query: Callable[[], Any]) -> np.ndarray:
+    """A prediction column; NaN where the table has no such answer (no P99, no margin)."""
+    try:
+        return np.broadcast_to(np.asarray(query(), dtype=float), (n,)).copy()
+    except InputError:
+        return np.full(n, np.nan)
+
+
+class RunLog:
+    """Steps and requests of one vLLM run, flushed to ``folder`` as a servecal run."""
+
+    def __init__(
+        self,
+        folder: Path,
+        predictor: Predictor,
+        config: dict[str, Any],
+        flush_every: int = 1000,
+    ) -> None:
+        self.folder = Path(folder)
+        self._predictor = predictor
+        self._config = config
+        self._flush_every = flush_every
+        self._rows = _Rows(len(STEP_FIELDS))
+        self._since_flush = 0
+        self._tracks: dict[str, _Track] = {}
+        self._done: list[dict[str, Any]] = []
+        self._next_rid = 0
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servecal-runlog")
+        self._pending: Future[Any] | None = None
+        self._lock = threading.Lock()
+        self.flushes = 0
+
+    # -- the serving loop's side (cheap) ------------------------------------------------
+    def step(self, row: tuple[float, ...]) -> None:
+        """Log one executed step (fields in :data:`STEP_FIELDS` order)."""
+        self._rows.append(row)
+        self._since_flush += 1
+        if self._since_flush >= self._flush_every:
+            self.flush(wait=False)
+
+    def arrived(self, request_id: str, arrival_ms: float, prompt_tokens: int, max_tokens: int,
+                ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
+        """A request entered the scheduler."""
+        self._tracks[request_id] = _Track(
+            self._next_rid, request_id, arrival_ms, prompt_tokens, max_tokens,
+            ttft_slo_ms, tpot_slo_ms,
+        )  # fmt: skip
+        self._next_rid += 1
+
+    def emitted(self, request_ids: Iterable[str], now_ms: float) -> None:
+        """Each of ``request_ids`` produced a token at ``now_ms``."""
+        tracks = self._tracks
+        for rid in request_ids:
+            t = tracks.get(rid)
+            if t is None:
+                continue
+            if t.tokens:
+                t.gaps.append(now_ms - t.last_ms)
+            else:
+                t.first_ms = now_ms
+            t.last_ms = now_ms
+            t.tokens += 1
+
+    def preempted(self, request_id: str) -> None:
+        t = self._tracks.get(request_id)
+        if t is not None:
+            t.preemptions += 1
+
+    def finished(self, request_id: str, now_ms: float, tokens_out: int | None = None) -> None:
+        """The request left the scheduler (done or aborted) at ``now_ms``."""
+        t = self._tracks.pop(request_id, None)
+        if t is None:
+            return
+        out = t.tokens if tokens_out is None else tokens_out
+        done = now_ms if out > 0 else math.nan  # aborted before its first token: not done
+        self._done.append(_request_row(t, done, out))
+
+    @property
+    def steps(self) -> int:
+        return len(self._rows)
+
+    # -- writing ------------------------------------------------------------------------
+    def flush(self, wait: bool = True) -> None:
+        """Write the folder from a snapshot; ``wait=False`` hands the work to the writer
+        thread (skipped if the previous write is still running: the next one has it all)."""
+        if self._pending is not None and not self._pending.done():
+            if not wait:
+                return
+            self._pending.result()
+        self._since_flush = 0
+        snapshot = self._snapshot()
+        if wait:
+            self._write(*snapshot)
+        else:
+            self._pending = self._writer.submit(self._write_logged, *snapshot)
+
+    def close(self) -> None:
+        """Final write (waits for it) and stop the writer thread."""
+        self.flush(wait=True)
+        self._writer.shutdown(wait=True)
+
+    def _snapshot(self) -> tuple[np.ndarray, list[dict[str, Any]]]:
+        live = [_request_row(t, math.nan, t.tokens) for t in self._tracks.values()]
+        return self._rows.snapshot(), [*self._done, *live]
+
+    def _write_logged(self, steps: np.ndarray, requests: list[dict[str, Any]]) -> None:
+        try:
+            self._write(steps, requests)
+        except Exception:  # noqa: BLE001 - a failed write must not take the server down
+            log.exception("servecal: could not write the run folder %s", self.folder)
+
+    def _write(self, steps: np.ndarray, requests: list[dict[str, Any]]) -> None:
+        import pandas as pd
+
+        from servecal.sched.engine import ITERATION_COLUMNS
+        from servecal.sched.metrics import summarize
+        from servecal.sched.result import REQUEST_COLUMNS, RunResult
+        from servecal.sched.runfolder import write_run
+
+        iterations = self._iterations(steps, ITERATION_COLUMNS)
+        frame = pd.DataFrame(requests, columns=[*REQUEST_COLUMNS, "request_id"])
+        frame = frame.astype({"rid": np.int64, "tokens_out": np.int64, "preemptions": np.int64})
+        summary = summarize(frame, iterations)
+        result = RunResult(
+            requests=frame,
+            iterations=iterations,
+            preemptions=int(frame["preemptions"].sum()),
+            plan_calls=len(iterations),
+            energy_source="none",
+        )
+        with self._lock:
+            write_run(self.folder, result, self._config, summary, {})
+            self.flushes += 1
+
+    def _predictions(self, n: int, args: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
+        """P50, P99 and margin for every row, in one vectorised call each.
+
+        A cost table is asked through ``lookup``, which does not count queries in its
+        ``out_of_domain`` (that counter belongs to the serving loop's own queries).
+        """
+        p: Any = self._predictor
+        if hasattr(p, "lookup") and hasattr(p, "lookup_bound"):
+            p50 = _predicted(n, lambda: p.lookup(0.5, *args)[0])
+            p99 = _predicted(n, lambda: p.lookup(PLAN_QUANTILE, *args)[0])
+            margin = _predicted(n, lambda: p.lookup_bound(*args)) - p99
+            return p50, p99, margin
+        return (
+            _predicted(n, lambda: p.predict(*args, q=0.5)),
+            _predicted(n, lambda: p.predict(*args, q=PLAN_QUANTILE)),
+            _predicted(n, lambda: p.margin(*args)),
+        )
+
+    def _iterations(self, steps: np.ndarray, order: tuple[str, ...]) -> Any:
+        import pandas as pd
+
+        n = len(steps)
+        cols: dict[str, Any] = {name: steps[:, k] for k, name in enumerate(STEP_FIELDS)}
+        for name in _INT_FIELDS:
+            cols[name] = cols[name].astype(np.int64)
+        cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = self._predictions(
+            n, (cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
+        )
+        cols["energy_j"] = np.full(n, np.nan)  # the plug-in has no energy meter
+        extra = [f for f in STEP_FIELDS if f not in order]
+        return pd.DataFrame({name: cols[name] for name in (*order, *extra)})
