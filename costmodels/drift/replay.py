@@ -106,6 +106,7 @@ def replay(
         order = np.random.default_rng(seed).permutation(len(frame))
         start = None
     n_i, c_i = cols["n_decode"].astype(np.int64), cols["chunk"].astype(np.int64)
+    ctx_i, pre_i = cols["ctx"], cols["prefix"]
     for step, i in enumerate(order):
         monitor.observe(
             {
@@ -113,6 +114,9 @@ def replay(
                 "start_ms": float(start[i]) if start is not None else 0.0,
                 "n_decode": int(n_i[i]),
                 "chunk": int(c_i[i]),
+                # the monitor's median is the table's at this context and prefix
+                "ctx": float(ctx_i[i]),
+                "prefix": float(pre_i[i]),
                 "pred_p50": float(p50[i]),
                 "pred_p99": float(p99[i]),
                 "margin": float(margin[i]),
