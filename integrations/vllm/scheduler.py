@@ -59,12 +59,13 @@ def _vllm_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 class _InFlight:
     """A scheduled step waiting for its output."""
 
-    __slots__ = ("row", "sched_end", "emit")
+    __slots__ = ("row", "sched_end", "emit", "pred_ms")
 
-    def __init__(self, row: list[float], sched_end: float, emit: list[str]) -> None:
+    def __init__(self, row: list[float], sched_end: float, emit: list[str], pred_ms: float) -> None:
         self.row = row  # STEP_FIELDS with duration_ms and raw_ms still to fill
         self.sched_end = sched_end
         self.emit = emit  # requests that produce a token when the step completes
+        self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
 
 
 class SLOWeaveScheduler(Scheduler):
@@ -310,22 +311,16 @@ class SLOWeaveScheduler(Scheduler):
             math.nan if plan.token_budget is None else plan.token_budget,
             math.nan,
         ]
-        self._sw_inflight[id(out)] = _InFlight(row, sched_end, emit)
-        if self._sw_async:
-            self._sw_provisional(emit, state.now_ms, len(ids) - missing, chunk, state.ctx, prefix)
+        pred = math.nan
+        if self._sw_async:  # the next step is planned before this one's tokens exist
+            pred = float(self._sw_table.predict(len(ids) - missing, chunk, state.ctx, prefix))
+            self._sw_busy_until = state.now_ms + pred
+            self._sw_set_deadlines(emit, self._sw_busy_until)
+        self._sw_inflight[id(out)] = _InFlight(row, sched_end, emit, pred)
         preempted = getattr(out, "preempted_req_ids", None)
         if preempted and self._sw_log is not None:
             for rid in preempted:
                 self._sw_log.preempted(rid)
-
-    def _sw_provisional(
-        self, emit: list[str], start_ms: float, n: int, chunk: int, ctx: float, prefix: float
-    ) -> None:
-        """Async: the next step is planned before this one's tokens exist; due times
-        from this step's predicted end stand in until its output arrives."""
-        end = start_ms + float(self._sw_table.predict(n, chunk, ctx, prefix, q=0.5))
-        self._sw_busy_until = end
-        self._sw_set_deadlines(emit, end)
 
     def _sw_set_deadlines(self, emit: list[str], token_ms: float) -> None:
         deadline = self._sw_deadline
@@ -334,6 +329,15 @@ class SLOWeaveScheduler(Scheduler):
         if custom:
             for rid in custom.keys() & set(emit):
                 deadline[rid] = token_ms + custom[rid]
+
+    def _sw_rechain(self, now: float) -> None:
+        """Async: due times of the requests in steps still in flight, from their
+        predicted ends now that the step before them is known to have ended."""
+        end = now
+        for step in self._sw_inflight.values():
+            end += step.pred_ms if step.pred_ms == step.pred_ms else 0.0  # NaN: sync
+            self._sw_set_deadlines(step.emit, end)
+        self._sw_busy_until = end
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
         now = self._sw_ms()
@@ -348,6 +352,8 @@ class SLOWeaveScheduler(Scheduler):
             if self._sw_log is not None:
                 self._sw_log.step(tuple(row))
                 self._sw_log.emitted(step.emit, now)
+            if self._sw_inflight:  # async: the steps still running started now, in order
+                self._sw_rechain(now)
         self._sw_last_update = now
         self._sw_now_ms = now
         try:

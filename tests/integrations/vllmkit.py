@@ -83,8 +83,14 @@ def engine_args(model: Path, servecal: dict[str, Any] | None, *, tokens: int = 2
 
 
 def build(args: EngineArgs, num_blocks: int = 20_000) -> Any:
-    """The scheduler exactly as ``EngineCore`` resolves and constructs it."""
+    """The scheduler exactly as ``EngineCore`` resolves and constructs it.
+
+    vLLM's CPU platform turns asynchronous scheduling off; asked for, it is turned
+    back on here, as a GPU platform would leave it (vLLM's own scheduler tests set
+    it on ``SchedulerConfig`` directly)."""
     vllm_config = args.create_engine_config()
+    if args.async_scheduling:
+        vllm_config.scheduler_config.async_scheduling = True
     cls = vllm_config.scheduler_config.get_scheduler_cls()
     kv = KVCacheConfig(
         num_blocks=num_blocks,
@@ -168,3 +174,35 @@ def step(scheduler: Any, clock: FakeClock, duration: Callable[[Any], float] | fl
 def decode_set(scheduler: Any) -> list[Any]:
     """Running requests whose prefill is done."""
     return [r for r in scheduler.running if not r.is_prefill_chunk]
+
+
+def use_clock(scheduler: Any, clock: FakeClock) -> None:
+    """Drive the plug-in's clock (its time axis starts now)."""
+    scheduler._sw_clock = clock
+    scheduler._sw_perf0 = clock()
+
+
+def now_ms(scheduler: Any) -> float:
+    """The plug-in's time axis (ms since ``use_clock``)."""
+    return (scheduler._sw_clock() - scheduler._sw_perf0) * 1000.0
+
+
+def decoding_kv(scheduler: Any) -> dict[str, int]:
+    """KV length of each request decoding now (take it before ``schedule()``)."""
+    return {r.request_id: r.num_computed_tokens for r in decode_set(scheduler)}
+
+
+def shape(scheduler: Any, out: Any, before: dict[str, int]) -> tuple[int, int, float, float]:
+    """(n_decode, chunk, ctx, prefix) of what ``out`` scheduled, worked out by the test
+    from :func:`decoding_kv` taken before ``schedule()``."""
+    nst = out.num_scheduled_tokens
+    n = sum(1 for r in before if r in nst)
+    ctx = sum(before.values()) / len(before) if before else 0.0
+    chunk = 0
+    weighted = 0
+    for rid, tokens in nst.items():
+        if rid in before:
+            continue
+        chunk += tokens
+        weighted += (scheduler.requests[rid].num_computed_tokens - tokens) * tokens
+    return n, chunk, ctx, weighted / chunk if chunk else 0.0
