@@ -20,8 +20,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -78,22 +77,16 @@ class _Rows:
 
 
 class _Track:
-    """One request as the log follows it (times in ms since the run started)."""
+    """One request as the log follows it (times in ms since the run started).
 
-    __slots__ = (
-        "rid",
-        "request_id",
-        "arrival_ms",
-        "prompt_tokens",
-        "max_tokens",
-        "ttft_slo_ms",
-        "tpot_slo_ms",
-        "first_ms",
-        "last_ms",
-        "tokens",
-        "gaps",
-        "preemptions",
-    )
+    Its tokens are kept as *streaks* of consecutive logged steps ``[a, b]`` (an open
+    streak has ``b = None``): a decoding request emits a token in every step it runs,
+    so a step costs the log nothing per request, only a streak's start and end do.
+    """
+
+    __slots__ = ("rid", "request_id", "arrival_ms", "prompt_tokens", "max_tokens",
+                 "ttft_slo_ms", "tpot_slo_ms", "streaks", "preemptions", "done_ms",
+                 "tokens_out")  # fmt: skip
 
     def __init__(self, rid: int, request_id: str, arrival_ms: float, prompt_tokens: int,
                  max_tokens: int, ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
@@ -104,35 +97,56 @@ class _Track:
         self.max_tokens = max_tokens
         self.ttft_slo_ms = ttft_slo_ms
         self.tpot_slo_ms = tpot_slo_ms
-        self.first_ms = math.nan
-        self.last_ms = math.nan
-        self.tokens = 0
-        self.gaps = array("d")
+        self.streaks: list[list[Any]] = []
         self.preemptions = 0
+        self.done_ms = math.nan
+        self.tokens_out: int | None = None
+
+    def open(self) -> bool:
+        return bool(self.streaks) and self.streaks[-1][1] is None
+
+    def frozen(self, last: int) -> _Track:
+        """A copy whose open streak ends at step ``last`` (for a snapshot)."""
+        copy = _Track.__new__(_Track)
+        for name in _Track.__slots__:
+            setattr(copy, name, getattr(self, name))
+        copy.streaks = [[a, last if b is None else b] for a, b in self.streaks]
+        return copy
 
 
-def _request_row(t: _Track, done_ms: float, tokens_out: int) -> dict[str, Any]:
-    """The requests-frame row of ``t`` (TPOT statistics by the engine's own function)."""
+def _token_steps(t: _Track) -> np.ndarray:
+    """Indices of the logged steps in which ``t`` got a token, in order."""
+    parts = [np.arange(a, b + 1) for a, b in t.streaks if b is not None and b >= a]
+    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+
+
+def _request_row(t: _Track, ends: np.ndarray) -> dict[str, Any]:
+    """The requests-frame row of ``t``: its token times are the ends of the steps of
+    its streaks (TPOT statistics by the engine's own function)."""
     from servecal.sched.request import Request
     from servecal.sched.result import REQUEST_COLUMNS, append_request_row
 
+    steps = _token_steps(t)
+    steps = steps[steps < len(ends)]
+    times = ends[steps]
+    finished = not math.isnan(t.done_ms)
+    tokens = int(t.tokens_out) if t.tokens_out is not None else int(times.size)
     rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
-    finished = not math.isnan(done_ms)
     req = Request(
         t.rid,
         max(0.0, t.arrival_ms),
         max(1, t.prompt_tokens),
-        max(1, tokens_out if finished else t.max_tokens),
+        max(1, tokens if finished else t.max_tokens),
         t.ttft_slo_ms,
         t.tpot_slo_ms,
     )
     append_request_row(
         rows,
         req,
-        first_ms=t.first_ms,
-        done_ms=done_ms,
-        tokens_out=tokens_out,
-        gaps=np.frombuffer(t.gaps, dtype=float) if t.gaps else np.zeros(0),
+        first_ms=float(times[0]) if times.size else math.nan,
+        done_ms=t.done_ms,
+        tokens_out=tokens,
+        gaps=np.diff(times),
         preemptions=t.preemptions,
         slo_exception=False,
         rejected=False,
@@ -151,7 +165,12 @@ def _predicted(n: int, query: Callable[[], Any]) -> np.ndarray:
 
 
 class RunLog:
-    """Steps and requests of one vLLM run, flushed to ``folder`` as a servecal run."""
+    """Steps and requests of one vLLM run, flushed to ``folder`` as a servecal run.
+
+    The serving loop reports each executed step (:meth:`step`, which numbers it) and
+    the few request events of that step: a first token (:meth:`started`), a request
+    that did not run (:meth:`stopped`), one that left (:meth:`finished`).
+    """
 
     def __init__(
         self,
@@ -165,9 +184,10 @@ class RunLog:
         self._config = config
         self._flush_every = flush_every
         self._rows = _Rows(len(STEP_FIELDS))
+        self._ends: list[float] = []  # end of each logged step (ms): the token times
         self._since_flush = 0
         self._tracks: dict[str, _Track] = {}
-        self._done: list[dict[str, Any]] = []
+        self._done: list[_Track] = []
         self._next_rid = 0
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servecal-runlog")
         self._pending: Future[Any] | None = None
@@ -175,12 +195,15 @@ class RunLog:
         self.flushes = 0
 
     # -- the serving loop's side (cheap) ------------------------------------------------
-    def step(self, row: tuple[float, ...]) -> None:
-        """Log one executed step (fields in :data:`STEP_FIELDS` order)."""
+    def step(self, row: tuple[float, ...]) -> int:
+        """Log one executed step (fields in :data:`STEP_FIELDS` order); its index."""
+        index = len(self._ends)
         self._rows.append(row)
+        self._ends.append(row[0] + row[1])
         self._since_flush += 1
         if self._since_flush >= self._flush_every:
             self.flush(wait=False)
+        return index
 
     def arrived(self, request_id: str, arrival_ms: float, prompt_tokens: int, max_tokens: int,
                 ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
@@ -191,37 +214,39 @@ class RunLog:
         )  # fmt: skip
         self._next_rid += 1
 
-    def emitted(self, request_ids: Iterable[str], now_ms: float) -> None:
-        """Each of ``request_ids`` produced a token at ``now_ms``."""
-        tracks = self._tracks
-        for rid in request_ids:
-            t = tracks.get(rid)
-            if t is None:
-                continue
-            if t.tokens:
-                t.gaps.append(now_ms - t.last_ms)
-            else:
-                t.first_ms = now_ms
-            t.last_ms = now_ms
-            t.tokens += 1
+    def started(self, request_id: str, step: int) -> None:
+        """``request_id`` got a token in ``step`` and will in each step it runs next."""
+        t = self._tracks.get(request_id)
+        if t is not None and not t.open():
+            t.streaks.append([step, None])
 
-    def preempted(self, request_id: str) -> None:
+    def stopped(self, request_id: str, last: int) -> None:
+        """``request_id`` did not run after step ``last`` (skipped or preempted)."""
+        t = self._tracks.get(request_id)
+        if t is not None and t.open():
+            t.streaks[-1][1] = last
+
+    def preempted(self, request_id: str, last: int) -> None:
         t = self._tracks.get(request_id)
         if t is not None:
             t.preemptions += 1
+            self.stopped(request_id, last)
 
-    def finished(self, request_id: str, now_ms: float, tokens_out: int | None = None) -> None:
-        """The request left the scheduler (done or aborted) at ``now_ms``."""
+    def finished(self, request_id: str, now_ms: float, last: int, tokens_out: int) -> None:
+        """The request left the scheduler (done or aborted) at ``now_ms``; its last
+        token, if it was decoding, came in step ``last``."""
         t = self._tracks.pop(request_id, None)
         if t is None:
             return
-        out = t.tokens if tokens_out is None else tokens_out
-        done = now_ms if out > 0 else math.nan  # aborted before its first token: not done
-        self._done.append(_request_row(t, done, out))
+        if t.open():
+            t.streaks[-1][1] = last
+        t.tokens_out = tokens_out
+        t.done_ms = now_ms if tokens_out > 0 else math.nan  # aborted before any token
+        self._done.append(t)
 
     @property
     def steps(self) -> int:
-        return len(self._rows)
+        return len(self._ends)
 
     # -- writing ------------------------------------------------------------------------
     def flush(self, wait: bool = True) -> None:
@@ -243,17 +268,19 @@ class RunLog:
         self.flush(wait=True)
         self._writer.shutdown(wait=True)
 
-    def _snapshot(self) -> tuple[np.ndarray, list[dict[str, Any]]]:
-        live = [_request_row(t, math.nan, t.tokens) for t in self._tracks.values()]
-        return self._rows.snapshot(), [*self._done, *live]
+    def _snapshot(self) -> tuple[np.ndarray, np.ndarray, list[_Track]]:
+        last = len(self._ends) - 1
+        live = [t.frozen(last) for t in self._tracks.values()]
+        ends = np.asarray(self._ends, dtype=float)
+        return self._rows.snapshot(), ends, [*self._done, *live]
 
-    def _write_logged(self, steps: np.ndarray, requests: list[dict[str, Any]]) -> None:
+    def _write_logged(self, steps: np.ndarray, ends: np.ndarray, tracks: list[_Track]) -> None:
         try:
-            self._write(steps, requests)
+            self._write(steps, ends, tracks)
         except Exception:  # noqa: BLE001 - a failed write must not take the server down
             log.exception("servecal: could not write the run folder %s", self.folder)
 
-    def _write(self, steps: np.ndarray, requests: list[dict[str, Any]]) -> None:
+    def _write(self, steps: np.ndarray, ends: np.ndarray, tracks: list[_Track]) -> None:
         import pandas as pd
 
         from servecal.sched.engine import ITERATION_COLUMNS
@@ -262,6 +289,7 @@ class RunLog:
         from servecal.sched.runfolder import write_run
 
         iterations = self._iterations(steps, ITERATION_COLUMNS)
+        requests = [_request_row(t, ends) for t in tracks]
         frame = pd.DataFrame(requests, columns=[*REQUEST_COLUMNS, "request_id"])
         frame = frame.astype({"rid": np.int64, "tokens_out": np.int64, "preemptions": np.int64})
         summary = summarize(frame, iterations)

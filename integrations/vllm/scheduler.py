@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from itertools import islice, repeat
+from operator import attrgetter
 from typing import Any
 
 from vllm.logger import init_logger
@@ -50,6 +51,7 @@ from servecal.sched.policies.sloweave import SLOWeaveConfig
 logger = init_logger("vllm.servecal")
 
 _INF = math.inf
+_computed = attrgetter("num_computed_tokens")
 
 
 def _vllm_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -57,15 +59,21 @@ def _vllm_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 
 
 class _InFlight:
-    """A scheduled step waiting for its output."""
+    """A scheduled step waiting for its output, and what its completion will change."""
 
-    __slots__ = ("row", "sched_end", "emit", "pred_ms")
+    __slots__ = ("row", "sched_end", "emit", "drop", "pred_ms", "started", "stopped", "preempted")
 
-    def __init__(self, row: list[float], sched_end: float, emit: list[str], pred_ms: float) -> None:
-        self.row = row  # STEP_FIELDS with duration_ms and raw_ms still to fill
+    def __init__(self, row: list[float], sched_end: float, emit: list[Any], drop: list[Any],
+                 pred_ms: float, started: list[str], stopped: list[str],
+                 preempted: list[str]) -> None:  # fmt: skip
+        self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
         self.sched_end = sched_end
-        self.emit = emit  # requests that produce a token when the step completes
+        self.emit = emit  # requests (objects) whose next token this step produces ...
+        self.drop = drop  # ... except these, listed with them but still prefilling
         self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
+        self.started = started  # request ids whose first token this step produces
+        self.stopped = stopped  # ids of decoding requests this step leaves out
+        self.preempted = preempted  # ids vLLM preempted while scheduling it
 
 
 class SLOWeaveScheduler(Scheduler):
@@ -118,8 +126,9 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_tokens_per_decode = 1 + int(getattr(self, "num_spec_tokens", 0) or 0)
         self._sw_slo = cfg.tpot_slo_ms
         self._sw_ttft = cfg.ttft_slo_ms if cfg.ttft_slo_ms is not None else _INF
-        self._sw_custom: dict[str, float] = {}  # request_id -> its own TPOT SLO
-        self._sw_deadline: dict[str, float] = {}  # request_id -> next token due (ms)
+        # keyed by vLLM's Request objects (hashed by identity: no id strings per step)
+        self._sw_custom: dict[Any, float] = {}  # request -> its own TPOT SLO
+        self._sw_deadline: dict[Any, float] = {}  # request -> its next token's due time
         self._sw_inflight: dict[int, _InFlight] = {}
         self._sw_clock = time.perf_counter  # seconds; tests drive a fake one
         self._sw_perf0 = self._sw_clock()
@@ -179,7 +188,7 @@ class SLOWeaveScheduler(Scheduler):
                 if key in extra:
                     slos[key] = self._sw_request_slo(rid, key, extra[key], slos[key])
             if slos["tpot_slo_ms"] != self._sw_slo:
-                self._sw_custom[rid] = slos["tpot_slo_ms"]
+                self._sw_custom[request] = slos["tpot_slo_ms"]
         if self._sw_log is not None:
             self._sw_log.arrived(
                 rid,
@@ -203,45 +212,35 @@ class SLOWeaveScheduler(Scheduler):
         return value
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        rid = request.request_id
-        self._sw_deadline.pop(rid, None)
-        self._sw_custom.pop(rid, None)
-        if self._sw_log is not None:
+        self._sw_deadline.pop(request, None)
+        self._sw_custom.pop(request, None)
+        log = self._sw_log
+        if log is not None:
             now = self._sw_now_ms if not math.isnan(self._sw_now_ms) else self._sw_ms()
-            self._sw_log.finished(rid, now, request.num_output_tokens)
+            log.finished(request.request_id, now, log.steps - 1, request.num_output_tokens)
         return super()._free_request(request, *args, **kwargs)
 
     # -- the step --------------------------------------------------------------------------
-    def _sw_state(self, now_ms: float) -> tuple[StepState, list[str]]:
-        """The step as SLOWeave sees it, and the decoding requests' ids."""
-        running = self.running
-        decoding = [r for r in running if not r.is_prefill_chunk]
-        ids = [r.request_id for r in decoding]
-        n = len(decoding)
-        ctx = sum([r.num_computed_tokens for r in decoding]) / n if n else 0.0
-        earliest = min(map(self._sw_deadline.get, ids, repeat(_INF)), default=_INF)
-        prompts = self._sw_next_prompts(running, len(decoding) < len(running))
-        first = prompts[0] if prompts else None
-        remaining = sum([r.num_tokens - r.num_computed_tokens for r in prompts])
-        state = StepState(
-            now_ms=now_ms,
-            n_decode=n,
-            decode_tokens=n * self._sw_tokens_per_decode,
-            ctx=ctx,
-            earliest_deadline_ms=earliest,
-            next_prefix=first.num_computed_tokens if first is not None else 0,
-            next_remaining=max(0, remaining),
-            token_cap=self.max_num_scheduled_tokens,
-        )
-        return state, ids
+    def _sw_partials(self, running: list[Any]) -> list[Any]:
+        """Running requests still prefilling (at most a few), in vLLM's order.
 
-    def _sw_next_prompts(self, running: list[Any], partial: bool) -> list[Any]:
+        vLLM keeps them in ``_inflight_prefills``; reading it spares a pass over
+        every running request (the fallback where the attribute is missing).
+        """
+        inflight = getattr(self, "_inflight_prefills", None)
+        if inflight is None:
+            return [r for r in running if r.is_prefill_chunk]
+        if len(inflight) <= 1:
+            return list(inflight)
+        return [r for r in running if r in inflight]
+
+    def _sw_next_prompts(self, partial: list[Any], n_running: int) -> list[Any]:
         """The prompts vLLM would prefill next, in its order: running ones still
         prefilling, then the waiting queues (KV holders first), while a slot is free.
         One prompt, or up to ``max_prefills`` with ``multi_prefill``."""
         k = self._sw_prompts
-        found = [r for r in running if r.is_prefill_chunk][:k] if partial else []
-        free = self.max_num_running_reqs - len(running)
+        found = partial[:k]
+        free = self.max_num_running_reqs - n_running
         for queue in (getattr(self, "kv_holding_waiting", None), self.waiting):
             if len(found) >= k or free <= 0:
                 break
@@ -252,10 +251,36 @@ class SLOWeaveScheduler(Scheduler):
         return found
 
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """SLOWeave's token budget for this step, then vLLM's own scheduling.
+
+        Per step over the running requests: a copy of the list and two C-level passes
+        (their KV lengths; their due times, only when a prompt waits), no Python
+        loop per request; the decision itself is one table ``max_chunk``.
+        """
         t0 = time.perf_counter()
         now = self._sw_ms()
         # async: this step starts when the one in flight ends (predicted)
-        state, ids = self._sw_state(max(now, self._sw_busy_until) if self._sw_async else now)
+        start = max(now, self._sw_busy_until) if self._sw_async else now
+        running = self.running
+        before = list(running)
+        partial = self._sw_partials(running)
+        n = len(before) - len(partial)
+        kv = sum(map(_computed, before)) - sum(map(_computed, partial))
+        prompts = self._sw_next_prompts(partial, len(before))
+        earliest = _INF
+        if prompts and n:  # partial prefills have no due time: min over the decodes
+            earliest = min(map(self._sw_deadline.get, before, repeat(_INF)))
+        first = prompts[0] if prompts else None
+        state = StepState(
+            now_ms=start,
+            n_decode=n,
+            decode_tokens=n * self._sw_tokens_per_decode,
+            ctx=kv / n if n else 0.0,
+            earliest_deadline_ms=earliest,
+            next_prefix=first.num_computed_tokens if first is not None else 0,
+            next_remaining=max(0, sum([r.num_tokens - r.num_computed_tokens for r in prompts])),
+            token_cap=self.max_num_scheduled_tokens,
+        )
         plan = plan_step(state, self._sw_table, self._sw_sloweave)
         decision_us = (time.perf_counter() - t0) * 1e6
         cap = self.max_num_scheduled_tokens
@@ -268,67 +293,83 @@ class SLOWeaveScheduler(Scheduler):
         else:
             out = super().schedule(*args, **kwargs)
         if out.total_num_scheduled_tokens > 0:
-            self._sw_record(out, state, plan, ids, decision_us)
+            self._sw_record(out, state, plan, before, partial, prompts, decision_us)
         return out
 
-    def _sw_record(self, out: Any, state: StepState, plan: Any, ids: list[str],
-                   decision_us: float) -> None:  # fmt: skip
-        """Remember what vLLM actually scheduled, for the step's log row and deadlines."""
-        sched_end = self._sw_ms()
+    def _sw_record(self, out: Any, state: StepState, plan: Any, before: list[Any],
+                   partial: list[Any], prompts: list[Any], decision_us: float) -> None:  # fmt: skip
+        """What vLLM actually scheduled: the step's log row, and whose tokens it makes.
+
+        Fast path (every decode ran, only the prompts SLOWeave planned for were
+        prefilled, nothing preempted), checked by token and request counts: no pass
+        over the decodes. Otherwise they are sorted out one by one.
+        """
         nst = out.num_scheduled_tokens
-        got = list(map(nst.get, ids))
-        missing = got.count(None)
-        emit = ids if not missing else [i for i, g in zip(ids, got, strict=True) if g is not None]
-        decode_tokens = sum(filter(None, got))
-        chunk = out.total_num_scheduled_tokens - decode_tokens
-        prefix = 0.0
-        n_prefills = 0
-        if chunk > 0:  # the few prefilling requests: prefix and who gets a first token
+        preempted = list(getattr(out, "preempted_req_ids", None) or ())
+        n = len(before) - len(partial)
+        prefill = [r for r in prompts if r.request_id in nst]
+        tokens = [nst[r.request_id] for r in prefill]
+        planned = {r.request_id for r in prompts}
+        fast = (
+            not preempted
+            and self._sw_tokens_per_decode == 1
+            and len(partial) <= len(prompts)  # every partial prefill was a candidate
+            and len(nst) == n + len(prefill)
+            and out.total_num_scheduled_tokens == n + sum(tokens)
+            and all(new.req_id in planned for new in out.scheduled_new_reqs)
+        )
+        stopped: list[str] = []
+        if fast:
+            emit, n_sched = before, n
+        else:
+            pset = set(partial)
+            decoding = [r for r in before if r not in pset]
+            emit = [r for r in decoding if r.request_id in nst]
+            n_sched = len(emit)
+            stopped = [r.request_id for r in decoding if r.request_id not in nst]
+            seen = {r.request_id for r in emit}
             requests = self.requests
-            weighted = 0
-            first_tokens = []
-            for rid in nst.keys() - set(ids):
-                req = requests[rid]
-                tokens = nst[rid]
-                weighted += (req.num_computed_tokens - tokens) * tokens  # cached before it
-                n_prefills += 1
-                if not req.is_prefill_chunk:  # its prefill ends in this step
-                    first_tokens.append(rid)
-            prefix = weighted / chunk
-            if first_tokens:
-                emit = [*emit, *first_tokens]
+            prefill = [requests[i] for i in nst if i not in seen]
+            tokens = [nst[r.request_id] for r in prefill]
+        chunk = sum(tokens)
+        weighted = sum(
+            (r.num_computed_tokens - t) * t for r, t in zip(prefill, tokens, strict=True)
+        )
+        done = [r for r in prefill if not r.is_prefill_chunk]  # prefill ends: first token
+        drop = [r for r in partial if r.is_prefill_chunk] if fast else []
+        if done:
+            in_emit = set(partial) if fast else set()
+            emit = [*emit, *(r for r in done if r not in in_emit)]
+        prefix = weighted / chunk if chunk else 0.0
         row = [
-            state.now_ms,
-            math.nan,
-            len(ids) - missing,
-            chunk,
-            n_prefills,
-            state.ctx,
-            prefix,
-            decision_us,
-            plan.budget_ms,
-            plan.chunk,
-            math.nan if plan.token_budget is None else plan.token_budget,
-            math.nan,
-        ]
+            state.now_ms, math.nan, n_sched, chunk, len(prefill), state.ctx, prefix,
+            decision_us, plan.budget_ms, plan.chunk,
+            math.nan if plan.token_budget is None else plan.token_budget, math.nan,
+        ]  # fmt: skip
         pred = math.nan
         if self._sw_async:  # the next step is planned before this one's tokens exist
-            pred = float(self._sw_table.predict(len(ids) - missing, chunk, state.ctx, prefix))
+            pred = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
             self._sw_busy_until = state.now_ms + pred
-            self._sw_set_deadlines(emit, self._sw_busy_until)
-        self._sw_inflight[id(out)] = _InFlight(row, sched_end, emit, pred)
-        preempted = getattr(out, "preempted_req_ids", None)
-        if preempted and self._sw_log is not None:
-            for rid in preempted:
-                self._sw_log.preempted(rid)
+            self._sw_set_deadlines(emit, drop, self._sw_busy_until)
+        for rid in preempted:  # a preempted request re-prefills: no due time until then
+            req = self.requests.get(rid)
+            if req is not None:
+                self._sw_deadline.pop(req, None)
+        self._sw_inflight[id(out)] = _InFlight(
+            row, self._sw_ms(), emit, drop, pred,
+            [r.request_id for r in done], stopped, preempted,
+        )  # fmt: skip
 
-    def _sw_set_deadlines(self, emit: list[str], token_ms: float) -> None:
+    def _sw_set_deadlines(self, emit: list[Any], drop: list[Any], token_ms: float) -> None:
+        """``emit``'s next tokens are due ``token_ms`` + their TPOT SLO (not ``drop``'s)."""
         deadline = self._sw_deadline
-        deadline.update(dict.fromkeys(emit, token_ms + self._sw_slo))
-        custom = self._sw_custom
-        if custom:
-            for rid in custom.keys() & set(emit):
-                deadline[rid] = token_ms + custom[rid]
+        due = token_ms + self._sw_slo
+        deadline.update(dict.fromkeys(emit, due))
+        for req, slo in self._sw_custom.items():  # few: compare instead of a set of emit
+            if deadline.get(req) == due:
+                deadline[req] = token_ms + slo
+        for req in drop:
+            deadline.pop(req, None)
 
     def _sw_rechain(self, now: float) -> None:
         """Async: due times of the requests in steps still in flight, from their
@@ -336,7 +377,7 @@ class SLOWeaveScheduler(Scheduler):
         end = now
         for step in self._sw_inflight.values():
             end += step.pred_ms if step.pred_ms == step.pred_ms else 0.0  # NaN: sync
-            self._sw_set_deadlines(step.emit, end)
+            self._sw_set_deadlines(step.emit, step.drop, end)
         self._sw_busy_until = end
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -348,10 +389,16 @@ class SLOWeaveScheduler(Scheduler):
             row[0] = start
             row[1] = now - start
             row[11] = now - step.sched_end
-            self._sw_set_deadlines(step.emit, now)
-            if self._sw_log is not None:
-                self._sw_log.step(tuple(row))
-                self._sw_log.emitted(step.emit, now)
+            self._sw_set_deadlines(step.emit, step.drop, now)
+            log = self._sw_log
+            if log is not None:
+                k = log.step(tuple(row))
+                for rid in step.started:
+                    log.started(rid, k)
+                for rid in step.stopped:
+                    log.stopped(rid, k - 1)
+                for rid in step.preempted:
+                    log.preempted(rid, k - 1)
             if self._sw_inflight:  # async: the steps still running started now, in order
                 self._sw_rechain(now)
         self._sw_last_update = now
