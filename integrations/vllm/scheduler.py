@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from itertools import islice, repeat
+from itertools import islice
 from operator import attrgetter
 from typing import Any
 
@@ -43,6 +43,7 @@ from servecal.integrations.vllm.config import (
     PluginConfigError,
     load_config,
 )
+from servecal.integrations.vllm.due import DueTimes
 from servecal.integrations.vllm.planner import StepState, plan_step
 from servecal.integrations.vllm.tables import check_model, load_table
 from servecal.sched.policies.sloweave import SLOWeaveConfig
@@ -61,18 +62,20 @@ def _vllm_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
 class _InFlight:
     """A scheduled step waiting for its output, and what its completion will change."""
 
-    __slots__ = ("row", "sched_end", "emit", "drop", "pred_ms", "started", "stopped", "preempted")
+    __slots__ = ("row", "sched_end", "fast", "emitted", "skipped", "first", "pred_ms",
+                 "stopped", "preempted")  # fmt: skip
 
-    def __init__(self, row: list[float], sched_end: float, emit: list[Any], drop: list[Any],
-                 pred_ms: float, started: list[str], stopped: list[str],
+    def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: list[Any],
+                 skipped: list[Any], first: list[Any], pred_ms: float, stopped: list[str],
                  preempted: list[str]) -> None:  # fmt: skip
         self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
         self.sched_end = sched_end
-        self.emit = emit  # requests (objects) whose next token this step produces ...
-        self.drop = drop  # ... except these, listed with them but still prefilling
+        self.fast = fast  # every decoding request ran (then emitted/skipped are empty)
+        self.emitted = emitted  # otherwise: the decoding requests that ran ...
+        self.skipped = skipped  # ... and those that did not
+        self.first = first  # requests whose prefill ends here: their first token
         self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
-        self.started = started  # request ids whose first token this step produces
-        self.stopped = stopped  # ids of decoding requests this step leaves out
+        self.stopped = stopped  # ids of ``skipped`` (for the log)
         self.preempted = preempted  # ids vLLM preempted while scheduling it
 
 
@@ -127,8 +130,7 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_slo = cfg.tpot_slo_ms
         self._sw_ttft = cfg.ttft_slo_ms if cfg.ttft_slo_ms is not None else _INF
         # keyed by vLLM's Request objects (hashed by identity: no id strings per step)
-        self._sw_custom: dict[Any, float] = {}  # request -> its own TPOT SLO
-        self._sw_deadline: dict[Any, float] = {}  # request -> its next token's due time
+        self._sw_due = DueTimes(cfg.tpot_slo_ms)
         self._sw_inflight: dict[int, _InFlight] = {}
         self._sw_clock = time.perf_counter  # seconds; tests drive a fake one
         self._sw_perf0 = self._sw_clock()
@@ -188,7 +190,7 @@ class SLOWeaveScheduler(Scheduler):
                 if key in extra:
                     slos[key] = self._sw_request_slo(rid, key, extra[key], slos[key])
             if slos["tpot_slo_ms"] != self._sw_slo:
-                self._sw_custom[request] = slos["tpot_slo_ms"]
+                self._sw_due.set_slo(request, slos["tpot_slo_ms"])
         if self._sw_log is not None:
             self._sw_log.arrived(
                 rid,
@@ -212,8 +214,7 @@ class SLOWeaveScheduler(Scheduler):
         return value
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
-        self._sw_deadline.pop(request, None)
-        self._sw_custom.pop(request, None)
+        self._sw_due.forget(request)
         log = self._sw_log
         if log is not None:
             now = self._sw_now_ms if not math.isnan(self._sw_now_ms) else self._sw_ms()
@@ -253,30 +254,27 @@ class SLOWeaveScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         """SLOWeave's token budget for this step, then vLLM's own scheduling.
 
-        Per step over the running requests: a copy of the list and two C-level passes
-        (their KV lengths; their due times, only when a prompt waits), no Python
-        loop per request; the decision itself is one table ``max_chunk``.
+        Per step over the running requests: one C-level pass (their KV lengths), no
+        Python loop per request; due times come from :class:`DueTimes` in
+        O(exceptions); the decision itself is one table ``max_chunk``.
         """
         t0 = time.perf_counter()
         now = self._sw_ms()
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
         running = self.running
-        before = list(running)
+        before = list(running)  # vLLM edits the list while it schedules (a C-level copy)
         partial = self._sw_partials(running)
-        n = len(before) - len(partial)
-        kv = sum(map(_computed, before)) - sum(map(_computed, partial))
-        prompts = self._sw_next_prompts(partial, len(before))
-        earliest = _INF
-        if prompts and n:  # partial prefills have no due time: min over the decodes
-            earliest = min(map(self._sw_deadline.get, before, repeat(_INF)))
+        n = len(running) - len(partial)
+        kv = sum(map(_computed, running)) - sum(map(_computed, partial))
+        prompts = self._sw_next_prompts(partial, len(running))
         first = prompts[0] if prompts else None
         state = StepState(
             now_ms=start,
             n_decode=n,
             decode_tokens=n * self._sw_tokens_per_decode,
             ctx=kv / n if n else 0.0,
-            earliest_deadline_ms=earliest,
+            earliest_deadline_ms=self._sw_due.earliest(n) if prompts else _INF,
             next_prefix=first.num_computed_tokens if first is not None else 0,
             next_remaining=max(0, sum([r.num_tokens - r.num_computed_tokens for r in prompts])),
             token_cap=self.max_num_scheduled_tokens,
@@ -302,11 +300,12 @@ class SLOWeaveScheduler(Scheduler):
 
         Fast path (every decode ran, only the prompts SLOWeave planned for were
         prefilled, nothing preempted), checked by token and request counts: no pass
-        over the decodes. Otherwise they are sorted out one by one.
+        over the decodes. Otherwise they are sorted out one by one. ``before`` is a
+        copy of vLLM's running list as it was before scheduling.
         """
         nst = out.num_scheduled_tokens
         preempted = list(getattr(out, "preempted_req_ids", None) or ())
-        n = len(before) - len(partial)
+        n = state.n_decode
         prefill = [r for r in prompts if r.request_id in nst]
         tokens = [nst[r.request_id] for r in prefill]
         planned = {r.request_id for r in prompts}
@@ -318,58 +317,53 @@ class SLOWeaveScheduler(Scheduler):
             and out.total_num_scheduled_tokens == n + sum(tokens)
             and all(new.req_id in planned for new in out.scheduled_new_reqs)
         )
-        stopped: list[str] = []
-        if fast:
-            emit, n_sched = before, n
-        else:
+        emitted: list[Any] = []
+        skipped: list[Any] = []
+        n_sched = n
+        if not fast:
             pset = set(partial)
             decoding = [r for r in before if r not in pset]
-            emit = [r for r in decoding if r.request_id in nst]
-            n_sched = len(emit)
-            stopped = [r.request_id for r in decoding if r.request_id not in nst]
-            seen = {r.request_id for r in emit}
+            emitted = [r for r in decoding if r.request_id in nst]
+            skipped = [r for r in decoding if r.request_id not in nst]
+            n_sched = len(emitted)
+            seen = {r.request_id for r in emitted}
             requests = self.requests
             prefill = [requests[i] for i in nst if i not in seen]
             tokens = [nst[r.request_id] for r in prefill]
         chunk = sum(tokens)
-        weighted = sum(
-            (r.num_computed_tokens - t) * t for r, t in zip(prefill, tokens, strict=True)
-        )
-        done = [r for r in prefill if not r.is_prefill_chunk]  # prefill ends: first token
-        drop = [r for r in partial if r.is_prefill_chunk] if fast else []
-        if done:
-            in_emit = set(partial) if fast else set()
-            emit = [*emit, *(r for r in done if r not in in_emit)]
+        # prefix: what each prompt had computed before this step, weighted by its tokens
+        pairs = zip(prefill, tokens, strict=True)
+        weighted = sum((r.num_computed_tokens - t) * t for r, t in pairs)
+        first = [r for r in prefill if not r.is_prefill_chunk]  # prefill ends: first token
         prefix = weighted / chunk if chunk else 0.0
         row = [
             state.now_ms, math.nan, n_sched, chunk, len(prefill), state.ctx, prefix,
             decision_us, plan.budget_ms, plan.chunk,
             math.nan if plan.token_budget is None else plan.token_budget, math.nan,
         ]  # fmt: skip
-        pred = math.nan
-        if self._sw_async:  # the next step is planned before this one's tokens exist
-            pred = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
-            self._sw_busy_until = state.now_ms + pred
-            self._sw_set_deadlines(emit, drop, self._sw_busy_until)
-        for rid in preempted:  # a preempted request re-prefills: no due time until then
+        for rid in preempted:  # a preempted request re-prefills: not decoding until then
             req = self.requests.get(rid)
             if req is not None:
-                self._sw_deadline.pop(req, None)
-        self._sw_inflight[id(out)] = _InFlight(
-            row, self._sw_ms(), emit, drop, pred,
-            [r.request_id for r in done], stopped, preempted,
+                self._sw_due.left(req)
+        step = _InFlight(
+            row, self._sw_ms(), fast, emitted, skipped, first, math.nan,
+            [r.request_id for r in skipped], preempted,
         )  # fmt: skip
+        if self._sw_async:  # the next step is planned before this one's tokens exist
+            step.pred_ms = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
+            self._sw_busy_until = state.now_ms + step.pred_ms
+            self._sw_apply(step, self._sw_busy_until)
+        self._sw_inflight[id(out)] = step
 
-    def _sw_set_deadlines(self, emit: list[Any], drop: list[Any], token_ms: float) -> None:
-        """``emit``'s next tokens are due ``token_ms`` + their TPOT SLO (not ``drop``'s)."""
-        deadline = self._sw_deadline
-        due = token_ms + self._sw_slo
-        deadline.update(dict.fromkeys(emit, due))
-        for req, slo in self._sw_custom.items():  # few: compare instead of a set of emit
-            if deadline.get(req) == due:
-                deadline[req] = token_ms + slo
-        for req in drop:
-            deadline.pop(req, None)
+    def _sw_apply(self, step: _InFlight, token_ms: float) -> None:
+        """``step``'s tokens come out at ``token_ms``: move the due times."""
+        due = self._sw_due
+        if step.fast:
+            due.all_emitted(token_ms)
+        else:
+            due.some_emitted(step.emitted, step.skipped, token_ms)
+        for req in step.first:
+            due.started(req, token_ms)
 
     def _sw_rechain(self, now: float) -> None:
         """Async: due times of the requests in steps still in flight, from their
@@ -377,7 +371,7 @@ class SLOWeaveScheduler(Scheduler):
         end = now
         for step in self._sw_inflight.values():
             end += step.pred_ms if step.pred_ms == step.pred_ms else 0.0  # NaN: sync
-            self._sw_set_deadlines(step.emit, step.drop, end)
+            self._sw_apply(step, end)
         self._sw_busy_until = end
 
     def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
@@ -389,12 +383,12 @@ class SLOWeaveScheduler(Scheduler):
             row[0] = start
             row[1] = now - start
             row[11] = now - step.sched_end
-            self._sw_set_deadlines(step.emit, step.drop, now)
+            self._sw_apply(step, now)
             log = self._sw_log
             if log is not None:
                 k = log.step(tuple(row))
-                for rid in step.started:
-                    log.started(rid, k)
+                for req in step.first:
+                    log.started(req.request_id, k)
                 for rid in step.stopped:
                     log.stopped(rid, k - 1)
                 for rid in step.preempted:
