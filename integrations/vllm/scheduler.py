@@ -263,7 +263,7 @@ class SLOWeaveScheduler(Scheduler):
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
         running = self.running
-        before = list(running)  # vLLM edits the list while it schedules (a C-level copy)
+        n_before = len(running)
         partial = self._sw_partials(running)
         n = len(running) - len(partial)
         kv = sum(map(_computed, running)) - sum(map(_computed, partial))
@@ -291,17 +291,19 @@ class SLOWeaveScheduler(Scheduler):
         else:
             out = super().schedule(*args, **kwargs)
         if out.total_num_scheduled_tokens > 0:
-            self._sw_record(out, state, plan, before, partial, prompts, decision_us)
+            self._sw_record(out, state, plan, n_before, partial, prompts, decision_us)
         return out
 
-    def _sw_record(self, out: Any, state: StepState, plan: Any, before: list[Any],
+    def _sw_record(self, out: Any, state: StepState, plan: Any, n_before: int,
                    partial: list[Any], prompts: list[Any], decision_us: float) -> None:  # fmt: skip
         """What vLLM actually scheduled: the step's log row, and whose tokens it makes.
 
         Fast path (every decode ran, only the prompts SLOWeave planned for were
         prefilled, nothing preempted), checked by token and request counts: no pass
-        over the decodes. Otherwise they are sorted out one by one. ``before`` is a
-        copy of vLLM's running list as it was before scheduling.
+        over the decodes. Otherwise they are sorted out one by one, from vLLM's
+        running list as it was before scheduling (``n_before`` long): vLLM only
+        appends admitted requests to it, or removes preempted ones, and never both in
+        one step.
         """
         nst = out.num_scheduled_tokens
         preempted = list(getattr(out, "preempted_req_ids", None) or ())
@@ -321,13 +323,18 @@ class SLOWeaveScheduler(Scheduler):
         skipped: list[Any] = []
         n_sched = n
         if not fast:
+            running, requests = self.running, self.requests
+            if preempted:  # nothing was admitted: the list less what was preempted
+                before = [*running, *(requests[i] for i in preempted if i in requests)]
+            else:  # nothing was removed: admitted requests were appended
+                before = running[:n_before]
             pset = set(partial)
             decoding = [r for r in before if r not in pset]
+            gone = set(preempted)  # they stopped decoding altogether
             emitted = [r for r in decoding if r.request_id in nst]
-            skipped = [r for r in decoding if r.request_id not in nst]
+            skipped = [r for r in decoding if r.request_id not in nst and r.request_id not in gone]
             n_sched = len(emitted)
             seen = {r.request_id for r in emitted}
-            requests = self.requests
             prefill = [requests[i] for i in nst if i not in seen]
             tokens = [nst[r.request_id] for r in prefill]
         chunk = sum(tokens)

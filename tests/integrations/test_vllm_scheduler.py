@@ -350,3 +350,44 @@ def test_async_step_time_is_the_gpu_time_of_each_step(root: Path) -> None:
     assert (it["raw_ms"] >= it["duration_ms"] - 1e-9).all()
     budgets = it["budget_ms"][np.isfinite(it["budget_ms"])]
     assert len(budgets) >= 5 and np.allclose(budgets, SLO)  # each step gets its own SLO
+
+
+def test_due_times_stay_exact_through_preemption(root: Path) -> None:
+    """KV too small for the batch: vLLM preempts and re-admits. Before every step the
+    plug-in's earliest due time equals the test's own, from each decoding request's
+    last token; the run folder counts the preemptions and every token."""
+    import pandas as pd
+
+    settings = {"table": str(root / "table.json"), "tpot_slo_ms": SLO, "run_dir": str(root / "pre")}
+    s = K.build(K.engine_args(root / "model", settings), num_blocks=70)  # 1120 KV tokens
+    clock = K.FakeClock()
+    K.use_clock(s, clock)
+    for i in range(8):
+        s.add_request(K.request(f"p{i}", 64, 150))
+    last: dict[str, float] = {}
+    preempted = 0
+    rng = np.random.default_rng(5)
+    for _ in range(600):
+        if not s.has_requests():
+            break
+        clock.advance_ms(float(rng.uniform(0, 3)))
+        decoding = [r for r in K.decode_set(s) if r.request_id in last]
+        expect = min((last[r.request_id] + SLO for r in decoding), default=math.inf)
+        assert s._sw_due.earliest(len(K.decode_set(s))) == expect
+        out = s.schedule()
+        for rid in out.preempted_req_ids or ():
+            last.pop(rid, None)
+            preempted += 1
+        clock.advance_ms(4.0)
+        s.update_from_output(out, K.runner_output(s, out))
+        for rid in out.num_scheduled_tokens:
+            req = s.requests.get(rid)
+            if req is not None and not req.is_prefill_chunk:
+                last[rid] = K.now_ms(s)
+            elif req is None:
+                last.pop(rid, None)
+    s.shutdown()
+    assert preempted > 0 and not s.has_requests()
+    rq = pd.read_parquet(root / "pre" / "requests.parquet")
+    assert rq["preemptions"].sum() == preempted
+    assert (rq["tokens_out"] == 150).all() and rq["completion_ms"].notna().all()
