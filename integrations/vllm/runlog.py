@@ -13,9 +13,12 @@ from a snapshot, so the serving loop only pays for copying its buffers. Per step
 the loop adds one row (preallocated numpy blocks) and one step end time; a
 request's tokens are kept as streaks of consecutive steps, so a step costs nothing
 per decoding request, and its TPOT statistics are derived from the step end times
-when the folder is written. Predictions are not computed per step either: the
-table is asked once per write, vectorised, for all rows. (Rewriting everything
-costs O(run length) per write, on the writer thread: about 1 s per million steps.)
+when the folder is written. Predictions are not computed per step either: each
+write asks the table, vectorised, about the rows it has not seen, and a finished
+request's row is built once. Each write still rewrites the whole folder, O(run
+length), on the writer thread (which shares the GIL with the serving loop): 0.8 s
+for a 200,000-step, 20,000-request log on a loaded 2-core machine, so keep
+``flush_every`` in the thousands for long runs (docs/results/2026-12-01-vllm-plugin.md).
 """
 
 from __future__ import annotations
@@ -89,7 +92,7 @@ class _Track:
 
     __slots__ = ("rid", "request_id", "arrival_ms", "prompt_tokens", "max_tokens",
                  "ttft_slo_ms", "tpot_slo_ms", "streaks", "preemptions", "done_ms",
-                 "tokens_out")  # fmt: skip
+                 "tokens_out", "row")  # fmt: skip
 
     def __init__(self, rid: int, request_id: str, arrival_ms: float, prompt_tokens: int,
                  max_tokens: int, ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
@@ -104,6 +107,7 @@ class _Track:
         self.preemptions = 0
         self.done_ms = math.nan
         self.tokens_out: int | None = None
+        self.row: dict[str, Any] | None = None  # a finished request's row, once built
 
     def open(self) -> bool:
         return bool(self.streaks) and self.streaks[-1][1] is None
@@ -195,6 +199,7 @@ class RunLog:
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servecal-runlog")
         self._pending: Future[Any] | None = None
         self._lock = threading.Lock()
+        self._predicted: tuple[np.ndarray, ...] = (np.zeros(0),) * 3  # rows done so far
         self.flushes = 0
 
     # -- the serving loop's side (cheap) ------------------------------------------------
@@ -292,7 +297,12 @@ class RunLog:
         from servecal.sched.runfolder import write_run
 
         iterations = self._iterations(steps, ITERATION_COLUMNS)
-        requests = [_request_row(t, ends) for t in tracks]
+        requests = []
+        for t in tracks:  # a finished request's row never changes: built once
+            row = t.row if t.row is not None else _request_row(t, ends)
+            if not math.isnan(t.done_ms) or t.tokens_out is not None:
+                t.row = row
+            requests.append(row)
         frame = pd.DataFrame(requests, columns=[*REQUEST_COLUMNS, "request_id"])
         frame = frame.astype({"rid": np.int64, "tokens_out": np.int64, "preemptions": np.int64})
         summary = summarize(frame, iterations)
@@ -332,9 +342,15 @@ class RunLog:
         cols: dict[str, Any] = {name: steps[:, k] for k, name in enumerate(STEP_FIELDS)}
         for name in _INT_FIELDS:
             cols[name] = cols[name].astype(np.int64)
-        cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = self._predictions(
-            n, (cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
+        # rows already predicted by an earlier write keep their predictions (the table
+        # does not change): each write asks the table about the new rows only
+        done = len(self._predicted[0])
+        new = tuple(cols[c][done:] for c in ("n_decode", "chunk", "ctx", "prefix"))
+        fresh = self._predictions(n - done, new)
+        self._predicted = tuple(
+            np.concatenate([old, add]) for old, add in zip(self._predicted, fresh, strict=True)
         )
+        cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = self._predicted
         cols["energy_j"] = np.full(n, np.nan)  # the plug-in has no energy meter
         extra = [f for f in STEP_FIELDS if f not in order]
         return pd.DataFrame({name: cols[name] for name in (*order, *extra)})
