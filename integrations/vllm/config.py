@@ -138,7 +138,8 @@ def load_config(
 ) -> PluginConfig:
     """The plug-in's settings from vLLM's ``additional_config`` and ``environ``."""
     environ = os.environ if environ is None else environ
-    section = (additional_config or {}).get(SECTION, {})
+    extra = additional_config if isinstance(additional_config, Mapping) else {}
+    section = extra.get(SECTION, {})
     if not isinstance(section, Mapping):
         raise PluginConfigError(
             f"--additional-config '{SECTION}' must be an object, got {type(section).__name__}"
@@ -159,4 +160,11 @@ def load_config(
     for key in ("table", "tpot_slo_ms"):
         if key not in values:
             raise PluginConfigError(f"no '{key}' given: {_where(key)}")
+    run_dir = values.get("run_dir")
+    if run_dir is not None and run_dir.exists() and any(run_dir.iterdir()):
+        # the log replaces its folder whole at every write: never someone else's files
+        raise PluginConfigError(
+            f"run_dir {run_dir} exists and is not empty (an earlier run?): "
+            "give each server start a new folder"
+        )
     return PluginConfig(**values)

@@ -87,6 +87,22 @@ def test_bad_settings_are_one_line(section: dict, env: dict, message: str) -> No
     assert message in text
 
 
+def test_a_used_run_folder_is_never_overwritten(table_path: Path, tmp_path: Path) -> None:
+    used = tmp_path / "runs"
+    used.mkdir()
+    (used / "run.json").write_text("{}")
+    section = {"table": str(table_path), "tpot_slo_ms": 25, "run_dir": str(used)}
+    with pytest.raises(PluginConfigError, match="exists and is not empty"):
+        load_config({"servecal": section}, {})
+    (tmp_path / "empty").mkdir()
+    assert load_config({"servecal": {**section, "run_dir": str(tmp_path / "empty")}}, {})
+
+
+def test_additional_config_that_is_not_a_mapping_means_no_section(table_path: Path) -> None:
+    env = {"SERVECAL_TABLE": str(table_path), "SERVECAL_TPOT_SLO_MS": "25"}
+    assert load_config(object(), env).tpot_slo_ms == 25.0  # type: ignore[arg-type]
+
+
 # -- the table --------------------------------------------------------------------------
 def test_table_loads_and_matches_the_served_model(table_path: Path) -> None:
     table = load_table(table_path, 0.99, True)
