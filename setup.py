@@ -7,7 +7,7 @@ are found automatically, so adding ``sched/policies/`` needs no edit here.
 
 from setuptools import find_packages, setup
 
-STAGES = ("profiler", "costmodels", "sched", "reports")
+STAGES = ("profiler", "costmodels", "sched", "reports", "integrations")
 
 packages = find_packages(include=["servecal", "servecal.*"])
 package_dir = {"servecal": "servecal"}

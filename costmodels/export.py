@@ -1,4 +1,10 @@
-"""Long-form export of a cost table (one row per grid cell) for analysis: Parquet or CSV."""
+"""Export a cost table for other consumers: the long form (Parquet or CSV, one row per
+grid cell) for analysis, vllm-ascend's dynamic-batch ``profile_table.csv``
+(:mod:`.export_ascend`), llm-d inference-sim's latency knobs (:mod:`.export_llmd`).
+
+:func:`export_table` is the one write path: every format is built in memory and
+written atomically there, with its provenance beside it (:func:`write_provenance`).
+"""
 
 from __future__ import annotations
 
@@ -6,6 +12,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -14,10 +21,18 @@ from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.table import AXES, CostTable
 
-FORMATS = ("parquet", "csv")
+FORMATS = ("parquet", "csv", "vllm-ascend", "llm-d-sim")
 #: Provenance written beside every export (see :func:`write_provenance`).
 PROVENANCE_SUFFIX = ".provenance.json"
 EXPORT_SCHEMA = "servecal.export-provenance/1"
+
+
+class Exported(NamedTuple):
+    """What :func:`export_table` wrote: rows (lines of knobs for llm-d-sim) and notes,
+    one line each, for the user (fit errors, what a column means)."""
+
+    rows: int
+    notes: tuple[str, ...] = ()
 
 
 def long_form(table: CostTable) -> pd.DataFrame:
@@ -37,19 +52,46 @@ def long_form(table: CostTable) -> pd.DataFrame:
     return frame
 
 
-def export_table(table: CostTable, path: str | os.PathLike[str], fmt: str) -> int:
-    """Write the long form atomically as ``fmt``, and its provenance beside it
-    (:func:`write_provenance`); returns the number of rows."""
+def export_table(
+    table: CostTable,
+    path: str | os.PathLike[str],
+    fmt: str,
+    *,
+    max_num_seqs: int = 256,
+    source: str = "a servecal cost table",
+) -> Exported:
+    """Write ``table`` as ``fmt`` at ``path``, atomically, and its provenance beside it
+    (:func:`write_provenance`).
+
+    ``max_num_seqs`` is the simulator's concurrency limit the llm-d-sim load factor
+    is fitted against; ``source`` names the table in the llm-d-sim header.
+    """
     if fmt not in FORMATS:
         raise InputError(f"--format: unknown format '{fmt}' (choose {', '.join(FORMATS)})")
-    frame = long_form(table)
+    notes: list[str] = []
+    text: str | None = None
+    frame: pd.DataFrame | None = None
+    if fmt == "vllm-ascend":
+        from servecal.costmodels.export_ascend import ascend_profile
+
+        frame, notes = ascend_profile(table)
+    elif fmt == "llm-d-sim":
+        from servecal.costmodels.export_llmd import fit_notes, fit_sim_profile, sim_yaml
+
+        profile = fit_sim_profile(table, max_num_seqs)
+        text, notes = sim_yaml(profile, source), fit_notes(profile)
+    else:
+        frame = long_form(table)
     with atomic_path(path) as tmp:
-        if fmt == "csv":
-            frame.to_csv(tmp, index=False)
-        else:
+        if text is not None:
+            tmp.write_text(text)
+        elif fmt == "parquet":
             frame.to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
     write_provenance(path, table)
-    return len(frame)
+    rows = len(frame) if frame is not None else text.count("\n")
+    return Exported(rows, tuple(notes))
 
 
 def provenance_path(path: str | os.PathLike[str]) -> Path:

@@ -1,4 +1,4 @@
-"""``servecal export``: a cost table in long form (one row per grid cell)."""
+"""``servecal export``: a cost table for analysis (long form) or for another server."""
 
 from __future__ import annotations
 
@@ -12,18 +12,39 @@ from servecal.commands._common import ALLOW_EDITED_HELP, user_errors, writable_f
 @user_errors
 def export(
     table: Path = typer.Argument(..., help="Cost table (JSON)."),
-    fmt: str = typer.Option("parquet", "--format", help="parquet | csv."),
+    fmt: str = typer.Option(
+        "parquet",
+        "--format",
+        help="parquet | csv (long form, one row per grid cell) | vllm-ascend "
+        "(profile_table.csv of its dynamic-batch scheduler) | llm-d-sim (latency knobs "
+        "of llm-d's inference simulator, fitted by least squares).",
+    ),
     out: Path = typer.Option(..., "--out", help="File to write."),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    max_num_seqs: int = typer.Option(
+        256, "--max-num-seqs", min=1, help="llm-d-sim: concurrency the load factor is fit to."
+    ),
 ) -> None:
-    """Write the table's grid, quantiles, margin and energy, one row per cell."""
+    """Write the table in another format; fitted formats print the fit's error."""
     from servecal.costmodels import CostTable
     from servecal.costmodels.export import export_table
 
     writable_file(out)
-    rows = export_table(CostTable.load(table, allow_edited=allow_edited or None), out, fmt)
-    typer.echo(f"wrote {rows} rows to {out}")
+    done = export_table(
+        CostTable.load(table, allow_edited=allow_edited or None),
+        out,
+        fmt,
+        max_num_seqs=max_num_seqs,
+        source=table.name,
+    )
+    what = "lines" if fmt == "llm-d-sim" else "rows"
+    typer.echo(f"wrote {done.rows} {what} to {out}")
+    for note in done.notes:
+        typer.echo(note)
 
 
 def register(app: typer.Typer) -> None:
-    app.command("export", help="Export a cost table in long form (Parquet or CSV).")(export)
+    app.command(
+        "export",
+        help="Export a cost table: long form (Parquet/CSV), vllm-ascend, or llm-d-sim.",
+    )(export)

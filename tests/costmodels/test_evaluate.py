@@ -55,6 +55,6 @@ def test_long_form_export(tmp_path: Path) -> None:
     assert len(frame) == 3 * 2 * 1 * 4
     row = frame[(frame.n_decode == 8) & (frame.chunk == 256) & (frame.ctx == 1024)].iloc[0]
     assert row.bound == t.predict(8, 256, 1024, q=0.99) + t.margin(8, 256, 1024)
-    assert export_table(t, tmp_path / "t.parquet", "parquet") == len(frame)
+    assert export_table(t, tmp_path / "t.parquet", "parquet").rows == len(frame)
     back = pd.read_parquet(tmp_path / "t.parquet")
     assert back.equals(frame)

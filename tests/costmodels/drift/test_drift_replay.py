@@ -93,6 +93,26 @@ def test_run_folder_with_bad_values_is_refused(tmp_path) -> None:
         load_measurements(tmp_path)
 
 
+def test_context_and_prefix_reach_the_monitor() -> None:
+    """A truth whose cost grows with ctx and prefix, replayed against its own exact
+    table: valid. (The monitor once got neither, priced every row at ctx = prefix =
+    0 and called a true table drifted.)"""
+    from servecal.costmodels.table import AXES, CostTable, Margin
+
+    truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=2e-7, sigma=0.05,
+                           spike_prob=0.0)  # fmt: skip
+    grid = {"n_decode": [0, 1, 8, 32], "ctx": [0, 2048, 8192], "prefix": [0, 4096],
+            "chunk": [0, 1, 256, 1024]}  # fmt: skip
+    mesh = np.meshgrid(*(np.asarray(grid[a], dtype=float) for a in AXES), indexing="ij")
+    p50 = truth.median(mesh[0], mesh[3], mesh[1], mesh[2])
+    table = CostTable(grid, {0.5: p50, 0.99: p50 * np.exp(2.326 * 0.05)},
+                      Margin(0.99, 0.02, 0.99, None, 1, 1))  # fmt: skip
+    points = grid_points([1, 8, 32], [0, 256, 1024], [2048, 8192], [0, 4096])
+    rows = truth.draw(points, 20, np.random.default_rng(5))
+    assert replay(table, rows)["verdict"] == "valid"
+    assert replay(table, rows.assign(ms=rows["ms"] * 1.15))["verdict"] == "drifted"
+
+
 def test_bad_measurements_are_input_errors(table, tmp_path) -> None:
     with pytest.raises(InputError, match="no such file"):
         load_measurements(tmp_path / "missing.parquet")

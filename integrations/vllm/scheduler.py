@@ -1,0 +1,426 @@
+"""vLLM v1 schedulers whose token budget SLOWeave sets every step (docs/vllm.md).
+
+Each ``schedule()``: read the decode count, their mean context and earliest
+deadline (last token + TPOT SLO), and the prompt vLLM would prefill next; ask
+SLOWeave (:func:`~servecal.integrations.vllm.planner.plan_step`, through the same
+``deadline_chunk`` as the engine policy) for the chunk; set the step's token cap
+to decodes + chunk for this one call; let vLLM's own scheduler do the rest. The
+cap is restored before ``schedule()`` returns, whatever happens.
+
+``update_from_output()`` closes the step: its actual time (below) goes into the
+run folder, its tokens move the requests' deadlines.
+
+**Step time.** From the end of the step's ``schedule()`` (or from the previous
+step's ``update_from_output()``, if that came later) to the start of its own
+``update_from_output()``. Synchronously this is the model executor's forward pass,
+sampling, the structured-output bitmask and the engine core's wait on the
+workers; it excludes ``schedule()``, ``update_from_output()`` and everything in
+the API server. With asynchronous scheduling (:class:`SLOWeaveAsyncScheduler`,
+chosen automatically when vLLM runs async), step ``k+1`` is scheduled while ``k``
+runs, so the interval starts when ``k``'s output came back: the GPU time of
+``k+1`` as long as the GPU stays busy. ``raw_ms`` keeps the plain interval.
+
+vLLM's scheduler interface is not public: this module is written against
+vLLM :data:`~servecal.integrations.vllm.VLLM_VERSION` and imports it at import
+time (nothing else in servecal does).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from itertools import islice
+from operator import attrgetter
+from typing import Any
+
+from vllm.logger import init_logger
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+from vllm.v1.core.sched.scheduler import Scheduler
+
+from servecal.integrations.vllm.config import (
+    REQUEST_SLO_KEYS,
+    PluginConfig,
+    PluginConfigError,
+    load_config,
+)
+from servecal.integrations.vllm.due import DueTimes
+from servecal.integrations.vllm.planner import StepState, plan_step
+from servecal.integrations.vllm.tables import check_model, load_table
+from servecal.sched.policies.sloweave import SLOWeaveConfig
+
+# a child of vLLM's own logger, so that its handlers and format apply to these lines
+logger = init_logger("vllm.servecal")
+
+_INF = math.inf
+_computed = attrgetter("num_computed_tokens")
+
+
+def _vllm_config(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    return kwargs["vllm_config"] if "vllm_config" in kwargs else args[0]
+
+
+class _InFlight:
+    """A scheduled step waiting for its output, and what its completion will change."""
+
+    __slots__ = ("row", "sched_end", "fast", "emitted", "skipped", "first", "pred_ms",
+                 "stopped", "preempted")  # fmt: skip
+
+    def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: list[Any],
+                 skipped: list[Any], first: list[Any], pred_ms: float, stopped: list[str],
+                 preempted: list[str]) -> None:  # fmt: skip
+        self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
+        self.sched_end = sched_end
+        self.fast = fast  # every decoding request ran (then emitted/skipped are empty)
+        self.emitted = emitted  # otherwise: the decoding requests that ran ...
+        self.skipped = skipped  # ... and those that did not
+        self.first = first  # requests whose prefill ends here: their first token
+        self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
+        self.stopped = stopped  # ids of ``skipped`` (for the log)
+        self.preempted = preempted  # ids vLLM preempted while scheduling it
+
+
+class SLOWeaveScheduler(Scheduler):
+    """vLLM's scheduler with SLOWeave's per-step token budget from a servecal cost table.
+
+    Constructed by vLLM from ``--scheduler-cls servecal.integrations.vllm.SLOWeaveScheduler``
+    with its own arguments (passed through untouched); configured by
+    ``--additional-config '{"servecal": {...}}'`` (:class:`PluginConfig`). When vLLM
+    schedules asynchronously the instance is a :class:`SLOWeaveAsyncScheduler`.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> SLOWeaveScheduler:
+        if cls is SLOWeaveScheduler:
+            vllm_config = _vllm_config(args, kwargs)
+            if vllm_config.scheduler_config.async_scheduling:
+                cls = SLOWeaveAsyncScheduler
+        return super().__new__(cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        try:
+            self._sw_setup(load_config(self.vllm_config.additional_config))
+        except PluginConfigError as exc:
+            logger.error("%s", exc)
+            raise
+
+    # -- setup ---------------------------------------------------------------------------
+    def _sw_setup(self, cfg: PluginConfig) -> None:
+        model_config = self.vllm_config.model_config
+        table = load_table(cfg.table, cfg.quantile, cfg.use_margin)
+        if cfg.check_model:
+            dtype = str(getattr(model_config, "dtype", "")).removeprefix("torch.") or None
+            warning = check_model(
+                table, cfg.table, model_config.hf_config, dtype, str(model_config.model)
+            )
+            if warning:
+                logger.warning("servecal: %s", warning)
+        self._sw_cfg = cfg
+        self._sw_table = table
+        cap = self.max_num_scheduled_tokens
+        self._sw_sloweave = SLOWeaveConfig(
+            c_max=cfg.c_max or cap,
+            quantile=cfg.quantile,
+            use_margin=cfg.use_margin,
+            multi_prefill=cfg.multi_prefill,
+            max_prefills=cfg.max_prefills,
+        )
+        self._sw_prompts = cfg.max_prefills if cfg.multi_prefill else 1
+        self._sw_async = bool(self.scheduler_config.async_scheduling)
+        self._sw_tokens_per_decode = 1 + int(getattr(self, "num_spec_tokens", 0) or 0)
+        self._sw_slo = cfg.tpot_slo_ms
+        self._sw_ttft = cfg.ttft_slo_ms if cfg.ttft_slo_ms is not None else _INF
+        # keyed by vLLM's Request objects (hashed by identity: no id strings per step)
+        self._sw_due = DueTimes(cfg.tpot_slo_ms)
+        self._sw_inflight: dict[int, _InFlight] = {}
+        self._sw_clock = time.perf_counter  # seconds; tests drive a fake one
+        self._sw_perf0 = self._sw_clock()
+        self._sw_last_update = -_INF
+        self._sw_busy_until = -_INF  # async: when the GPU frees up (predicted)
+        self._sw_now_ms = math.nan  # the step end being processed in update_from_output
+        self._sw_log = None
+        if cfg.run_dir is not None:
+            from servecal.integrations.vllm import VLLM_VERSION
+            from servecal.integrations.vllm.runlog import RunLog
+
+            self._sw_log = RunLog(
+                cfg.run_dir,
+                table,
+                {
+                    "policy": "sloweave-vllm",
+                    "workload": "vllm",
+                    "executor": "vllm",
+                    "tpot_slo_ms": cfg.tpot_slo_ms,
+                    "ttft_slo_ms": cfg.ttft_slo_ms,
+                    "servecal": cfg.describe(),
+                    "sloweave": {"c_max": self._sw_sloweave.c_max},
+                    "vllm": {
+                        "version": VLLM_VERSION,
+                        "model": str(model_config.model),
+                        "max_num_scheduled_tokens": cap,
+                        "max_num_seqs": self.max_num_running_reqs,
+                        "async_scheduling": self._sw_async,
+                        "speculative_tokens": self._sw_tokens_per_decode - 1,
+                    },
+                },
+                cfg.flush_every,
+            )
+        logger.info(
+            "servecal: SLOWeave on %s (TPOT SLO %.1f ms, C_max %d, plan on P%g%s)%s",
+            cfg.table,
+            cfg.tpot_slo_ms,
+            self._sw_sloweave.c_max,
+            cfg.quantile * 100,
+            " + margin" if cfg.use_margin else "",
+            f", run folder {cfg.run_dir}" if cfg.run_dir else "",
+        )
+
+    def _sw_ms(self) -> float:
+        """Now, in ms since the scheduler started (the run folder's time axis)."""
+        return (self._sw_clock() - self._sw_perf0) * 1000.0
+
+    # -- requests --------------------------------------------------------------------------
+    def add_request(self, request: Any) -> None:
+        super().add_request(request)
+        rid = request.request_id
+        params = request.sampling_params
+        extra = getattr(params, "extra_args", None) if params is not None else None
+        slos = {"tpot_slo_ms": self._sw_slo, "ttft_slo_ms": self._sw_ttft}
+        if extra:
+            for key in REQUEST_SLO_KEYS:
+                if key in extra:
+                    slos[key] = self._sw_request_slo(rid, key, extra[key], slos[key])
+            if slos["tpot_slo_ms"] != self._sw_slo:
+                self._sw_due.set_slo(request, slos["tpot_slo_ms"])
+        if self._sw_log is not None:
+            self._sw_log.arrived(
+                rid,
+                # arrival_time is wall time in the API server: how long ago, on our clock
+                self._sw_ms() - max(0.0, time.time() - request.arrival_time) * 1000.0,
+                request.num_prompt_tokens,
+                int(getattr(request, "max_tokens", 1) or 1),
+                slos["ttft_slo_ms"],
+                slos["tpot_slo_ms"],
+            )
+
+    @staticmethod
+    def _sw_request_slo(rid: str, key: str, raw: Any, default: float) -> float:
+        try:
+            value = float(raw)
+        except (TypeError, ValueError):
+            value = math.nan
+        if not value > 0:
+            logger.warning("servecal: request %s: %s=%r ignored (need a number > 0)", rid, key, raw)
+            return default
+        return value
+
+    def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        self._sw_due.forget(request)
+        log = self._sw_log
+        if log is not None:
+            now = self._sw_now_ms if not math.isnan(self._sw_now_ms) else self._sw_ms()
+            log.finished(request.request_id, now, log.steps - 1, request.num_output_tokens)
+        return super()._free_request(request, *args, **kwargs)
+
+    # -- the step --------------------------------------------------------------------------
+    def _sw_partials(self, running: list[Any]) -> list[Any]:
+        """Running requests still prefilling (at most a few), in vLLM's order.
+
+        vLLM keeps them in ``_inflight_prefills``; reading it spares a pass over
+        every running request (the fallback where the attribute is missing).
+        """
+        inflight = getattr(self, "_inflight_prefills", None)
+        if inflight is None:
+            return [r for r in running if r.is_prefill_chunk]
+        if len(inflight) <= 1:
+            return list(inflight)
+        return [r for r in running if r in inflight]
+
+    def _sw_next_prompts(self, partial: list[Any], n_running: int) -> list[Any]:
+        """The prompts vLLM would prefill next, in its order: running ones still
+        prefilling, then the waiting queues (KV holders first), while a slot is free.
+        One prompt, or up to ``max_prefills`` with ``multi_prefill``."""
+        k = self._sw_prompts
+        found = partial[:k]
+        free = self.max_num_running_reqs - n_running
+        for queue in (getattr(self, "kv_holding_waiting", None), self.waiting):
+            if len(found) >= k or free <= 0:
+                break
+            if queue:
+                taken = list(islice(queue, min(k - len(found), free)))
+                found += taken
+                free -= len(taken)
+        return found
+
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """SLOWeave's token budget for this step, then vLLM's own scheduling.
+
+        Per step over the running requests: one C-level pass (their KV lengths), no
+        Python loop per request; due times come from :class:`DueTimes` in
+        O(exceptions); the decision itself is one table ``max_chunk``.
+        """
+        t0 = time.perf_counter()
+        now = self._sw_ms()
+        # async: this step starts when the one in flight ends (predicted)
+        start = max(now, self._sw_busy_until) if self._sw_async else now
+        running = self.running
+        n_before = len(running)
+        partial = self._sw_partials(running)
+        n = len(running) - len(partial)
+        kv = sum(map(_computed, running)) - sum(map(_computed, partial))
+        prompts = self._sw_next_prompts(partial, len(running))
+        first = prompts[0] if prompts else None
+        state = StepState(
+            now_ms=start,
+            n_decode=n,
+            decode_tokens=n * self._sw_tokens_per_decode,
+            ctx=kv / n if n else 0.0,
+            earliest_deadline_ms=self._sw_due.earliest(n) if prompts else _INF,
+            next_prefix=first.num_computed_tokens if first is not None else 0,
+            next_remaining=max(0, sum([r.num_tokens - r.num_computed_tokens for r in prompts])),
+            token_cap=self.max_num_scheduled_tokens,
+            next_waited_ms=(
+                max(0.0, time.time() - first.arrival_time) * 1000.0 if first is not None else 0.0
+            ),
+        )
+        plan = plan_step(state, self._sw_table, self._sw_sloweave)
+        decision_us = (time.perf_counter() - t0) * 1e6
+        cap = self.max_num_scheduled_tokens
+        if plan.token_budget is not None and plan.token_budget < cap:
+            self.max_num_scheduled_tokens = plan.token_budget
+            try:
+                out = super().schedule(*args, **kwargs)
+            finally:
+                self.max_num_scheduled_tokens = cap
+        else:
+            out = super().schedule(*args, **kwargs)
+        if out.total_num_scheduled_tokens > 0:
+            self._sw_record(out, state, plan, n_before, partial, prompts, decision_us)
+        return out
+
+    def _sw_record(self, out: Any, state: StepState, plan: Any, n_before: int,
+                   partial: list[Any], prompts: list[Any], decision_us: float) -> None:  # fmt: skip
+        """What vLLM actually scheduled: the step's log row, and whose tokens it makes.
+
+        Fast path (every decode ran, only the prompts SLOWeave planned for were
+        prefilled, nothing preempted), checked by token and request counts: no pass
+        over the decodes. Otherwise they are sorted out one by one, from vLLM's
+        running list as it was before scheduling (``n_before`` long): vLLM only
+        appends admitted requests to it, or removes preempted ones, and never both in
+        one step.
+        """
+        nst = out.num_scheduled_tokens
+        preempted = list(getattr(out, "preempted_req_ids", None) or ())
+        n = state.n_decode
+        prefill = [r for r in prompts if r.request_id in nst]
+        tokens = [nst[r.request_id] for r in prefill]
+        planned = {r.request_id for r in prompts}
+        fast = (
+            not preempted
+            and self._sw_tokens_per_decode == 1
+            and len(partial) <= len(prompts)  # every partial prefill was a candidate
+            and len(nst) == n + len(prefill)
+            and out.total_num_scheduled_tokens == n + sum(tokens)
+            and all(new.req_id in planned for new in out.scheduled_new_reqs)
+        )
+        emitted: list[Any] = []
+        skipped: list[Any] = []
+        n_sched = n
+        if not fast:
+            running, requests = self.running, self.requests
+            if preempted:  # nothing was admitted: the list less what was preempted
+                before = [*running, *(requests[i] for i in preempted if i in requests)]
+            else:  # nothing was removed: admitted requests were appended
+                before = running[:n_before]
+            pset = set(partial)
+            decoding = [r for r in before if r not in pset]
+            gone = set(preempted)  # they stopped decoding altogether
+            emitted = [r for r in decoding if r.request_id in nst]
+            skipped = [r for r in decoding if r.request_id not in nst and r.request_id not in gone]
+            n_sched = len(emitted)
+            seen = {r.request_id for r in emitted}
+            prefill = [requests[i] for i in nst if i not in seen]
+            tokens = [nst[r.request_id] for r in prefill]
+        chunk = sum(tokens)
+        # prefix: what each prompt had computed before this step, weighted by its tokens
+        pairs = zip(prefill, tokens, strict=True)
+        weighted = sum((r.num_computed_tokens - t) * t for r, t in pairs)
+        first = [r for r in prefill if not r.is_prefill_chunk]  # prefill ends: first token
+        prefix = weighted / chunk if chunk else 0.0
+        row = [
+            state.now_ms, math.nan, n_sched, chunk, len(prefill), state.ctx, prefix,
+            decision_us, plan.budget_ms, plan.chunk,
+            math.nan if plan.token_budget is None else plan.token_budget, math.nan,
+        ]  # fmt: skip
+        for rid in preempted:  # a preempted request re-prefills: not decoding until then
+            req = self.requests.get(rid)
+            if req is not None:
+                self._sw_due.left(req)
+        step = _InFlight(
+            row, self._sw_ms(), fast, emitted, skipped, first, math.nan,
+            [r.request_id for r in skipped], preempted,
+        )  # fmt: skip
+        if self._sw_async:  # the next step is planned before this one's tokens exist
+            step.pred_ms = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
+            self._sw_busy_until = state.now_ms + step.pred_ms
+            self._sw_apply(step, self._sw_busy_until)
+        self._sw_inflight[id(out)] = step
+
+    def _sw_apply(self, step: _InFlight, token_ms: float) -> None:
+        """``step``'s tokens come out at ``token_ms``: move the due times."""
+        due = self._sw_due
+        if step.fast:
+            due.all_emitted(token_ms)
+        else:
+            due.some_emitted(step.emitted, step.skipped, token_ms)
+        for req in step.first:
+            due.started(req, token_ms)
+
+    def _sw_rechain(self, now: float) -> None:
+        """Async: due times of the requests in steps still in flight, from their
+        predicted ends now that the step before them is known to have ended."""
+        end = now
+        for step in self._sw_inflight.values():
+            end += step.pred_ms if step.pred_ms == step.pred_ms else 0.0  # NaN: sync
+            self._sw_apply(step, end)
+        self._sw_busy_until = end
+
+    def update_from_output(self, scheduler_output: Any, model_runner_output: Any) -> Any:
+        now = self._sw_ms()
+        step = self._sw_inflight.pop(id(scheduler_output), None)
+        if step is not None:
+            start = max(step.sched_end, self._sw_last_update)
+            row = step.row
+            row[0] = start
+            row[1] = now - start
+            row[11] = now - step.sched_end
+            self._sw_apply(step, now)
+            log = self._sw_log
+            if log is not None:
+                k = log.step(tuple(row))
+                for req in step.first:
+                    log.started(req.request_id, k)
+                for rid in step.stopped:
+                    log.stopped(rid, k - 1)
+                for rid in step.preempted:
+                    log.preempted(rid, k - 1)
+            if self._sw_inflight:  # async: the steps still running started now, in order
+                self._sw_rechain(now)
+        self._sw_last_update = now
+        self._sw_now_ms = now
+        try:
+            return super().update_from_output(scheduler_output, model_runner_output)
+        finally:
+            self._sw_now_ms = math.nan
+
+    def shutdown(self) -> None:
+        try:
+            if getattr(self, "_sw_log", None) is not None:
+                self._sw_log.close()
+                logger.info("servecal: run folder written to %s", self._sw_log.folder)
+        finally:
+            super().shutdown()
+
+
+class SLOWeaveAsyncScheduler(SLOWeaveScheduler, AsyncScheduler):
+    """:class:`SLOWeaveScheduler` on vLLM's asynchronous scheduler (``--async-scheduling``,
+    vLLM's default where supported): ``SLOWeaveScheduler`` becomes this class by itself."""

