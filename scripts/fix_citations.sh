@@ -48,7 +48,13 @@ s|A run folder in the DESIGN\.md layout|A run folder in the docs/engine.md layou
 s|DESIGN\.md §Samples, §Cost table|docs/design.md "Samples", "Cost table"|g
 s|(Parquet or CSV, DESIGN\.md §Samples); bad file → InputError|(Parquet or CSV, docs/design.md "Samples"); bad file: InputError|g
 s|(SPEC\.md §1), as a predictor\.|(docs/spec.md §1) as a predictor.|g
-s|gives SPEC back|gives the paper's setting back|g
+s|SPEC's own formula as the 'calibration' gives SPEC back|the paper's formula as the 'calibration' gives its setting back|g
+s|ms, and SPEC's targets of 10 / 25 / 50 ms leave room|ms, and the paper's 10/25/50 ms targets leave room|g
+s|starvation guard on (SPEC §1): a prompt|starvation guard (docs/spec.md §1): a prompt|g
+s|(SLOWeave paper, via SPEC §1)|(SLOWeave paper, docs/spec.md §1)|g
+s|"SPEC §1 scale with an A100 Llama-3-8B's shape:|"docs/spec.md §1 scale, A100 Llama-3-8B shape:|g
+s|(SPEC §Words)|(docs/spec.md, Words)|g
+s|\([.!?] \)SPEC's|\1The paper's|g
 s|the SPEC formula|the paper's formula|g
 s|in SPEC order|in the paper's order|g
 s|# SPEC workload order|# the paper's workload order|g
