@@ -51,7 +51,7 @@ s|(SPEC\.md §1), as a predictor\.|(docs/spec.md §1) as a predictor.|g
 s|SPEC's own formula as the 'calibration' gives SPEC back|the paper's formula as the 'calibration' gives its setting back|g
 s|ms, and SPEC's targets of 10 / 25 / 50 ms leave room|ms, and the paper's 10/25/50 ms targets leave room|g
 s|starvation guard on (SPEC §1): a prompt|starvation guard (docs/spec.md §1): a prompt|g
-s|(SLOWeave paper, via SPEC §1)|(SLOWeave paper, docs/spec.md §1)|g
+s|(SLOWeave paper, via SPEC §1)|(SLOWeave's, docs/spec.md §1)|g
 s|"SPEC §1 scale with an A100 Llama-3-8B's shape:|"docs/spec.md §1 scale, A100 Llama-3-8B shape:|g
 s|(SPEC §Words)|(docs/spec.md, Words)|g
 s|\([.!?] \)SPEC's|\1The paper's|g
