@@ -28,6 +28,7 @@ from servecal.profiler.jobs.base import (
     execute,
     one_line,
 )
+from servecal.profiler.jobs.ray_pool import RayPool
 
 INSTALL_HINT = "Ray is not installed: pip install 'servecal[ray]' (or pip install 'ray>=2.50')"
 
@@ -219,6 +220,15 @@ class RayBackend:
         finally:
             for ref in refs:
                 ray.cancel(ref, force=True)
+
+    def pool(
+        self, resources: Resources = Resources(num_cpus=1), max_in_flight: int | None = None
+    ) -> RayPool:
+        """A :class:`concurrent.futures.Executor` running each ``submit(fn, *args)`` as a
+        task holding ``resources`` on this backend's cluster (for an experiment sweep,
+        whose tasks arrive as earlier ones finish; see :mod:`.ray_pool`). Shut it down
+        before closing the backend."""
+        return RayPool(self._ray, resources, max_in_flight)
 
     def close(self) -> None:
         if self._owns and self._ray.is_initialized():
