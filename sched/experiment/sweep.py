@@ -134,7 +134,8 @@ def open_pool(
         try:
             yield pool
         except BaseException:
-            pool.shutdown(wait=False, cancel_futures=True)
+            # wait: Ray must not be shut down under the pool's dispatcher thread
+            pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
 

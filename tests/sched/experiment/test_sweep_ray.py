@@ -134,16 +134,23 @@ def test_a_ray_pool_carries_the_callers_settings_and_returns_its_exceptions(
             pool.submit(Bracket.parse, "9:1").result()
         squares = [pool.submit(pow, k, 2) for k in range(12)]  # one at a time, all come back
         assert [f.result() for f in squares] == [k * k for k in range(12)]
-        # Ctrl-C's path: waiting calls are cancelled, the running task is stopped
-        slow = pool.submit(time.sleep, 60)
-        queued = pool.submit(pow, 3, 2)
-        time.sleep(1.0)  # the sleep is running by now (a worker is warm)
-        start = time.monotonic()
-        pool.shutdown(wait=True, cancel_futures=True)
-        assert queued.cancelled() and time.monotonic() - start < 30
-        assert isinstance(slow.exception(), cluster.exceptions.TaskCancelledError)
+        pool.shutdown()
         with pytest.raises(RuntimeError, match="shut down"):
             pool.submit(pow, 2, 2)
+
+
+@on_ray
+def test_an_interrupted_sweep_on_ray_stops_its_tasks_at_once(cluster):
+    start = time.monotonic()
+    with pytest.raises(KeyboardInterrupt), sweep_module.open_pool("ray", jobs=1) as pool:
+        slow = pool.submit(time.sleep, 60)
+        queued = pool.submit(pow, 3, 2)
+        time.sleep(1.0)  # the sleep is running by now (the module's workers are warm)
+        raise KeyboardInterrupt  # Ctrl-C in the driver
+    assert time.monotonic() - start < 30
+    assert queued.cancelled()  # never sent to Ray
+    assert isinstance(slow.exception(timeout=0), cluster.exceptions.TaskCancelledError)
+    assert cluster.is_initialized()  # an instance the pool joined is left running
 
 
 # ------------------------------------------------------------ without Ray / bad flags
