@@ -121,6 +121,24 @@ class RayPool(Executor):
                 future.set_exception(exc)
 
     def _dispatch(self) -> None:
+        """Resolve futures as their tasks finish; if Ray itself fails (the cluster is
+        gone), every future left gets that error instead of waiting forever."""
+        try:
+            self._resolve_until_closed()
+        except BaseException as exc:  # noqa: BLE001 - handed to every caller still waiting
+            with self._lock:
+                self._closed = True
+                queued = [future for future, _ in self._queue]
+                running = [f for f in self._running.values() if not f.done()]
+                self._queue.clear()
+                self._running.clear()
+            for future in queued:
+                if future.set_running_or_notify_cancel():
+                    future.set_exception(exc)
+            for future in running:
+                future.set_exception(exc)
+
+    def _resolve_until_closed(self) -> None:
         """Resolve futures as their tasks finish; send waiting calls as slots free."""
         ray = self._ray
         while True:

@@ -153,6 +153,34 @@ def test_an_interrupted_sweep_on_ray_stops_its_tasks_at_once(cluster):
     assert cluster.is_initialized()  # an instance the pool joined is left running
 
 
+class _ClusterGone:
+    """``ray`` as the driver sees it once the cluster is lost: waiting fails."""
+
+    def __init__(self, ray):
+        self._ray = ray
+
+    def __getattr__(self, name):
+        return getattr(self._ray, name)
+
+    def wait(self, *args, **kwargs):
+        raise ConnectionError("the Ray cluster is gone")
+
+
+@on_ray
+def test_a_lost_cluster_fails_every_waiting_call_instead_of_hanging(cluster):
+    from servecal.profiler.jobs.ray_pool import RayPool
+
+    # the dispatcher takes its `ray` when it starts: hand the lost one in from the outset
+    pool = RayPool(_ClusterGone(cluster), max_in_flight=1)
+    running, queued = pool.submit(time.sleep, 2), pool.submit(pow, 2, 2)
+    for future in (running, queued):
+        with pytest.raises(ConnectionError, match="gone"):
+            future.result(timeout=30)
+    with pytest.raises(RuntimeError, match="shut down"):
+        pool.submit(pow, 2, 2)
+    pool.shutdown()
+
+
 # ------------------------------------------------------------ without Ray / bad flags
 
 
