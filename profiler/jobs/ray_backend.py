@@ -13,6 +13,7 @@ and rerunning the work is the caller's decision (the fleet resumes it).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -40,6 +41,32 @@ def import_ray() -> Any:
     except ImportError:
         raise BackendUnavailable(INSTALL_HINT) from None
     return ray
+
+
+#: How long to try a cluster's address before saying nothing answers there (s).
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """:class:`BackendUnavailable` when nothing accepts connections at ``address``.
+
+    ``ray.init`` keeps retrying an address where no cluster listens for minutes,
+    so a typo in ``--address`` would look like a hang; a TCP connect to ``host:port``
+    (``ray://`` or not) answers in at most ``timeout_s``. ``None``, ``auto`` and
+    ``local`` name no port and are left to Ray (which fails fast on them).
+    """
+    if address is None or "://" in address.removeprefix("ray://"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BackendUnavailable(
+            f"no Ray cluster at {address!r}: nothing answers at {host}:{port} ({reason})"
+        ) from None
 
 
 def _run_task(
@@ -83,6 +110,7 @@ class RayBackend:
         self._owns = not ray.is_initialized()
         if self._owns:
             kwargs = {"include_dashboard": False, "log_to_driver": True, **init_kwargs}
+            check_reachable(address)
             try:
                 ray.init(address=address, **kwargs)
             except ConnectionError as exc:

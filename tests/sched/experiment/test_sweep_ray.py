@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import socket
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -192,6 +193,41 @@ def test_without_ray_the_ray_pool_is_one_line_and_exit_2(tmp_path, monkeypatch):
         "error: Ray is not installed: pip install 'servecal[ray]' (or pip install 'ray>=2.50')\n"
     )
     assert not (tmp_path / "o" / "compare.json").exists()
+
+
+def _a_closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]  # nothing listens there once closed
+
+
+class _RayThatMustNotStart:
+    """``ray`` where joining is an error: the address is checked before ``ray.init``."""
+
+    @staticmethod
+    def is_initialized() -> bool:
+        return False
+
+    @staticmethod
+    def init(**kwargs):  # noqa: ANN003
+        raise AssertionError(f"ray.init reached with {kwargs}")
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_where_no_cluster_listens_is_one_line_at_once(scheme, tmp_path, monkeypatch):
+    # Ray itself retries such an address for minutes: it would look like a hang
+    monkeypatch.setitem(sys.modules, "ray", _RayThatMustNotStart)
+    address = f"{scheme}127.0.0.1:{_a_closed_port()}"
+    start = time.monotonic()
+    result = runner.invoke(app, ["compare", *GRID, "--out", str(tmp_path / "o"), "--pool", "ray",
+                                 "--address", address])  # fmt: skip
+    assert time.monotonic() - start < 10
+    assert result.exit_code == 2
+    assert result.output == (
+        f"error: no Ray cluster at {address!r}: nothing answers at "
+        f"{address.removeprefix('ray://')} (Connection refused)\n"
+    )
+    assert not (tmp_path / "o").exists()
 
 
 @pytest.mark.parametrize(
