@@ -186,6 +186,13 @@ class _Fitting:
         bound = cc = None
         if self.tail is not None:
             tail_oof = oof.predictions[self.tail]
+            if not np.all(tail_oof > 0):  # no margin is a share of a time <= 0
+                row = self.X[np.argmin(tail_oof)].astype(int).tolist()
+                at = dict(zip(FEATURES, row, strict=True))
+                raise ValueError(
+                    f"{kind} predicts a P{100 * self.tail:g} of {np.min(tail_oof):.3g} ms at "
+                    f"held-out point {at}"
+                )
             cc = cross_conformal(self.y / tail_oof - 1.0, self.folds, self.tail)
             bound = tail_oof + cc.rho_blind * tail_oof  # as predict() + margin() add them
         metrics = metrics_from_predictions(self.frame, oof.predictions, bound, oof.clamped)

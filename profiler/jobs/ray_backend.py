@@ -13,6 +13,7 @@ and rerunning the work is the caller's decision (the fleet resumes it).
 
 from __future__ import annotations
 
+import socket
 import time
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -28,6 +29,7 @@ from servecal.profiler.jobs.base import (
     execute,
     one_line,
 )
+from servecal.profiler.jobs.ray_pool import RayPool
 
 INSTALL_HINT = "Ray is not installed: pip install 'servecal[ray]' (or pip install 'ray>=2.50')"
 
@@ -39,6 +41,32 @@ def import_ray() -> Any:
     except ImportError:
         raise BackendUnavailable(INSTALL_HINT) from None
     return ray
+
+
+#: How long to try a cluster's address before saying nothing answers there (s).
+CONNECT_TIMEOUT_S = 5.0
+
+
+def check_reachable(address: str | None, timeout_s: float = CONNECT_TIMEOUT_S) -> None:
+    """:class:`BackendUnavailable` when nothing accepts connections at ``address``.
+
+    ``ray.init`` keeps retrying an address where no cluster listens for minutes,
+    so a typo in ``--address`` would look like a hang; a TCP connect to ``host:port``
+    (``ray://`` or not) answers in at most ``timeout_s``. ``None``, ``auto`` and
+    ``local`` name no port and are left to Ray (which fails fast on them).
+    """
+    if address is None or "://" in address.removeprefix("ray://"):
+        return
+    host, sep, port = address.removeprefix("ray://").rpartition(":")
+    if not sep or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise BackendUnavailable(
+            f"no Ray cluster at {address!r}: nothing answers at {host}:{port} ({reason})"
+        ) from None
 
 
 def _run_task(
@@ -82,6 +110,7 @@ class RayBackend:
         self._owns = not ray.is_initialized()
         if self._owns:
             kwargs = {"include_dashboard": False, "log_to_driver": True, **init_kwargs}
+            check_reachable(address)
             try:
                 ray.init(address=address, **kwargs)
             except ConnectionError as exc:
@@ -219,6 +248,15 @@ class RayBackend:
         finally:
             for ref in refs:
                 ray.cancel(ref, force=True)
+
+    def pool(
+        self, resources: Resources = Resources(num_cpus=1), max_in_flight: int | None = None
+    ) -> RayPool:
+        """A :class:`concurrent.futures.Executor` running each ``submit(fn, *args)`` as a
+        task holding ``resources`` on this backend's cluster (for an experiment sweep,
+        whose tasks arrive as earlier ones finish; see :mod:`.ray_pool`). Shut it down
+        before closing the backend."""
+        return RayPool(self._ray, resources, max_in_flight)
 
     def close(self) -> None:
         if self._owns and self._ray.is_initialized():

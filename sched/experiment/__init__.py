@@ -4,7 +4,8 @@
 * :func:`run` (:mod:`.run`): ``run(spec, seed) -> RunResult`` on the spec's
   backend (engine, operator driver, torch); :func:`summarize` its metrics.
 * :func:`sweep` (:mod:`.sweep`): many specs × seeds in a pool, run folders, means
-  over seeds, max-goodput searches (:mod:`.goodput`), progress callbacks.
+  over seeds, max-goodput searches (:mod:`.goodput`), progress callbacks;
+  :func:`open_pool` picks the pool by name (``local``, ``ray``).
 * :func:`check` (:mod:`.check`): refuse a spec that cannot run, up front.
 * :mod:`.models`: truth models and predictors by name.
 
@@ -25,12 +26,21 @@ from servecal.sched.experiment.spec import (
     choose_backend,
     default_rate,
 )
-from servecal.sched.experiment.sweep import SpecOutcome, SweepProgress, Task, execute, sweep
+from servecal.sched.experiment.sweep import (
+    POOLS,
+    SpecOutcome,
+    SweepProgress,
+    Task,
+    execute,
+    open_pool,
+    sweep,
+)
 
 __all__ = [
     "BACKENDS",
     "DEFAULT_PREDICTOR",
     "DEFAULT_TRUTH",
+    "POOLS",
     "SETTINGS",
     "Bracket",
     "DriverOptions",
@@ -45,6 +55,7 @@ __all__ = [
     "choose_backend",
     "default_rate",
     "execute",
+    "open_pool",
     "run",
     "summarize",
     "sweep",

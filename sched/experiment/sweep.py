@@ -6,22 +6,25 @@ over seeds, the max-goodput searches and progress callbacks. A *task* is one
 written); :func:`execute` runs one and returns its summary.
 
 Where tasks execute is pluggable: pass any :class:`concurrent.futures.Executor` as
-``pool=`` (e.g. one that submits :func:`execute` as a Ray task; "pool", because an
-*executor* in this project is what runs an iteration). By default
-one task runs here, in this process, and several go to a local process pool of
-``jobs`` workers. Every task is a pure function of ``(spec, seed)``, so the
-numbers do not depend on where or in which order tasks run.
+``pool=`` ("pool", because an *executor* in this project is what runs an
+iteration). By default one task runs here, in this process, and several go to a
+local process pool of ``jobs`` workers; :func:`open_pool` names the choices a
+command offers (``local``, or ``ray``: one Ray task per run, on a cluster). Every
+task is a pure function of ``(spec, seed)``, so the numbers do not depend on where
+or in which order tasks run.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servecal.costmodels.errors import InputError
 from servecal.sched.experiment.goodput import ABOVE_CAP, MEASURED, Bracket, GoodputSearch
 from servecal.sched.experiment.run import STREAMS, RunProgress, run, summarize
 from servecal.sched.experiment.spec import RunSpec
@@ -98,6 +101,45 @@ def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | Non
     return ProcessPoolExecutor(max_workers=workers)
 
 
+#: Where a command's sweep can run (``--pool``): this machine, or a Ray cluster.
+POOLS = ("local", "ray")
+
+
+@contextmanager
+def open_pool(
+    kind: str = "local", address: str | None = None, jobs: int | None = None
+) -> Iterator[Executor | None]:
+    """The ``pool=`` for :func:`sweep`, by name; a bad choice is one :class:`InputError` line.
+
+    * ``local``: ``None`` (the sweep's own pool of ``jobs`` local processes).
+    * ``ray``: one Ray task per run (``num_cpus=1``), at most ``jobs`` at once
+      (default: as many as the cluster's CPUs take). ``address``: the cluster to
+      join (``auto``, ``host:6379``, ``ray://host:10001``); ``None`` starts a local
+      Ray sized to this machine (stopped on exit). Ray not installed: the line to
+      install it. Run folders must be on a filesystem every node sees.
+
+    On an exception (Ctrl-C included) the tasks still running are cancelled.
+    """
+    if kind not in POOLS:
+        raise InputError(f"--pool {kind!r}: choose {' or '.join(POOLS)}")
+    if kind == "local":
+        if address is not None:
+            raise InputError("--address is for --pool ray (a Ray cluster to join)")
+        yield None
+        return
+    from servecal.profiler.jobs import open_backend
+
+    with open_backend("ray", address) as backend:
+        pool = backend.pool(max_in_flight=jobs)
+        try:
+            yield pool
+        except BaseException:
+            # wait: Ray must not be shut down under the pool's dispatcher thread
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+
 def sweep(
     specs: Sequence[RunSpec],
     *,
@@ -129,11 +171,14 @@ def sweep(
     if len(folder_of) != len(specs):
         raise ValueError("folders must name one folder (or None) per spec")
     outcomes = [SpecOutcome(spec) for spec in specs]
+    # absolute: a worker elsewhere (a Ray node) does not start in this directory
+    roots = [None if f is None else Path(f).absolute() for f in folder_of]
     runs = [
-        (i, seed, Task(spec, seed, None if folder_of[i] is None else str(Path(folder_of[i]) / f"seed-{seed}")))  # noqa: E501
+        (i, seed, Task(spec, seed, None if roots[i] is None else str(roots[i] / f"seed-{seed}")))
         for i, spec in enumerate(specs)
         for seed in spec.seeds
-    ]  # fmt: skip
+    ]
+    folder_of_run = {(i, seed): task.folder for i, seed, task in runs}
     searches = {(i, seed): GoodputSearch(goodput) for i, seed, _ in runs} if goodput else {}
     summaries: dict[tuple[int, int], dict[str, Any]] = {}
     own = pool is None
@@ -160,6 +205,7 @@ def sweep(
                 summary = future.result()
                 done += 1
                 if rate is None:
+                    _check_written(folder_of_run[(i, seed)])
                     summaries[(i, seed)] = summary
                 else:
                     searches[(i, seed)].record(summary["attainment"])
@@ -175,6 +221,16 @@ def sweep(
     if own:
         pool.shutdown(wait=True)
     return [_outcome(o, i, summaries, searches) for i, o in enumerate(outcomes)]
+
+
+def _check_written(folder: str | None) -> None:
+    """A task ran elsewhere (a Ray node) and wrote its run folder where this machine
+    cannot see it: stop at the first one rather than lose them all."""
+    if folder is not None and not (Path(folder) / "run.json").is_file():
+        raise InputError(
+            f"run folder {folder} was written where this machine cannot see it: "
+            "the output folder must be on a filesystem every worker node shares"
+        )
 
 
 def _outcome(

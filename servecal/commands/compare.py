@@ -86,7 +86,21 @@ def compare_command(
     truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
     predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
-    jobs: int = typer.Option(None, min=1, help="Worker processes [default: all cores]."),
+    jobs: int = typer.Option(
+        None,
+        min=1,
+        help="Runs at once: worker processes, or Ray tasks with --pool ray "
+        "[default: all cores / the cluster's CPUs].",
+    ),
+    pool: str = typer.Option(
+        "local", "--pool", help="Where runs execute: local (this machine) or ray (a cluster)."
+    ),
+    address: str = typer.Option(
+        None,
+        "--address",
+        help="With --pool ray: the cluster to join (auto, host:6379, ray://host:10001) "
+        "[default: start a local Ray sized to this machine].",
+    ),
     slo_classes: str = typer.Option(
         None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
     ),
@@ -151,12 +165,13 @@ def compare_command(
         )
     folders = [out / s.workload / s.policy.label / _target_folder(s.tpot_slo_ms) for s in specs]
     total = None if max_goodput else sum(len(s.seeds) for s in specs)
-    with Bars(quiet=as_json) as bars:
+    with ex.open_pool(pool, address, jobs) as executor, Bars(quiet=as_json) as bars:
         outcomes = ex.sweep(
             specs,
             folders=folders,
             goodput=bracket,
             jobs=jobs,
+            pool=executor,
             on_progress=bars.sweep("compare", total),
         )
     rows = [row(o) for o in outcomes]

@@ -256,3 +256,22 @@ def test_a_profiler_style_design_is_a_full_grid() -> None:
     result = fit_cost_table(frame, {}, model="table", seed=4)
     # n_decode = 0 ignores ctx: the unmeasured ctx cells copy the ctx = 0 value
     assert result.table.predict(0, 64, 4000, 0) == result.table.predict(0, 64, 0, 0)
+
+
+def test_a_candidate_predicting_a_p99_of_zero_is_skipped_with_its_reason() -> None:
+    """Measured noisy samples where the table candidate's out-of-fold P99 is 0 ms at a
+    held-out point: no margin is a share of that, so auto skips it (and says where);
+    before, its NaN metrics made the fitted table unwritable."""
+    frame = pd.read_parquet(
+        Path(__file__).parents[1] / "data" / "costmodels" / "tiny_cpu_noisy.parquet"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no division by zero on the way
+        fitted = fit_cost_table(frame, {}, seed=1)
+    doc = json.loads(fitted.table.dumps())  # finite: strict JSON
+    table = next(c for c in doc["model"]["selection"]["candidates"] if c["name"] == "table")
+    assert table["skipped"].startswith("failed: table predicts a P99 of 0 ms at held-out point")
+    assert "'n_decode': 0" in table["skipped"]
+    assert doc["model"]["kind"] != "table"
+    with pytest.raises(ValueError, match="table predicts a P99 of 0 ms"):
+        fit_cost_table(frame, {}, model="table", seed=1)
