@@ -186,8 +186,9 @@ def fitted_predictor(truth: Any, name: str = "fitted") -> CostTable:
         raise InputError(f"--predictor {name}: expected one of {', '.join(VARIANTS)}")
     if not (hasattr(truth, "describe") and hasattr(truth, "draw")):
         raise InputError(
-            f"--predictor {name}: this truth cannot draw calibration samples; "
-            "use --truth device[:...] or give a cost table JSON"
+            f"--predictor {name} (the default) fits a table on new samples of the truth, "
+            "and this truth cannot draw any: use --truth device[:...], or give --predictor "
+            "TABLE.json (or oracle)"
         )
     key = fit_key(truth)
     table = _matching(SHIPPED_PATH, key)

@@ -145,6 +145,14 @@ class RunSpec:
         """The SLOs a request must meet to be good in this setting."""
         return ("ttft",) if self.setting == "prefill" else ("ttft", "tpot")
 
+    @property
+    def models(self) -> str:
+        """``truth device · predictor fitted``: the pair a run was simulated and planned on,
+        as every printed table and report names it."""
+        from servecal.sched.experiment.models import models_label
+
+        return models_label(None if self.backend == TORCH else self.truth, self.predictor)
+
     def at_rate(self, rate: float) -> RunSpec:
         """The same run at another offered load (a max-goodput probe)."""
         return replace(self, rate=rate)

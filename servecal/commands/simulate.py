@@ -63,8 +63,8 @@ def simulate_command(
     ),
     seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
-    truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
-    predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
+    truth: str = typer.Option(None, help=TRUTH_HELP),
+    predictor: str = typer.Option(None, help=PREDICTOR_HELP),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
@@ -195,7 +195,7 @@ def _print(spec, result: dict, seeds: int) -> None:  # noqa: ANN001 - a RunSpec
         rows.append([key, goodput_text(result) if key == "max_goodput" else fmt(value)])
     title = (
         f"{spec.policy.label} ({spec.backend}) · {spec.workload} · {spec.setting}{target} · "
-        f"{rate} · {seeds} seeds (good = meets {good})"
+        f"{rate} · {seeds} seeds (good = meets {good}) · {spec.models}"
     )
     print_table(title, ["metric", "mean over seeds"], rows)
 
