@@ -98,6 +98,9 @@ def compare_command(
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
     ),
+    rate_tol: float = typer.Option(
+        0.02, "--rate-tol", help="With --max-goodput: stop when the gap is below this share."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
@@ -114,9 +117,9 @@ def compare_command(
     names_w, names_p = split_list(workloads), split_list(policies)
     if not names_w or not names_p:
         raise InputError("need at least one workload and one policy")
-    if rate_range is not None and not max_goodput:
-        raise InputError("--rate-range applies with --max-goodput")
-    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
+    if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
+        raise InputError("--rate-range/--rate-tol apply with --max-goodput")
+    bracket = ex.Bracket.parse(rate_range or "1:200", rate_tol) if max_goodput else None
     try:
         targets: list[float | None] = [float(x) for x in split_list(tpot_slo)]
     except ValueError:
@@ -164,7 +167,12 @@ def compare_command(
     write_summary(
         out / "compare.json",
         specs,
-        {"rate_range": rate_range if max_goodput else None, "rows": rows, "ratios": ratio_rows},
+        {
+            "rate_range": rate_range if max_goodput else None,
+            "rate_tol": rate_tol if max_goodput else None,
+            "rows": rows,
+            "ratios": ratio_rows,
+        },
     )
     if as_json:
         typer.echo(json.dumps(rows, default=float))

@@ -71,6 +71,9 @@ def simulate_command(
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
     ),
+    rate_tol: float = typer.Option(
+        0.02, "--rate-tol", help="With --max-goodput: stop when the gap is below this share."
+    ),
     backend: str = typer.Option(
         None, help="engine|operator-driver|torch [default: the policy's, for the setting]."
     ),
@@ -107,9 +110,9 @@ def simulate_command(
     from servecal.sched.policies.registry import PolicySpec
     from servecal.sched.runfolder import write_json
 
-    if rate_range is not None and not max_goodput:
-        raise InputError("--rate-range applies with --max-goodput")
-    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
+    if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
+        raise InputError("--rate-range/--rate-tol apply with --max-goodput")
+    bracket = ex.Bracket.parse(rate_range or "1:200", rate_tol) if max_goodput else None
     policy_spec = PolicySpec.parse(policy, split_assignments(opt))
     chosen = ex.choose_backend(policy_spec, setting, backend)
     torch = None
