@@ -159,9 +159,11 @@ class RunSpec:
 
     def describe(self) -> dict[str, Any]:
         """Plain JSON for ``run.json``: every field; the policy by name, with all its
-        option values in ``policy_options``."""
+        option values in ``policy_options`` and the label rows use (``policy_label``:
+        the name and the options given, e.g. ``sloweave[multi_prefill=True]``)."""
         doc = asdict(self)
         doc["policy"] = self.policy.name
+        doc["policy_label"] = self.policy.label  # name + the options given, as rows say
         doc["policy_options"] = self.policy.resolve().describe()
         doc["seeds"] = list(self.seeds)
         return doc

@@ -102,7 +102,7 @@ def sweep(
     specs: Sequence[RunSpec],
     *,
     folders: Sequence[str | Path | None] | None = None,
-    goodput: Bracket | None = None,
+    goodput: Bracket | Sequence[Bracket | None] | None = None,
     jobs: int | None = None,
     pool: Executor | None = None,
     on_progress: Callable[[SweepProgress], None] | None = None,
@@ -112,7 +112,8 @@ def sweep(
 
     * ``folders[i]``: spec ``i``'s run folders go to ``<folders[i]>/seed-<k>/``
       (``None``: not written). Probes of a max-goodput search are never written.
-    * ``goodput``: also search each (spec, seed)'s max goodput from this bracket;
+    * ``goodput``: also search each (spec, seed)'s max goodput from this bracket (or
+      from ``goodput[i]`` for spec ``i``: one bracket per spec, ``None`` = no search);
       the mean over seeds is ``max_goodput`` (``max_goodput_std``,
       ``max_goodput_per_seed``, ``max_goodput_bound``: ``measured`` or
       ``above_cap``/``below_floor`` when any seed hit a limit), and
@@ -137,7 +138,8 @@ def sweep(
         for i, spec in enumerate(specs)
         for seed in spec.seeds
     ]  # fmt: skip
-    searches = {(i, seed): GoodputSearch(goodput) for i, seed, _ in runs} if goodput else {}
+    brackets = _brackets(goodput, len(specs))
+    searches = {(i, seed): GoodputSearch(brackets[i]) for i, seed, _ in runs if brackets[i]}
     probes: dict[tuple[int, int], list[dict[str, Any]]] = {key: [] for key in searches}
     summaries: dict[tuple[int, int], dict[str, Any]] = {}
     own = pool is None
@@ -145,6 +147,7 @@ def sweep(
     pending: dict[Future, tuple[int, int, float | None]] = {}
     done = 0
     total = None if searches else len(runs)
+    searched = {i for i, _ in searches}
 
     def submit_probe(i: int, seed: int) -> None:
         rate = searches[(i, seed)].next_rate()
@@ -179,14 +182,25 @@ def sweep(
         raise
     if own:
         pool.shutdown(wait=True)
-    done_outcomes = [_outcome(o, i, summaries, searches, probes) for i, o in enumerate(outcomes)]
-    if goodput is not None:
-        for i, seed, task in runs:
-            if task.folder is not None:
-                add_search(
-                    task.folder, search_record(goodput, searches[(i, seed)], probes[(i, seed)])
-                )
+    done_outcomes = [
+        _outcome(o, i, summaries, searches if i in searched else {}, probes)
+        for i, o in enumerate(outcomes)
+    ]
+    for i, seed, task in runs:
+        if task.folder is not None and i in searched:
+            record = search_record(brackets[i], searches[(i, seed)], probes[(i, seed)])  # type: ignore[arg-type]
+            add_search(task.folder, record)
     return done_outcomes
+
+
+def _brackets(goodput: Bracket | Sequence[Bracket | None] | None, n: int) -> list[Bracket | None]:
+    """One bracket (or ``None``) per spec."""
+    if goodput is None or isinstance(goodput, Bracket):
+        return [goodput] * n
+    brackets = list(goodput)
+    if len(brackets) != n:
+        raise ValueError("goodput must be one Bracket, or one (or None) per spec")
+    return brackets
 
 
 #: What a max-goodput probe keeps of its run's summary (the curve a report draws).
@@ -216,9 +230,10 @@ def search_record(
 
 
 def add_search(folder: str | Path, record: dict[str, Any]) -> None:
-    """Add a search to the run folder of the same (spec, seed): ``summary.max_goodput``
-    and ``max_goodput_bound``, and the whole search under ``goodput_search`` (a run
-    folder another machine wrote where this one cannot read it is left alone)."""
+    """Add a search to the run folder of the same (spec, seed): the whole search under
+    ``goodput_search`` and ``summary.max_goodput`` (null unless measured: a bound is
+    never a summary's number); a run folder another machine wrote where this one
+    cannot read it is left alone."""
     import json
 
     from servecal.sched.runfolder import write_json
@@ -227,9 +242,8 @@ def add_search(folder: str | Path, record: dict[str, Any]) -> None:
     if not path.is_file():
         return
     doc = json.loads(path.read_text())
-    doc.setdefault("summary", {}).update(
-        max_goodput=record["max_goodput"], max_goodput_bound=record["bound"]
-    )
+    measured = record["bound"] == MEASURED
+    doc.setdefault("summary", {})["max_goodput"] = record["max_goodput"] if measured else None
     doc["goodput_search"] = record
     write_json(path, doc)
 

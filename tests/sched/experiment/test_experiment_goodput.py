@@ -81,6 +81,7 @@ def test_a_sweep_keeps_every_probe_and_writes_the_search_into_the_run_folder(tmp
     search = doc["goodput_search"]
     assert search["probes"] == probes and search["bracket"]["cap"] == 1280.0
     assert doc["summary"]["max_goodput"] == search["max_goodput"] == outcome.mean["max_goodput"]
+    assert "max_goodput_bound" not in doc["summary"]  # summaries hold numbers only
     good = [p["rate"] for p in probes if p["attainment"] >= 0.9]
     bad = [p["rate"] for p in probes if p["attainment"] < 0.9]
     assert search["bound"] == MEASURED and max(good) == search["max_goodput"] < min(bad)
