@@ -81,7 +81,8 @@ class RunData:
 
     @property
     def policy(self) -> str:
-        return str(_first(self.config, "policy", "policy_name", default="?"))
+        """The policy's label (name and the options given), as compare's rows name it."""
+        return str(_first(self.config, "policy_label", "policy", "policy_name", default="?"))
 
     @property
     def workload(self) -> str:
@@ -97,6 +98,30 @@ class RunData:
     @property
     def seed(self) -> int:
         return int(_first(self.config, "seed", default=0))
+
+    @property
+    def truth(self) -> str | None:
+        """The simulated truth the run drew its iteration times from (as named)."""
+        value = self.config.get("truth")
+        return None if value is None else str(value)
+
+    @property
+    def predictor(self) -> str | None:
+        """The predictor the policy planned with (as named)."""
+        value = self.config.get("predictor")
+        return None if value is None else str(value)
+
+    @property
+    def rate(self) -> float:
+        """Offered load (req/s); NaN for a trace at its own times or when unrecorded."""
+        value = self.config.get("rate")
+        return math.nan if value is None else float(value)
+
+    @property
+    def search(self) -> dict[str, Any] | None:
+        """The max-goodput search of this (spec, seed), when one ran (``goodput_search``)."""
+        value = self.meta.get("goodput_search")
+        return value if isinstance(value, dict) else None
 
     @property
     def has_drift(self) -> bool:

@@ -9,8 +9,10 @@ from pathlib import Path
 
 from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.folders import make_folder
+from servecal.reports.answer import answer_section
 from servecal.reports.blocks import Section, Text
 from servecal.reports.calibration import calibration_section
+from servecal.reports.calibration_value import calibration_value_section
 from servecal.reports.drift import drift_section
 from servecal.reports.energy import energy_section
 from servecal.reports.fleet import fleet_section
@@ -52,16 +54,22 @@ def _device_and_model(inputs: ReportInputs) -> tuple[str, str]:
 
 
 def sections(inputs: ReportInputs, preface: Sequence[str] = ()) -> list[Section]:
-    """All report sections, in reading order (a preface section first when given)."""
+    """All report sections, in reading order: the short answer first (when there are
+    runs), then a preface section when given, and the detail."""
     device, model = _device_and_model(inputs)
     out = []
+    answer = answer_section(inputs.runs)
+    if answer is not None:
+        out.append(answer)
     if preface:
         out.append(Section("setup", "Setup", tuple(Text(p) for p in preface)))
     if inputs.fleets:
         out.append(fleet_section(inputs.fleets))
+    out += [calibration_section(inputs.calibrations), scheduling_section(inputs.runs)]
+    value = calibration_value_section(inputs.runs)
+    if value is not None:
+        out.append(value)
     out += [
-        calibration_section(inputs.calibrations),
-        scheduling_section(inputs.runs),
         energy_section(inputs.runs, device=device, model=model, sample_meter=_sample_meter(inputs)),
         drift_section(inputs.runs),
     ]

@@ -1,4 +1,5 @@
-"""Scheduling section: the SPEC §1 table per TPOT target, ratios, distributions, timelines.
+"""Scheduling section: attainment against rate, the SPEC §1 table per TPOT target, ratios
+(by max goodput when searched), distributions, timelines.
 
 Numbers are means over seeds (± their standard deviation) of each run's summary;
 distribution plots pool the per-request figures of all seeds of a cell.
@@ -15,13 +16,17 @@ from servecal.reports import figures as F
 from servecal.reports.aggregate import (
     Cell,
     best_static,
+    best_static_searched,
     cells,
     is_baseline,
+    policy_order,
+    setups,
     targets,
     workload_order,
     workloads,
 )
 from servecal.reports.blocks import Figure, Section, Table, Text, fmt, pct
+from servecal.reports.goodput_curves import attainment_figure
 from servecal.reports.loading import RunData
 
 MAX_TIMELINE_POINTS = 4000
@@ -45,13 +50,40 @@ def _pm(cell: Cell, key: str, scale: float = 1.0, percent: bool = False) -> str:
 
 
 def _ratio(cell: Cell, cs: Sequence[Cell]) -> str:
-    best = best_static(cs, cell.tpot_slo_ms, cell.workload)
+    best = best_static(cs, cell.tpot_slo_ms, cell.workload, of=cell)
     if best is None or best.get("goodput") <= 0:
         return "—"
     return f"{cell.get('goodput') / best.get('goodput'):.2f}×"
 
 
-def _target_table(cs: Sequence[Cell], tpot: float) -> Table:
+def max_goodput_text(cell: Cell) -> str:
+    """The searched maximum as a cell: ``58.4 ± 0.3``, ``> CAP``, ``< floor`` or ``—``."""
+    if not cell.searched:
+        return "—"
+    bound = cell.max_goodput_bound
+    if bound == "above_cap":
+        cap = max(float(s["max_goodput"]) for s in cell.searches)
+        return f"> {fmt(cap)}"
+    if bound == "below_floor":
+        return "< floor"
+    values = [float(s["max_goodput"]) for s in cell.searches]
+    sd = float(np.std(values, ddof=1)) if len(values) > 1 else 0.0
+    return fmt(cell.max_goodput) + (f" ± {fmt(sd, 2)}" if sd > 0 else "")
+
+
+def _searched_ratio(cell: Cell, cs: Sequence[Cell]) -> str:
+    best = best_static_searched(cs, cell)
+    if best is None or not cell.searched or best.max_goodput <= 0:
+        return "—"
+    bounds = (cell.max_goodput_bound, best.max_goodput_bound)
+    if "above_cap" in bounds or "below_floor" in bounds:
+        return "bound"
+    return f"{cell.max_goodput / best.max_goodput:.3f}×"
+
+
+def _target_table(cs: Sequence[Cell], tpot: float, setup: str, several: bool) -> Table:
+    here = [c for c in cs if c.tpot_slo_ms == tpot and c.setup == setup]
+    searched = any(c.searched for c in here)
     rows = tuple(
         (
             c.workload,
@@ -62,55 +94,61 @@ def _target_table(cs: Sequence[Cell], tpot: float) -> Table:
             _pm(c, "p99_tpot_ms"),
             _ratio(c, cs),
             str(len(c.runs)),
+            "trace" if math.isnan(c.rate) else fmt(c.rate),
+            *((max_goodput_text(c), _searched_ratio(c, cs)) if searched else ()),
         )
-        for c in cs
-        if c.tpot_slo_ms == tpot
+        for c in here
     )
+    columns = ("workload", "policy", "goodput (req/s)", "SLO attainment", "P99 TTFT (ms)",
+               "P99 TPOT (ms)", "goodput / best static", "seeds",
+               "offered rate (req/s)")  # fmt: skip
+    if searched:
+        columns += ("max goodput (req/s)", "max goodput / best static")
     return Table(
-        f"TPOT target {fmt(tpot)} ms",
-        (
-            "workload",
-            "policy",
-            "goodput (req/s)",
-            "SLO attainment",
-            "P99 TTFT (ms)",
-            "P99 TPOT (ms)",
-            "goodput / best static",
-            "seeds",
-        ),
+        f"TPOT target {fmt(tpot)} ms" + (f" · {setup}" if several else ""),
+        columns,
         rows,
-        "Goodput counts requests meeting both TTFT and TPOT SLOs per second of run; TPOT is "
-        "each request's own P99 inter-token gap, aggregated over requests (SPEC §Words). "
-        "Mean ± standard deviation over seeds.",
+        "Goodput counts requests meeting both TTFT and TPOT SLOs per second of run, at the "
+        "offered rate; TPOT is each request's own P99 inter-token gap, aggregated over "
+        "requests (SPEC §Words). Max goodput: the highest rate with ≥ 90% of requests "
+        "within SLO, searched per seed. Mean ± standard deviation over seeds. "
+        f"Setup: {setup}.",
     )
 
 
 def _ratio_table(cs: Sequence[Cell]) -> Table | None:
-    adaptive = sorted({c.policy for c in cs if not is_baseline(c.policy)})
+    """Each adaptive policy beside the best static policy of its cell, named: by max
+    goodput where the cells were searched, else by goodput at the offered rate."""
     rows = []
-    for policy in adaptive:
-        for tpot in targets(cs):
-            for w in workloads(cs):
-                cell = next(
-                    (c for c in cs if (c.tpot_slo_ms, c.workload, c.policy) == (tpot, w, policy)),
-                    None,
-                )
-                best = best_static(cs, tpot, w)
-                if cell is None or best is None:
-                    continue
-                rows.append(
-                    (policy, fmt(tpot), w, best.policy, fmt(best.get("goodput")),
-                     fmt(cell.get("goodput")), _ratio(cell, cs))
-                )  # fmt: skip
+    searched_any = False
+    for cell in sorted(cs, key=lambda c: (policy_order(c.policy), c.tpot_slo_ms, c.setup,
+                                          workload_order(c.workload))):  # fmt: skip
+        if is_baseline(cell.policy):
+            continue
+        best_mg = best_static_searched(cs, cell) if cell.searched else None
+        if best_mg is not None:
+            searched_any = True
+            rows.append((cell.policy, fmt(cell.tpot_slo_ms), cell.workload, best_mg.policy,
+                         max_goodput_text(best_mg), max_goodput_text(cell),
+                         _searched_ratio(cell, cs), "max goodput", cell.setup))  # fmt: skip
+            continue
+        best = best_static(cs, cell.tpot_slo_ms, cell.workload, of=cell)
+        if best is None:
+            continue
+        rows.append((cell.policy, fmt(cell.tpot_slo_ms), cell.workload, best.policy,
+                     fmt(best.get("goodput")), fmt(cell.get("goodput")), _ratio(cell, cs),
+                     f"goodput at {fmt(cell.rate)} req/s", cell.setup))  # fmt: skip
     if not rows:
         return None
     return Table(
         "Ratio to the best static policy",
-        ("policy", "TPOT target (ms)", "workload", "best static", "its goodput (req/s)",
-         "goodput (req/s)", "ratio"),
+        ("policy", "TPOT target (ms)", "workload", "best static", "its value (req/s)",
+         "value (req/s)", "ratio", "measure", "setup"),
         tuple(rows),
         "Best static = the fixed-chunk, token-budget or full-prefill policy with the highest "
-        "mean goodput at that target and workload.",
+        "mean value at that target, workload and setup. The measure is max goodput (the "
+        "highest rate with ≥ 90% within SLO) where the runs carry a search"
+        + (", else" if searched_any else ";") + " goodput at the offered rate.",
     )  # fmt: skip
 
 
@@ -226,8 +264,14 @@ def scheduling_section(runs: Sequence[RunData]) -> Section:
         return Section("scheduling", "Scheduling", (Text("No run folder was given."),))
     cs = cells(runs)
     blocks: list = []
+    curves = attainment_figure(cs)
+    if curves is not None:
+        blocks.append(curves)
+    several = len(setups(cs)) > 1
     for tpot in targets(cs):
-        blocks.append(_target_table(cs, tpot))
+        for setup in setups(cs):
+            if any(c.tpot_slo_ms == tpot and c.setup == setup for c in cs):
+                blocks.append(_target_table(cs, tpot, setup, several))
     ratio = _ratio_table(cs)
     if ratio is not None:
         blocks.append(ratio)

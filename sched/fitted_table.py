@@ -40,11 +40,12 @@ from servecal.costmodels.errors import InputError
 from servecal.costmodels.table import CostTable
 
 #: The profiler's GPU grid (profiler/design.py), extended to what schedulers visit:
-#: overloaded decode batches (512), full prefills of 8k prompts, 16k contexts/prefixes
+#: overloaded decode batches (512), full prefills of 16k prompts and prefill batches (the
+#: operator driver batches multislo prompts of up to 16k tokens), 16k contexts/prefixes
 #: (multislo), and ctx 0 (prefill-only iterations) so those are not counted as clamped.
 FIT_GRID: dict[str, tuple[int, ...]] = {
     "n_decode": (0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
-    "chunk": (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192),
+    "chunk": (0, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384),
     "ctx": (0, 128, 512, 1024, 2048, 4096, 8192, 16384),
     "prefix": (0, 1024, 4096, 8192, 16384),
 }
@@ -186,8 +187,9 @@ def fitted_predictor(truth: Any, name: str = "fitted") -> CostTable:
         raise InputError(f"--predictor {name}: expected one of {', '.join(VARIANTS)}")
     if not (hasattr(truth, "describe") and hasattr(truth, "draw")):
         raise InputError(
-            f"--predictor {name}: this truth cannot draw calibration samples; "
-            "use --truth device[:...] or give a cost table JSON"
+            f"--predictor {name} (the default) fits a table on new samples of the truth, "
+            "and this truth cannot draw any: use --truth device[:...], or give --predictor "
+            "TABLE.json (or oracle)"
         )
     key = fit_key(truth)
     table = _matching(SHIPPED_PATH, key)

@@ -50,21 +50,37 @@ class _Draws:
 @dataclass(frozen=True)
 class Drift:
     """From ``at_ms`` on, iterations with ``n_decode`` in ``n_range`` and ``chunk`` in
-    ``c_range`` (inclusive; ``None``: any) take ``factor`` × as long."""
+    ``c_range`` (inclusive; ``None``: any) take ``factor`` × as long.
+
+    ``at_share`` (instead of a time): from that share of the run's arrival span on
+    (``30%``: from 30% of the time between 0 and the last arrival), so that a drift
+    starts at the same point of a run whatever its rate (a max-goodput search);
+    :meth:`resolved` turns it into ``at_ms`` once the requests are known.
+    """
 
     at_ms: float
     factor: float
     n_range: tuple[int, int] | None = None
     c_range: tuple[int, int] | None = None
+    at_share: float | None = None
 
     def __post_init__(self) -> None:
         if not 0 <= self.at_ms < math.inf:
             raise ValueError("Drift.at_ms must be finite and >= 0")
+        if self.at_share is not None and not 0 <= self.at_share <= 1:
+            raise ValueError("Drift.at_share must be in [0, 1] (a share of the run)")
         if not 0 < self.factor < math.inf:
             raise ValueError("Drift.factor must be finite and > 0")
         for r in (self.n_range, self.c_range):
             if r is not None and not 0 <= r[0] <= r[1]:
                 raise ValueError(f"Drift range {r} must satisfy 0 <= lo <= hi")
+
+    def resolved(self, span_ms: float) -> Drift:
+        """This drift with ``at_share`` turned into ``at_ms`` for a run whose last
+        request arrives at ``span_ms`` (unchanged when it is given as a time)."""
+        if self.at_share is None:
+            return self
+        return Drift(self.at_share * span_ms, self.factor, self.n_range, self.c_range)
 
     def applies(self, n_decode: int, chunk: int, now_ms: float) -> bool:
         if now_ms < self.at_ms:
@@ -267,16 +283,22 @@ class _SampledExecutor:
 
 
 def parse_drift(spec: str) -> Drift:
-    """``AT:FACTOR[:REGION]``, e.g. ``60s:1.10`` or ``500ms:1.3:n=0-64,c=512-4096``.
+    """``AT:FACTOR[:REGION]``, e.g. ``60s:1.10``, ``30%:1.15`` or
+    ``500ms:1.3:n=0-64,c=512-4096``.
 
-    ``AT`` is seconds (``60``, ``60s``) or milliseconds (``500ms``).
+    ``AT`` is seconds (``60``, ``60s``), milliseconds (``500ms``) or a share of the
+    run's arrival span (``30%``, :attr:`Drift.at_share`).
     """
     parts = spec.split(":")
     if len(parts) not in (2, 3):
         raise InputError(f"--drift {spec!r}: expected AT:FACTOR[:REGION], e.g. 60s:1.10")
     at, factor = parts[0].strip().lower(), parts[1].strip()
     try:
-        at_ms = float(at[:-2]) if at.endswith("ms") else float(at.rstrip("s")) * 1000.0
+        share = float(at[:-1]) / 100.0 if at.endswith("%") else None
+        if share is not None:
+            at_ms = 0.0
+        else:
+            at_ms = float(at[:-2]) if at.endswith("ms") else float(at.rstrip("s")) * 1000.0
         fac = float(factor)
         ranges: dict[str, tuple[int, int]] = {}
         if len(parts) == 3:
@@ -286,10 +308,11 @@ def parse_drift(spec: str) -> Drift:
                 if axis.strip() not in ("n", "c") or not hi:
                     raise ValueError(item)
                 ranges[axis.strip()] = (int(lo), int(hi))
-        return Drift(at_ms, fac, ranges.get("n"), ranges.get("c"))
+        return Drift(at_ms, fac, ranges.get("n"), ranges.get("c"), at_share=share)
     except ValueError as exc:
         raise InputError(
-            f"--drift {spec!r}: {exc}; expected AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"
+            f"--drift {spec!r}: {exc}; expected AT:FACTOR[:n=LO-HI,c=LO-HI] with AT in s, "
+            "ms or % of the run, e.g. 60s:1.10 or 30%:1.15"
         ) from None
 
 

@@ -7,12 +7,16 @@ backend measures instead of simulating (no truth, no drift), and so on.
 
 from __future__ import annotations
 
+import warnings
+
 from servecal.costmodels.errors import InputError
 from servecal.sched.experiment.models import (
     DEFAULT_TRUTH,
+    OracleWarning,
     compare_provenance,
     load_predictor,
     load_truth,
+    oracle_notice,
 )
 from servecal.sched.experiment.spec import TORCH, RunSpec, needs_tpot_target
 from servecal.sched.policies.registry import DRIVER, ENGINE
@@ -24,7 +28,8 @@ def _fail(message: str) -> InputError:
 
 def check(spec: RunSpec, searching: bool = False) -> None:
     """Raise :class:`InputError` if ``spec`` cannot run (``searching``: a max-goodput
-    search will probe it at other rates)."""
+    search will probe it at other rates). A spec that plans on the oracle runs, with an
+    :class:`OracleWarning` (one ``warning:`` line on the command line)."""
     from servecal.sched.workloads import parse_workload
 
     parse_workload(spec.workload)
@@ -66,3 +71,6 @@ def check(spec: RunSpec, searching: bool = False) -> None:
     load_truth(spec.truth)
     load_predictor(spec.predictor, spec.truth)
     compare_provenance(spec.predictor, spec.truth)
+    notice = oracle_notice(spec.predictor)
+    if notice is not None:
+        warnings.warn(notice, OracleWarning, stacklevel=2)

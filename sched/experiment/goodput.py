@@ -61,14 +61,18 @@ class Bracket:
         return floor, cap
 
     @classmethod
-    def parse(cls, text: str) -> Bracket:
-        """``--rate-range LO:HI[:CAP]`` in req/s; a bad one is one :class:`InputError` line."""
+    def parse(cls, text: str, rel_tol: float = 0.02) -> Bracket:
+        """``--rate-range LO:HI[:CAP]`` in req/s (``rel_tol``: ``--rate-tol``); a bad one
+        is one :class:`InputError` line."""
+        if not 0 < rel_tol < 1:
+            raise InputError(f"--rate-tol {rel_tol:g}: expected a share in (0, 1), e.g. 0.01")
         parts = text.split(":")
         try:
             if len(parts) not in (2, 3):
                 raise ValueError(text)
             values = [float(p) for p in parts]
-            return cls(values[0], values[1], values[2] if len(parts) == 3 else None)
+            cap = values[2] if len(parts) == 3 else None
+            return cls(values[0], values[1], cap, rel_tol=rel_tol)
         except ValueError:
             raise InputError(
                 f"--rate-range {text!r}: expected LO:HI[:CAP] in req/s with "

@@ -14,11 +14,37 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.costmodels.errors import InputError, NoticeWarning
 
-#: What ``--truth`` and ``--predictor`` default to.
-DEFAULT_TRUTH = "analytic"
-DEFAULT_PREDICTOR = "oracle"
+#: What ``--truth`` and ``--predictor`` default to: a truth with a device's noise and
+#: structure, planned against by a table fitted on its samples (docs/truth.md). The
+#: predictor never knows the truth exactly; ``oracle`` (it does) is there by name.
+DEFAULT_TRUTH = "device"
+DEFAULT_PREDICTOR = "fitted"
+#: The predictor that is the truth's own formula (a run on it grades itself).
+ORACLE = "oracle"
+
+
+class OracleWarning(NoticeWarning):
+    """A run plans with the truth's own formula: its scheduling figures are an upper
+    bound on what a calibrated table gives, and its online errors are zero by design."""
+
+
+def oracle_notice(predictor_spec: str) -> str | None:
+    """The one-line warning for a run planned on the oracle, else ``None``."""
+    if predictor_spec.partition(":")[0] != ORACLE:
+        return None
+    return (
+        "the predictor is the oracle (the truth's own formula): the scheduler plans with "
+        f"what it is graded against; studies use the default --predictor {DEFAULT_PREDICTOR}"
+    )
+
+
+def models_label(truth_spec: str | None, predictor_spec: str) -> str:
+    """``truth device · predictor fitted``: what every printed table says it ran on
+    (``truth_spec`` ``None``: measured, not simulated)."""
+    truth = "measured (no simulated truth)" if truth_spec is None else truth_spec
+    return f"truth {truth} · predictor {predictor_spec}"
 
 
 @dataclass(frozen=True)
@@ -40,7 +66,7 @@ TRUTHS: dict[str, Named] = {
 
 #: ``--predictor`` names: what the policy plans with. A bare path is ``table:PATH``.
 PREDICTORS: dict[str, Named] = {
-    "oracle": Named("servecal.sched.experiment.models:oracle", "oracle", "an analytic truth's own formula and noise"),  # noqa: E501
+    "oracle": Named("servecal.sched.experiment.models:oracle", "oracle", "the truth's own formula and noise (device, analytic, fit): a reference, never the default"),  # noqa: E501
     "table": Named("servecal.sched.experiment.models:cost_table", "table:PATH (or PATH)", "a cost table JSON (servecal fit / calibrate)"),  # noqa: E501
     "fitted": Named("servecal.sched.fitted_table:fitted", "fitted", "a cost table fitted on samples of the run's truth (other seeds), margin set on off-grid probes"),  # noqa: E501
     "fitted-grid": Named("servecal.sched.fitted_table:fitted_grid", "fitted-grid", "the same table with the margin fit sets on grid points only"),  # noqa: E501
@@ -87,13 +113,13 @@ def load_predictor(spec: str, truth_spec: str) -> Any:
 
 
 def oracle(arg: str, truth: Any) -> Any:
-    """``oracle``: the analytic truth's own formula and noise (not its spikes)."""
+    """``oracle``: the truth's own formula and noise (not its spikes or stalls)."""
     if arg:
         raise InputError(f"--predictor oracle:{arg}: oracle takes no argument")
     if not callable(getattr(truth, "oracle", None)):
         raise InputError(
-            "--predictor oracle needs an analytic truth (--truth analytic or fit:PATH); "
-            "give a cost table JSON"
+            "--predictor oracle needs a truth with a formula (--truth device, analytic or "
+            "fit:PATH); give a cost table JSON"
         )
     return truth.oracle()
 

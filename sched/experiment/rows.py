@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from servecal.sched.experiment.goodput import ABOVE_CAP
 from servecal.sched.experiment.sweep import SpecOutcome
 from servecal.sched.policies.registry import is_baseline
 
@@ -23,6 +24,7 @@ ROW_KEYS = (
     "rate",
     "goodput",
     "attainment",
+    "tpot_attainment",
     "p99_ttft_ms",
     "p99_tpot_ms",
     "recomputes",
@@ -33,7 +35,13 @@ SPREAD_KEYS = ("goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms")
 #: Counters a row carries when the backend reports them (the operator driver).
 COUNTER_KEYS = ("wakeups", "parked_batches", "p99_blocking_ms", "max_operator_ms")
 #: Max-goodput keys a row carries when a search ran.
-GOODPUT_KEYS = ("max_goodput", "max_goodput_std", "max_goodput_per_seed", "max_goodput_bound")
+GOODPUT_KEYS = (
+    "max_goodput",
+    "max_goodput_std",
+    "max_goodput_per_seed",
+    "max_goodput_bound",
+    "max_goodput_probes",
+)
 
 
 def row(outcome: SpecOutcome) -> dict[str, Any]:
@@ -46,6 +54,8 @@ def row(outcome: SpecOutcome) -> dict[str, Any]:
         "setting": spec.setting,
         "tpot_slo": spec.tpot_slo_ms,
         "rate": spec.rate,
+        "truth": spec.truth,
+        "predictor": spec.predictor,
     }
     for key in ROW_KEYS[6:]:
         out[key] = mean.get(key)
@@ -58,7 +68,16 @@ def row(outcome: SpecOutcome) -> dict[str, Any]:
 
 def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per (setting, TPOT target, workload): each policy that is not a static baseline,
-    its max goodput (when searched, else goodput) over the best baseline's."""
+    its max goodput (when searched, else goodput) over the best baseline's.
+
+    The best baseline is the one with the highest value in that cell (named in
+    ``best_baseline``). A value that is a bound, not a measurement (a search still
+    meeting its target at the cap), makes the ratio one too: ``ratio_bound`` is
+    ``at_least`` (the policy is above the cap), ``at_most`` (the baseline is) or
+    ``unknown`` (both; ``ratio`` is then ``None``); ``None`` when both were measured.
+    ``ratio_per_seed``: the same ratio seed by seed (common random numbers: every
+    policy of a seed saw the same requests), when searched.
+    """
     metric = "max_goodput" if any("max_goodput" in r for r in rows) else "goodput"
     cells: dict[tuple[Any, ...], list[dict[str, Any]]] = {}
     for r in rows:
@@ -74,6 +93,8 @@ def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
             if r in baselines:
                 continue
             value = r.get(metric)
+            bound = _ratio_bound(r, best) if metric == "max_goodput" else None
+            ratio = (value / base) if base > 0 and value is not None else None
             out.append(
                 {
                     "setting": setting,
@@ -84,10 +105,35 @@ def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
                     "value": value,
                     "best_baseline": best["policy"],
                     "best_baseline_value": base,
-                    "ratio": (value / base) if base > 0 and value is not None else None,
+                    "ratio": None if bound == "unknown" else ratio,
+                    "ratio_bound": bound,
+                    "ratio_per_seed": _per_seed(r, best) if metric == "max_goodput" else None,
                 }
             )
     return out
+
+
+def _ratio_bound(policy: dict[str, Any], best: dict[str, Any]) -> str | None:
+    above = (
+        policy.get("max_goodput_bound") == ABOVE_CAP,
+        best.get("max_goodput_bound") == ABOVE_CAP,
+    )
+    return {(True, True): "unknown", (True, False): "at_least", (False, True): "at_most"}.get(above)
+
+
+def _per_seed(policy: dict[str, Any], best: dict[str, Any]) -> list[float | None] | None:
+    mine, theirs = policy.get("max_goodput_per_seed"), best.get("max_goodput_per_seed")
+    if not mine or not theirs or len(mine) != len(theirs):
+        return None
+    return [a / b if b else None for a, b in zip(mine, theirs, strict=True)]
+
+
+def ratio_text(r: dict[str, Any]) -> str:
+    """A ratio row's ratio as text: ``1.05x``, ``>= 1.05x``, ``<= 0.9x`` or ``-``."""
+    if r.get("ratio") is None:
+        return "-"
+    prefix = {"at_least": ">= ", "at_most": "<= "}.get(r.get("ratio_bound") or "", "")
+    return f"{prefix}{r['ratio']:.3f}x"
 
 
 def write_summary(path: str | Path, specs: Sequence[Any], doc: dict[str, Any]) -> None:

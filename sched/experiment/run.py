@@ -68,10 +68,13 @@ def planning_predictor(spec: RunSpec, monitor: bool = False) -> tuple[Any, tuple
     return predictor, (drift_monitor,)
 
 
-def _simulated_executor(spec: RunSpec, rng: np.random.Generator) -> Any:
+def _simulated_executor(spec: RunSpec, rng: np.random.Generator, requests: list[Request]) -> Any:
     from servecal.sched.truth import parse_drift
 
-    drift = parse_drift(spec.drift) if spec.drift else None
+    drift = None
+    if spec.drift:  # a share of the run (``30%``) is of the span up to the last arrival
+        span = max((r.arrival_ms for r in requests), default=0.0)
+        drift = parse_drift(spec.drift).resolved(span)
     return load_truth(spec.truth).executor(rng, drift)
 
 
@@ -85,7 +88,7 @@ def _on_engine(
         requests,
         spec.policy.build(ENGINE),
         predictor,
-        _simulated_executor(spec, rng),
+        _simulated_executor(spec, rng, requests),
         EngineConfig(kv_capacity=spec.kv_capacity),
         observers=observers,
         policy_name=spec.policy.label,
@@ -105,7 +108,7 @@ def _on_driver(
         requests,
         spec.policy.build(DRIVER),
         load_predictor(spec.predictor, spec.truth),
-        _simulated_executor(spec, rng),
+        _simulated_executor(spec, rng, requests),
         DriverConfig(
             setting=spec.setting,
             mode=options.scheduling,

@@ -145,15 +145,25 @@ class RunSpec:
         """The SLOs a request must meet to be good in this setting."""
         return ("ttft",) if self.setting == "prefill" else ("ttft", "tpot")
 
+    @property
+    def models(self) -> str:
+        """``truth device · predictor fitted``: the pair a run was simulated and planned on,
+        as every printed table and report names it."""
+        from servecal.sched.experiment.models import models_label
+
+        return models_label(None if self.backend == TORCH else self.truth, self.predictor)
+
     def at_rate(self, rate: float) -> RunSpec:
         """The same run at another offered load (a max-goodput probe)."""
         return replace(self, rate=rate)
 
     def describe(self) -> dict[str, Any]:
         """Plain JSON for ``run.json``: every field; the policy by name, with all its
-        option values in ``policy_options``."""
+        option values in ``policy_options`` and the label rows use (``policy_label``:
+        the name and the options given, e.g. ``sloweave[multi_prefill=True]``)."""
         doc = asdict(self)
         doc["policy"] = self.policy.name
+        doc["policy_label"] = self.policy.label  # name + the options given, as rows say
         doc["policy_options"] = self.policy.resolve().describe()
         doc["seeds"] = list(self.seeds)
         return doc

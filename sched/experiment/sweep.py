@@ -144,7 +144,7 @@ def sweep(
     specs: Sequence[RunSpec],
     *,
     folders: Sequence[str | Path | None] | None = None,
-    goodput: Bracket | None = None,
+    goodput: Bracket | Sequence[Bracket | None] | None = None,
     jobs: int | None = None,
     pool: Executor | None = None,
     on_progress: Callable[[SweepProgress], None] | None = None,
@@ -154,10 +154,14 @@ def sweep(
 
     * ``folders[i]``: spec ``i``'s run folders go to ``<folders[i]>/seed-<k>/``
       (``None``: not written). Probes of a max-goodput search are never written.
-    * ``goodput``: also search each (spec, seed)'s max goodput from this bracket;
+    * ``goodput``: also search each (spec, seed)'s max goodput from this bracket (or
+      from ``goodput[i]`` for spec ``i``: one bracket per spec, ``None`` = no search);
       the mean over seeds is ``max_goodput`` (``max_goodput_std``,
       ``max_goodput_per_seed``, ``max_goodput_bound``: ``measured`` or
-      ``above_cap``/``below_floor`` when any seed hit a limit).
+      ``above_cap``/``below_floor`` when any seed hit a limit), and
+      ``max_goodput_probes`` keeps every probe per seed (rate, attainment, …: the
+      curve the search walked). A seed's run folder gets its search too
+      (``run.json``: ``summary.max_goodput`` and ``goodput_search``).
     * ``pool``: where tasks run, any :class:`concurrent.futures.Executor` (kept
       open); default: this process for one task or ``jobs=1``, else a process pool of
       ``jobs`` workers (all cores).
@@ -179,13 +183,16 @@ def sweep(
         for seed in spec.seeds
     ]
     folder_of_run = {(i, seed): task.folder for i, seed, task in runs}
-    searches = {(i, seed): GoodputSearch(goodput) for i, seed, _ in runs} if goodput else {}
+    brackets = _brackets(goodput, len(specs))
+    searches = {(i, seed): GoodputSearch(brackets[i]) for i, seed, _ in runs if brackets[i]}
+    probes: dict[tuple[int, int], list[dict[str, Any]]] = {key: [] for key in searches}
     summaries: dict[tuple[int, int], dict[str, Any]] = {}
     own = pool is None
     pool = pool or _local_pool(jobs, len(runs), on_run_progress)
     pending: dict[Future, tuple[int, int, float | None]] = {}
     done = 0
     total = None if searches else len(runs)
+    searched = {i for i, _ in searches}
 
     def submit_probe(i: int, seed: int) -> None:
         rate = searches[(i, seed)].next_rate()
@@ -209,6 +216,7 @@ def sweep(
                     summaries[(i, seed)] = summary
                 else:
                     searches[(i, seed)].record(summary["attainment"])
+                    probes[(i, seed)].append(probe_record(rate, summary))
                     submit_probe(i, seed)
                 if on_progress is not None:
                     on_progress(SweepProgress(done, total, i, seed, rate))
@@ -220,7 +228,70 @@ def sweep(
         raise
     if own:
         pool.shutdown(wait=True)
-    return [_outcome(o, i, summaries, searches) for i, o in enumerate(outcomes)]
+    done_outcomes = [
+        _outcome(o, i, summaries, searches if i in searched else {}, probes)
+        for i, o in enumerate(outcomes)
+    ]
+    for i, seed, task in runs:
+        if task.folder is not None and i in searched:
+            record = search_record(brackets[i], searches[(i, seed)], probes[(i, seed)])  # type: ignore[arg-type]
+            add_search(task.folder, record)
+    return done_outcomes
+
+
+def _brackets(goodput: Bracket | Sequence[Bracket | None] | None, n: int) -> list[Bracket | None]:
+    """One bracket (or ``None``) per spec."""
+    if goodput is None or isinstance(goodput, Bracket):
+        return [goodput] * n
+    brackets = list(goodput)
+    if len(brackets) != n:
+        raise ValueError("goodput must be one Bracket, or one (or None) per spec")
+    return brackets
+
+
+#: What a max-goodput probe keeps of its run's summary (the curve a report draws).
+PROBE_KEYS = ("attainment", "tpot_attainment", "goodput", "p99_ttft_ms", "p99_tpot_ms")
+
+
+def probe_record(rate: float, summary: dict[str, Any]) -> dict[str, Any]:
+    """One probe of a search: its rate and what it measured there."""
+    return {"rate": rate, **{k: summary.get(k) for k in PROBE_KEYS}}
+
+
+def search_record(
+    bracket: Bracket, search: GoodputSearch, probes: list[dict[str, Any]]
+) -> dict[str, Any]:
+    """One (spec, seed)'s search as ``run.json`` keeps it (``goodput_search``): the
+    bracket, the answer and every probe in the order it ran."""
+    floor, cap = bracket.limits()
+    found = search.result
+    return {
+        "target": bracket.target,
+        "bracket": {"lo": bracket.lo, "hi": bracket.hi, "floor": floor, "cap": cap,
+                    "rel_tol": bracket.rel_tol},
+        "max_goodput": found.rate,
+        "bound": found.bound,
+        "probes": probes,
+    }  # fmt: skip
+
+
+def add_search(folder: str | Path, record: dict[str, Any]) -> None:
+    """Add a search to the run folder of the same (spec, seed): the whole search under
+    ``goodput_search`` and ``summary.max_goodput`` (null unless measured: a bound is
+    never a summary's number); a run folder another machine wrote where this one
+    cannot read it is left alone."""
+    import json
+
+    from servecal.sched.runfolder import write_json
+
+    path = Path(folder) / "run.json"
+    if not path.is_file():
+        return
+    doc = json.loads(path.read_text())
+    measured = record["bound"] == MEASURED
+    doc.setdefault("summary", {})["max_goodput"] = record["max_goodput"] if measured else None
+    doc["goodput_search"] = record
+    write_json(path, doc)
 
 
 def _check_written(folder: str | None) -> None:
@@ -238,6 +309,7 @@ def _outcome(
     i: int,
     summaries: dict[tuple[int, int], dict[str, Any]],
     searches: dict[tuple[int, int], GoodputSearch],
+    probes: dict[tuple[int, int], list[dict[str, Any]]],
 ) -> SpecOutcome:
     from servecal.sched.metrics import mean_over_seeds
 
@@ -248,10 +320,12 @@ def _outcome(
         for summary, found in zip(outcome.summaries, results, strict=True):
             summary["max_goodput"] = found.rate
             summary["max_goodput_bound"] = found.bound
+            summary["max_goodput_probes_count"] = found.probes
     outcome.mean = mean_over_seeds(outcome.summaries)
     if searches:
         bounds = {found.bound for found in results}
         outcome.mean["max_goodput_per_seed"] = [found.rate for found in results]
+        outcome.mean["max_goodput_probes"] = [probes[(i, s)] for s in seeds]
         outcome.mean["max_goodput_bound"] = (
             MEASURED if bounds == {MEASURED} else ABOVE_CAP if ABOVE_CAP in bounds else min(bounds)
         )

@@ -20,7 +20,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from servecal.costmodels.errors import InputError
+from servecal.costmodels.errors import InputError, NoticeWarning
 from servecal.costmodels.provenance import (
     ALLOW_EDITED_ENV,
     STRICT_ENV,
@@ -33,7 +33,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 EXIT_INPUT = 2
 EXIT_INTERRUPTED = 130
 #: Warnings shown as one ``warning: ...`` line (each message once per command).
-ONE_LINE_WARNINGS = (FingerprintMismatchWarning,)
+ONE_LINE_WARNINGS = (FingerprintMismatchWarning, NoticeWarning)
 
 
 def one_line(text: str) -> str:
@@ -68,7 +68,8 @@ def user_errors(fn: F) -> F:
     """Bad input → one line ``error: ...`` on stderr and exit 2; Ctrl-C → exit 130.
 
     Decorate every command callback with it (below ``@app.command``'s target).
-    Fingerprint warnings print as one ``warning: ...`` line each.
+    Fingerprint warnings and notices (``NoticeWarning``: e.g. a run planned on the
+    oracle) print as one ``warning: ...`` line each.
     """
 
     @functools.wraps(fn)

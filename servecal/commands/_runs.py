@@ -10,11 +10,19 @@ from collections.abc import Callable
 from typing import Any
 
 from servecal.costmodels.errors import InputError
-from servecal.sched.experiment.models import PREDICTORS, TRUTHS
+from servecal.sched.experiment.models import (
+    DEFAULT_PREDICTOR,
+    DEFAULT_TRUTH,
+    PREDICTORS,
+    TRUTHS,
+)
 
 #: ``--truth`` / ``--predictor`` help: the names of the experiment layer's tables.
-TRUTH_HELP = ", ".join(named.usage for named in TRUTHS.values())
-PREDICTOR_HELP = ", ".join(named.usage for named in PREDICTORS.values())
+TRUTH_HELP = ", ".join(named.usage for named in TRUTHS.values()) + f" [default: {DEFAULT_TRUTH}]."
+PREDICTOR_HELP = (
+    ", ".join(named.usage for named in PREDICTORS.values())
+    + f" [default: {DEFAULT_PREDICTOR}; oracle warns: it is the truth's own formula]."
+)
 POLICY_OPT_HELP = "A policy option KEY=VALUE (repeatable; `servecal policies` lists them)."
 
 

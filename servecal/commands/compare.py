@@ -83,8 +83,8 @@ def compare_command(
     seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
-    truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
-    predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
+    truth: str = typer.Option(None, help=TRUTH_HELP),
+    predictor: str = typer.Option(None, help=PREDICTOR_HELP),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     jobs: int = typer.Option(
         None,
@@ -112,6 +112,9 @@ def compare_command(
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
     ),
+    rate_tol: float = typer.Option(
+        0.02, "--rate-tol", help="With --max-goodput: stop when the gap is below this share."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
@@ -128,9 +131,9 @@ def compare_command(
     names_w, names_p = split_list(workloads), split_list(policies)
     if not names_w or not names_p:
         raise InputError("need at least one workload and one policy")
-    if rate_range is not None and not max_goodput:
-        raise InputError("--rate-range applies with --max-goodput")
-    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
+    if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
+        raise InputError("--rate-range/--rate-tol apply with --max-goodput")
+    bracket = ex.Bracket.parse(rate_range or "1:200", rate_tol) if max_goodput else None
     try:
         targets: list[float | None] = [float(x) for x in split_list(tpot_slo)]
     except ValueError:
@@ -179,7 +182,12 @@ def compare_command(
     write_summary(
         out / "compare.json",
         specs,
-        {"rate_range": rate_range if max_goodput else None, "rows": rows, "ratios": ratio_rows},
+        {
+            "rate_range": rate_range if max_goodput else None,
+            "rate_tol": rate_tol if max_goodput else None,
+            "rows": rows,
+            "ratios": ratio_rows,
+        },
     )
     if as_json:
         typer.echo(json.dumps(rows, default=float))
@@ -190,6 +198,7 @@ def compare_command(
 
 def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], mg: bool) -> None:
     from servecal.commands._runs import fmt, goodput_text, print_table
+    from servecal.sched.experiment.models import models_label
 
     driver = any("wakeups" in r for r in rows)
     columns = ["workload / policy", "backend", "goodput req/s", "attainment %", "P99 TTFT ms",
@@ -198,6 +207,7 @@ def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], 
         columns.append("max goodput req/s")
     if driver:
         columns += ["wake-ups", "parked batches", "P99 blocking ms"]
+    models = " · ".join(dict.fromkeys(models_label(r["truth"], r["predictor"]) for r in rows))
     for setting, target in dict.fromkeys((r["setting"], r["tpot_slo"]) for r in rows):
         cell = [r for r in rows if (r["setting"], r["tpot_slo"]) == (setting, target)]
         lines = []
@@ -213,16 +223,39 @@ def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], 
             lines.append(line)
         good = "TTFT" if setting == "prefill" else "TTFT and TPOT"
         head = "" if target is None else f"TPOT SLO {target:g} ms · "
-        print_table(f"{head}{setting} · means over seeds (good = meets {good})", columns, lines)
+        title = f"{head}{setting} · means over seeds (good = meets {good}) · {models}"
+        print_table(title, columns, lines)
     if ratio_rows:
-        metric = ratio_rows[0]["metric"].replace("_", " ")
-        lines = [
-            [f"{r['workload']} / {r['policy']}", fmt(r["tpot_slo"]),
-             "-" if r["ratio"] is None else f"{r['ratio']:.2f}x", r["best_baseline"]]
-            for r in ratio_rows
-        ]  # fmt: skip
-        print_table(f"{metric} / the best static baseline's", ["workload / policy", "TPOT SLO ms",
-                    "ratio", "best baseline"], lines)  # fmt: skip
+        _print_ratios(ratio_rows, rows, models)
+
+
+def _print_ratios(
+    ratio_rows: list[dict[str, Any]], rows: list[dict[str, Any]], models: str
+) -> None:
+    """Each adaptive policy beside the best static baseline of its cell, named."""
+    from servecal.commands._runs import fmt, goodput_text, print_table
+    from servecal.sched.experiment.rows import ratio_text
+
+    searched = ratio_rows[0]["metric"] == "max_goodput"
+    by_key = {(r["setting"], r["tpot_slo"], r["workload"], r["policy"]): r for r in rows}
+    lines = []
+    for r in ratio_rows:
+        cell = (r["setting"], r["tpot_slo"], r["workload"])
+        mine, best = by_key[(*cell, r["policy"])], by_key[(*cell, r["best_baseline"])]
+        value = goodput_text(mine) if searched else fmt(r["value"])
+        base = goodput_text(best) if searched else fmt(r["best_baseline_value"])
+        seeds = r.get("ratio_per_seed") or []
+        spread = [x for x in seeds if x is not None]
+        low = f"{min(spread):.3f}x" if spread else "-"
+        lines.append([r["workload"], fmt(r["tpot_slo"]), r["policy"], value, r["best_baseline"],
+                      base, ratio_text(r), low])  # fmt: skip
+    metric = "max goodput" if searched else "goodput at the offered rate"
+    print_table(
+        f"{metric}: each policy / the best static baseline of its cell · {models}",
+        ["workload", "TPOT SLO ms", "policy", f"{metric} req/s", "best baseline",
+         "its req/s", "ratio", "lowest seed"],
+        lines,
+    )  # fmt: skip
 
 
 def register(app: typer.Typer) -> None:

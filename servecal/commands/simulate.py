@@ -63,13 +63,16 @@ def simulate_command(
     ),
     seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
     requests: int = typer.Option(2000, help="Requests per run."),
-    truth: str = typer.Option(None, help=f"{TRUTH_HELP} [default: analytic]."),
-    predictor: str = typer.Option(None, help=f"{PREDICTOR_HELP} [default: oracle]."),
+    truth: str = typer.Option(None, help=TRUTH_HELP),
+    predictor: str = typer.Option(None, help=PREDICTOR_HELP),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
+    ),
+    rate_tol: float = typer.Option(
+        0.02, "--rate-tol", help="With --max-goodput: stop when the gap is below this share."
     ),
     backend: str = typer.Option(
         None, help="engine|operator-driver|torch [default: the policy's, for the setting]."
@@ -107,9 +110,9 @@ def simulate_command(
     from servecal.sched.policies.registry import PolicySpec
     from servecal.sched.runfolder import write_json
 
-    if rate_range is not None and not max_goodput:
-        raise InputError("--rate-range applies with --max-goodput")
-    bracket = ex.Bracket.parse(rate_range or "1:200") if max_goodput else None
+    if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
+        raise InputError("--rate-range/--rate-tol apply with --max-goodput")
+    bracket = ex.Bracket.parse(rate_range or "1:200", rate_tol) if max_goodput else None
     policy_spec = PolicySpec.parse(policy, split_assignments(opt))
     chosen = ex.choose_backend(policy_spec, setting, backend)
     torch = None
@@ -195,7 +198,7 @@ def _print(spec, result: dict, seeds: int) -> None:  # noqa: ANN001 - a RunSpec
         rows.append([key, goodput_text(result) if key == "max_goodput" else fmt(value)])
     title = (
         f"{spec.policy.label} ({spec.backend}) · {spec.workload} · {spec.setting}{target} · "
-        f"{rate} · {seeds} seeds (good = meets {good})"
+        f"{rate} · {seeds} seeds (good = meets {good}) · {spec.models}"
     )
     print_table(title, ["metric", "mean over seeds"], rows)
 

@@ -111,18 +111,25 @@ def write_run(
     energy_source: str = "rapl",
     drift: bool = False,
     quality: float = 1.0,
+    config: dict | None = None,
+    search: dict | None = None,
 ) -> Path:
-    """A run folder in the DESIGN.md layout, with its summary from the metrics module."""
+    """A run folder in the DESIGN.md layout, with its summary from the metrics module;
+    ``config`` adds to its config (truth, predictor, rate, …), ``search`` is written as
+    its max-goodput search (``goodput_search``)."""
     folder.mkdir(parents=True, exist_ok=True)
     requests = _requests(rng, 60, tpot_slo, quality)
     iterations = _iterations(rng, 400, tpot_slo, energy_source != "unavailable", drift)
     requests.to_parquet(folder / "requests.parquet")
     iterations.to_parquet(folder / "iterations.parquet")
     info = {
-        "config": {"policy": policy, "workload": workload, "tpot_slo_ms": tpot_slo, "seed": seed},
+        "config": {"policy": policy, "workload": workload, "tpot_slo_ms": tpot_slo, "seed": seed,
+                   **(config or {})},
         "summary": summarize(requests, iterations),
         "energy_source": energy_source,
-    }
+    }  # fmt: skip
+    if search is not None:
+        info["goodput_search"] = search
     if drift:
         info["drift"] = {"state": "drift", "recommendation": "recalibrate n_decode 16-64"}
     (folder / "run.json").write_text(json.dumps(info))
@@ -141,3 +148,41 @@ def write_grid(root: Path, rng: np.random.Generator, seeds: int = 2) -> Path:
                         tpot, seed, drift=(policy == "sloweave" and seed == 0), quality=q,
                     )  # fmt: skip
     return root
+
+
+def search(capacity: float, rates: tuple[float, ...] = (10.0, 20.0, 40.0, 80.0)) -> dict:
+    """A max-goodput search as the sweep writes it, over an attainment curve that
+    crosses 90% at ``capacity`` req/s (probes at ``rates`` and bisected to 2%)."""
+    probes, good, bad = [], 0.0, None
+    for rate in rates:
+        att = 0.9 ** ((rate / capacity) ** 4)
+        probes.append(
+            {
+                "rate": rate,
+                "attainment": att,
+                "tpot_attainment": min(1.0, att + 0.05),
+                "goodput": rate * att,
+                "p99_ttft_ms": 100.0,
+                "p99_tpot_ms": 20.0,
+            }
+        )
+        if att >= 0.9:
+            good = max(good, rate)
+        else:
+            bad = rate if bad is None else min(bad, rate)
+    while bad is not None and bad - good > 0.02 * bad:
+        mid = (good + bad) / 2
+        att = 0.9 ** ((mid / capacity) ** 4)
+        probes.append(
+            {
+                "rate": mid,
+                "attainment": att,
+                "tpot_attainment": att,
+                "goodput": mid * att,
+                "p99_ttft_ms": 100.0,
+                "p99_tpot_ms": 20.0,
+            }
+        )
+        good, bad = (mid, bad) if att >= 0.9 else (good, mid)
+    return {"target": 0.9, "bracket": {"lo": rates[0], "hi": rates[-1], "rel_tol": 0.02},
+            "max_goodput": good, "bound": "measured", "probes": probes}  # fmt: skip

@@ -103,7 +103,7 @@ def test_another_truth_is_fitted_once_and_cached(monkeypatch, tmp_path) -> None:
 
 
 def test_fitted_needs_a_truth_that_can_draw() -> None:
-    with pytest.raises(InputError, match="cannot draw calibration samples"):
+    with pytest.raises(InputError, match="this truth cannot draw any: use --truth device"):
         fitted.fitted_predictor(AnalyticTruth())
 
 

@@ -60,7 +60,12 @@ def test_parse_drift():
     assert parse_drift("60s:1.10") == Drift(60_000.0, 1.10)
     assert parse_drift("500ms:1.3:n=0-64,c=512-4096") == Drift(500.0, 1.3, (0, 64), (512, 4096))
     assert parse_drift("2:0.9:c=1-8") == Drift(2000.0, 0.9, None, (1, 8))
-    for bad in ("60s", "x:1.1", "60s:-1", "60s:1.1:q=1-2", "60s:1.1:n=5-1"):
+    # a share of the run: the same point of the run at any rate (a max-goodput search)
+    share = parse_drift("30%:1.15")
+    assert share.at_share == pytest.approx(0.3) and share.resolved(10_000.0) == Drift(3000.0, 1.15)
+    assert not share.resolved(10_000.0).applies(1, 0, 2999.0)
+    assert parse_drift("60s:1.1").resolved(1.0) == Drift(60_000.0, 1.1)
+    for bad in ("60s", "x:1.1", "60s:-1", "60s:1.1:q=1-2", "60s:1.1:n=5-1", "120%:1.1", "x%:1"):
         with pytest.raises(InputError, match="--drift"):
             parse_drift(bad)
 

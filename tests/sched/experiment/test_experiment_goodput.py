@@ -64,3 +64,26 @@ def test_bad_brackets_are_one_line_errors(text: str) -> None:
         Bracket.parse(text)
     assert Bracket.parse("1:200").limits() == (1 / 16, 3200.0)
     assert Bracket.parse("1:200:500").limits()[1] == 500.0
+
+
+def test_a_sweep_keeps_every_probe_and_writes_the_search_into_the_run_folder(tmp_path):
+    """The report draws attainment against rate from the probes the search measured."""
+    import json
+
+    from servecal.sched.experiment import RunSpec, sweep
+    from servecal.sched.policies import PolicySpec
+
+    spec = RunSpec("mixed", PolicySpec("fixed-512"), 10.0, rate=20.0, n_requests=120, seeds=(0,))
+    (outcome,) = sweep([spec], folders=[tmp_path], goodput=Bracket(10.0, 80.0), jobs=1)
+    (probes,) = outcome.mean["max_goodput_probes"]
+    assert len(probes) == outcome.summaries[0]["max_goodput_probes_count"] >= 3
+    doc = json.loads((tmp_path / "seed-0" / "run.json").read_text())
+    search = doc["goodput_search"]
+    assert search["probes"] == probes and search["bracket"]["cap"] == 1280.0
+    assert doc["summary"]["max_goodput"] == search["max_goodput"] == outcome.mean["max_goodput"]
+    assert "max_goodput_bound" not in doc["summary"]  # summaries hold numbers only
+    good = [p["rate"] for p in probes if p["attainment"] >= 0.9]
+    bad = [p["rate"] for p in probes if p["attainment"] < 0.9]
+    assert search["bound"] == MEASURED and max(good) == search["max_goodput"] < min(bad)
+    assert min(bad) - max(good) <= 0.02 * min(bad)  # bisected to the bracket's tolerance
+    assert all({"tpot_attainment", "goodput", "p99_tpot_ms"} <= set(p) for p in probes)

@@ -27,7 +27,7 @@ def _spec(policy: str = "sloweave", **kw) -> RunSpec:
 
 
 def test_a_run_is_a_pure_function_of_spec_and_seed():
-    spec = _spec(truth="analytic:sigma=0.1")
+    spec = _spec(truth="analytic:sigma=0.1", predictor="oracle")
     a, b = run(spec, 1), run(spec, 1)
     assert a.requests.equals(b.requests)
     assert a.iterations.drop(columns="decision_us").equals(b.iterations.drop(columns="decision_us"))
@@ -36,7 +36,7 @@ def test_a_run_is_a_pure_function_of_spec_and_seed():
 
 @pytest.mark.parametrize("where", ["pool", "threads"])
 def test_the_sweep_gives_the_same_numbers_in_process_in_a_pool_or_elsewhere(where, tmp_path):
-    specs = [_spec("fixed-256", truth="analytic:sigma=0.1"), _spec("sloweave")]
+    specs = [_spec("fixed-256", truth="analytic:sigma=0.1", predictor="oracle"), _spec()]
     here = sweep(specs, jobs=1)
     if where == "pool":
         there = sweep(specs, jobs=2)

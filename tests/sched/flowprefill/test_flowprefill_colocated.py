@@ -67,7 +67,7 @@ def test_fitted_truth_recovers_the_formula_and_runs(tmp_path):
     samples.write_text("n_decode,chunk,ctx,prefix,ms,energy_j,rep\n" + rows)
     spec = RunSpec(
         "multislo", PolicySpec("flowprefill"), rate=5.0, n_requests=30, truth=f"fit:{samples}",
-        backend="operator-driver", setting="prefill",
+        predictor="oracle", backend="operator-driver", setting="prefill",
     )  # fmt: skip
     it = run(spec, 0).iterations
     whole = it[(it["ops_from"] == 0) & ~it["parked"]]  # prefills run in one piece

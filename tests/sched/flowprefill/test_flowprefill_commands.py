@@ -60,7 +60,7 @@ def test_simulate_trace_with_slo_classes_colocated(tmp_path):
         (["--policy", "flowprefill", "--setting", "both"], "setting"),
         (["--policy", "flowprefill", "--granularity", "kernel"], "granularity"),
         (["--policy", "flowprefill", "--max-goodput", "--rate-range", "9:1"], "rate-range"),
-        (["--policy", "flowprefill", "--rate-range", "1:9"], "applies with --max-goodput"),
+        (["--policy", "flowprefill", "--rate-range", "1:9"], "apply with --max-goodput"),
         # the prefill setting judges TTFT only: a TPOT target is neither needed nor ignored
         (["--policy", "flowprefill", "--tpot-slo", "100"], "does not apply to --setting prefill"),
         (["--policy", "flowprefill", "--monitor"], "--monitor"),
