@@ -79,20 +79,6 @@ def value(rows: WeightedRows, k: int, t: float) -> float:
     return total
 
 
-def columns(rows: WeightedRows) -> list[float]:
-    """``value(rows, k, 0.0)`` for every column ``k`` (the same sums, a row at a time)."""
-    w, row = rows[0]
-    if len(rows) == 1:
-        return row if w == 1.0 else [w * x for x in row]  # 0 + 1·x is x
-    if len(rows) == 2:
-        w1, row1 = rows[1]
-        return [w * a + w1 * b for a, b in zip(row, row1, strict=True)]
-    out = [w * x for x in row]
-    for w, row in rows[1:]:
-        out = [s + w * x for s, x in zip(out, row, strict=True)]
-    return out
-
-
 class BlendedGrid:
     """One flat grid's chunk rows blended over ``n_decode`` (step 1), cached per
     ``n_decode`` value: a list of rows indexed by (ctx, prefix) cell, filled on use."""
