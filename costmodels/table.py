@@ -33,7 +33,12 @@ from numpy.typing import ArrayLike
 
 from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.interp import Multilinear
+from servecal.costmodels.interp import (
+    BlendedGrid,
+    Multilinear,
+    axis_position,
+    value,
+)
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.costmodels.provenance import (
     FINGERPRINT_KEYS,
@@ -188,11 +193,15 @@ class CostTable:
         rho = self._margin.rho if self._margin else 0.0
         self._rho = rho
         tail = self._flat[self._margin.quantile] if self._margin else None
+        # the margin is rho times the tail's answer (the same product at every cell)
         self._mflat = [rho * v for v in tail] if tail is not None else None
-        self._mgrid = np.asarray(self._mflat).reshape(self._shape) if tail is not None else None
         self._eflat = self._energy.reshape(-1).tolist() if self._energy is not None else None
         self._row_cache: dict[tuple[float, bool, int], tuple[list[float], bool]] = {}
         self._lin = Multilinear(self._axes) if self._between == "linear" else None
+        # the linear rule's scalar path: each flat grid with its blended-row cache
+        blend = self._lin.grid if self._lin is not None else lambda values: None
+        self._blend: dict[float, BlendedGrid | None] = {q: blend(v) for q, v in self._flat.items()}
+        self._eblend = blend(self._eflat) if self._eflat is not None else None
 
     # -------------------------------------------------------------- properties
     @property
@@ -316,13 +325,14 @@ class CostTable:
             flat = flat * ax.size + np.minimum(i, ax.size - 1)
         return flat, out
 
-    def _linear(self, values: list[float], n: float, ctx: float, prefix: float, c: float) -> float:
-        """Scalar multilinear value of a flat grid list; counts the query if clamped."""
-        corners, out = self._lin.row_corners(n, ctx, prefix)
-        k, t, out_c = self._lin.chunk_position(c)
+    def _linear(self, grid: BlendedGrid, n: float, ctx: float, prefix: float, c: float) -> float:
+        """Scalar multilinear value of a grid; counts the query if clamped."""
+        lin = self._lin
+        n_sides, pairs, out = lin.weights(n, ctx, prefix)
+        k, t, out_c = lin.chunk_position(c)
         if out or out_c:
             self._out_of_domain += 1
-        return Multilinear.value(values, corners, k, t)
+        return value(grid.rows(n, n_sides, pairs), k, t)
 
     def _grid_values(
         self, grid: np.ndarray, n: ArrayLike, chunk: ArrayLike, ctx: ArrayLike, prefix: ArrayLike
@@ -348,11 +358,10 @@ class CostTable:
         self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0
     ) -> np.ndarray:
         """``predict(tail) + margin`` for arrays without counting (the planning bound)."""
-        if self._margin is None or self._mflat is None:
+        if self._margin is None:
             raise self._no_margin()
         tail, _ = self.lookup(self._margin.quantile, n_decode, chunk, ctx, prefix)
-        margin, _ = self._grid_values(self._mgrid, n_decode, chunk, ctx, prefix)
-        return tail + margin
+        return tail + self._rho * tail
 
     @staticmethod
     def _shape_out(result: np.ndarray) -> float | np.ndarray:
@@ -374,11 +383,13 @@ class CostTable:
             lst = self._flat.get(float(q))
             if lst is None:
                 raise self._missing(float(q))
-        return self._answer(lst, self._q[float(q)], n_decode, chunk, ctx, prefix)
+        q = float(q)
+        return self._answer(lst, self._blend[q], self._q[q], n_decode, chunk, ctx, prefix)
 
     def _answer(
         self,
         lst: list[float],
+        blend: BlendedGrid | None,
         grid: np.ndarray,
         n_decode: ArrayLike,
         chunk: ArrayLike,
@@ -389,8 +400,8 @@ class CostTable:
         kind = _scalar_kind(n_decode, chunk, ctx, prefix)
         if kind == 2:
             n_decode, ctx, prefix, chunk = _plain(n_decode, ctx, prefix, chunk)
-        if kind and self._lin is not None:
-            return self._linear(lst, n_decode, ctx, prefix, chunk)
+        if kind and blend is not None:
+            return self._linear(blend, n_decode, ctx, prefix, chunk)
         if kind:
             return lst[self._index(n_decode, ctx, prefix, chunk)]
         values, out = self._grid_values(grid, n_decode, chunk, ctx, prefix)
@@ -404,10 +415,11 @@ class CostTable:
         ctx: ArrayLike = 0,
         prefix: ArrayLike = 0,
     ) -> float | np.ndarray:
-        """Calibrated margin δ in ms, so that P(actual > P_tail + δ) <= 1 - target."""
-        if self._mflat is None:
+        """Calibrated margin δ in ms, so that P(actual > P_tail + δ) <= 1 - target:
+        ``rho · predict(q=tail)`` (the product taken after the interpolation)."""
+        if self._margin is None:
             raise self._no_margin()
-        return self._answer(self._mflat, self._mgrid, n_decode, chunk, ctx, prefix)
+        return self._rho * self.predict(n_decode, chunk, ctx, prefix, q=self._margin.quantile)
 
     def energy(
         self,
@@ -420,7 +432,7 @@ class CostTable:
         if self._energy is None:
             shape = np.broadcast(n_decode, chunk, ctx, prefix).shape
             return math.nan if not shape else np.full(shape, np.nan)
-        return self._answer(self._eflat, self._energy, n_decode, chunk, ctx, prefix)
+        return self._answer(self._eflat, self._eblend, self._energy, n_decode, chunk, ctx, prefix)
 
     def _row(self, q: float, use_margin: bool, base: int) -> tuple[list[float], bool]:
         """Bounds along chunk at one (n, ctx, prefix) cell, and whether they are sorted."""
@@ -498,58 +510,77 @@ class CostTable:
         """:meth:`max_chunk` under the linear rule, exactly consistent with predict + margin.
 
         The bound is piecewise linear in the chunk with breaks at the chunk axis's
-        values, so: bisect the columns for the segment where it crosses the budget,
-        solve the line there, and settle the integer with the same arithmetic as
-        :meth:`predict` (at most a step or two).
+        values, non-decreasing exactly (:mod:`.interp`). So: bisect the columns (the
+        blended rows' column sums, as :meth:`predict` adds them up) for the segment
+        where the bound crosses the budget, solve the line there, and settle the
+        integer with :meth:`predict`'s own arithmetic (a step or two).
         """
-        lst = self._flat.get(q)
-        if lst is None:
-            lst = self._flat.get(float(q))
-            if lst is None:
+        blend = self._blend.get(q)
+        if blend is None:
+            blend = self._blend.get(float(q)) if float(q) in self._q else None
+            if blend is None:
                 raise self._missing(float(q))
-        if margin and self._mflat is None:
+        if margin and self._margin is None:
             raise self._no_margin()
-        lin, mflat = self._lin, self._mflat if margin else None
-        corners, out = lin.row_corners(n, ctx, prefix)
-        value = Multilinear.value
+        lin = self._lin
+        n_sides, pairs, out = lin.weights(n, ctx, prefix)
+        rows = blend.rows(n, n_sides, pairs)
+        rho = self._rho
+        tail = None  # the margin's own rows, when it is not on the planning quantile
+        if margin and float(q) != self._margin.quantile:
+            tail = self._blend[self._margin.quantile].rows(n, n_sides, pairs)
+        fcols = lin.axes[3]  # the chunk axis as floats: the positions predict uses
 
-        def bound(c: float) -> float:  # exactly predict(...) + margin(...)
-            k, t, _ = lin.chunk_position(c)
-            v = value(lst, corners, k, t)
-            return v + value(mflat, corners, k, t) if mflat is not None else v
+        def bound(c: float) -> float:  # exactly predict(...) (+ margin(...))
+            k, t, _ = axis_position(fcols, c)
+            v = value(rows, k, t)
+            if not margin:
+                return v
+            return v + rho * (value(tail, k, t) if tail else v)
 
-        def column(k: int) -> float:  # bound(cols[k]): the same sums at t = 0
-            v = value(lst, corners, k, 0.0)
-            return v + value(mflat, corners, k, 0.0) if mflat is not None else v
+        def column(k: int) -> float:  # bound(cols[k]): value(..., k, 0.0), inline
+            total = 0.0
+            for w, row in rows:
+                total += w * row[k]
+            if not margin:
+                return total
+            if not tail:
+                return total + rho * total
+            more = 0.0
+            for w, row in tail:
+                more += w * row[k]
+            return total + rho * more
 
         cols = self._ax_lists[3]
         last = len(cols) - 1
         answer = 0
-        if bound(1) <= budget:  # False for a NaN budget too
-            # (above the grid the bound is constant: clamped to the last column)
-            fits_all = column(last) if cols[last] <= limit else bound(limit)
-            if fits_all <= budget:
+        f_lo = column(0)
+        if budget >= f_lo:  # (the least the bound can be; False for a NaN budget too)
+            i, j, f_top = 1, last + 1, math.inf  # the last fitting column: i - 1 <= it < j
+            while i < j:
+                mid = (i + j) // 2
+                f = column(mid)
+                if f <= budget:
+                    i, f_lo = mid + 1, f
+                else:
+                    j, f_top = mid, f
+            lo = cols[i - 1]  # fits; cols[i] (if any) does not, f_top = bound(cols[i])
+            if limit <= lo or i > last:  # (beyond the last column the bound is constant)
                 answer = limit
-            else:  # bound(lo) <= budget < bound(top), and the bound is linear in between
-                i = bisect_right(cols, 1)  # first column above chunk 1
-                j = bisect_left(cols, limit)  # columns i..j-1 lie strictly inside (1, limit)
-                lo, f_lo = 1, None
-                while i < j:  # the last inside column that fits
-                    mid = (i + j) // 2
-                    f = column(mid)
-                    if f <= budget:
-                        lo, f_lo, i = cols[mid], f, mid + 1
-                    else:
-                        j = mid
-                top = cols[i] if i <= last and cols[i] < limit else limit
-                f_lo = bound(lo) if f_lo is None else f_lo
-                f_top = bound(top)
-                guess = lo + (budget - f_lo) / (f_top - f_lo) * (top - lo) if f_top > f_lo else lo
-                answer = min(max(int(guess), lo), top - 1)
-                while answer > lo and bound(answer) > budget:
-                    answer -= 1
-                while answer + 1 < top and bound(answer + 1) <= budget:
-                    answer += 1
+            else:  # the crossing in [lo, top): bound(lo) <= budget < bound(top)
+                top = cols[i]
+                if limit < top:
+                    top, f_top = limit, bound(limit)
+                if f_top <= budget:
+                    answer = limit
+                elif lo >= 1 or (top > 1 and (f_lo := bound(1)) <= budget):
+                    lo = max(lo, 1)  # (chunk 0 fits, and so does chunk 1)
+                    guess = lo + (budget - f_lo) / (f_top - f_lo) * (top - lo)
+                    answer = min(max(int(guess), lo), top - 1)
+                    while answer > lo and bound(answer) > budget:
+                        answer -= 1
+                    while answer + 1 < top and bound(answer + 1) <= budget:
+                        answer += 1
         if out or answer > cols[last]:
             self._out_of_domain += 1
         return answer

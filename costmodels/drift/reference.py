@@ -37,6 +37,7 @@ class TableMedian:
         self._grid = np.asarray(table.values(0.5), dtype=float)
         self._flat = self._grid.ravel().tolist()
         self._lin = Multilinear(self._axes)
+        self._blend = self._lin.grid(self._flat)
 
     def in_domain(self, n_decode: float, chunk: float, ctx: float = 0, prefix: float = 0) -> bool:
         """Inside the grid's hull on every axis (between grid values counts as inside)."""
@@ -57,9 +58,7 @@ class TableMedian:
 
     def __call__(self, n_decode: float, chunk: float, ctx: float = 0, prefix: float = 0) -> float:
         """Scalar median (plain Python: the engine asks every iteration)."""
-        corners, _ = self._lin.row_corners(n_decode, ctx, prefix)
-        k, t, _ = self._lin.chunk_position(chunk)
-        return Multilinear.value(self._flat, corners, k, t)
+        return self._lin.at(self._blend, n_decode, chunk, ctx, prefix)
 
     def many(
         self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0

@@ -139,10 +139,11 @@ class SLOWeave:
         now = view.now_ms
         ctx = view.ctx_mean
         # positional: this runs every iteration (n_decode, ctx, prefix, limit, now_ms,
-        # earliest_deadline_ms, waited_ms)
+        # earliest_deadline_ms, waited_ms); the wait matters only to the aging rule
+        waited = now - live.arrival_ms if cfg.aging_ms is not None else 0.0
         c, budget, aged = deadline_chunk(
             predictor, cfg, n, ctx, live.prefilled, limit, now,
-            view.earliest_deadline_ms(), now - live.arrival_ms,
+            view.earliest_deadline_ms(), waited,
         )  # fmt: skip
         exceptions: tuple[int, ...] = ()
         if aged:

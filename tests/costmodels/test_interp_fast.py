@@ -1,0 +1,156 @@
+"""The linear rule's fast scalar path (cached blended rows, column bisection) against
+slow references written out plainly here: the documented arithmetic order bit for
+bit, textbook multilinear interpolation to rounding, brute-force ``max_chunk``."""
+
+from __future__ import annotations
+
+import itertools
+import math
+from bisect import bisect_right
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from servecal.costmodels import interp
+from servecal.costmodels.grid import make_monotone, uncross
+from servecal.costmodels.table import AXES, CostTable, Margin
+
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def position(axis: list[float], x: float) -> tuple[int, int, float]:
+    """(low index, high index, fraction) of ``x`` on ``axis``, clamped to its edges."""
+    if x <= axis[0]:
+        return 0, 0, 0.0
+    if x >= axis[-1]:
+        return len(axis) - 1, len(axis) - 1, 0.0
+    i = bisect_right(axis, x) - 1
+    if x == axis[i]:
+        return i, i, 0.0
+    return i, i + 1, (x - axis[i]) / (axis[i + 1] - axis[i])
+
+
+def reference(table: CostTable, grid: np.ndarray, n: float, c: float, ctx: float, p: float):
+    """The module's three steps, written as loops over index tuples (no caches, no flat
+    offsets): n_decode blend of each row, chunk interpolation, weighted sum over the
+    (ctx, prefix) sides, ctx outer."""
+    axes = [[float(v) for v in table.axes[a]] for a in AXES]
+    (n0, n1, tn), (c0, c1, tc), (p0, p1, tp), (k0, k1, tk) = (
+        position(axes[0], n), position(axes[1], ctx), position(axes[2], p), position(axes[3], c)
+    )  # fmt: skip
+    n_sides = [(n0, 1.0)] if tn == 0.0 else [(n0, 1.0 - tn), (n1, tn)]
+    c_sides = [(c0, 1.0)] if tc == 0.0 else [(c0, 1.0 - tc), (c1, tc)]
+    p_sides = [(p0, 1.0)] if tp == 0.0 else [(p0, 1.0 - tp), (p1, tp)]
+    total = 0.0
+    for (ci, cw), (pi, pw) in itertools.product(c_sides, p_sides):
+        lo = hi = 0.0
+        for ni, nw in n_sides:
+            lo += nw * float(grid[ni, ci, pi, k0])
+            hi += nw * float(grid[ni, ci, pi, k1])
+        total += cw * pw * (lo if tk == 0.0 else lo + tk * (hi - lo))
+    return total
+
+
+def textbook(table: CostTable, grid: np.ndarray, n: float, c: float, ctx: float, p: float):
+    """Multilinear interpolation as a weighted sum of the box's 16 corners (exact sum)."""
+    axes = [[float(v) for v in table.axes[a]] for a in AXES]
+    sides = [position(a, x) for a, x in zip(axes, (n, ctx, p, c), strict=True)]
+    terms = []
+    for bits in itertools.product((0, 1), repeat=4):
+        weight, index = 1.0, []
+        for (lo, hi, t), b in zip(sides, bits, strict=True):
+            weight *= t if b else 1.0 - t
+            index.append(hi if b else lo)
+        terms.append(weight * float(grid[tuple(index)]))
+    return math.fsum(terms)
+
+
+@st.composite
+def tables(draw: st.DrawFn) -> CostTable:
+    axes = {
+        "n_decode": sorted(draw(st.sets(st.integers(0, 300), min_size=1, max_size=5))),
+        "ctx": sorted(draw(st.sets(st.integers(0, 8192), min_size=1, max_size=4))),
+        "prefix": sorted(draw(st.sets(st.integers(0, 4096), min_size=1, max_size=3))),
+        "chunk": sorted(draw(st.sets(st.integers(0, 4096), min_size=1, max_size=9))),
+    }
+    shape = tuple(len(axes[a]) for a in AXES)
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    p50 = make_monotone(rng.gamma(2.0, 2.0, shape))
+    p99 = uncross({0.5: p50, 0.99: make_monotone(p50 + rng.gamma(1.0, 1.0, shape))})[0.99]
+    rho = draw(st.floats(-0.3, 0.5, allow_nan=False))
+    return CostTable(axes, {0.5: p50, 0.99: p99}, margin=Margin(0.99, rho, 0.99, None, 1, 100))
+
+
+def engine_like_queries(table: CostTable, data: st.DataObject, count: int) -> list[tuple]:
+    """Queries the way the engine and the vLLM plug-in ask: a few n_decode and prefix
+    values that repeat (warm caches), a float mean context that moves every time."""
+    top = {a: max(v) for a, v in table.axes.items()}
+    ns = data.draw(st.lists(st.integers(-1, top["n_decode"] + 3), min_size=1, max_size=3))
+    prefixes = data.draw(st.lists(st.integers(0, top["prefix"] + 3), min_size=1, max_size=3))
+    ctxs = data.draw(
+        st.lists(st.floats(0, top["ctx"] + 10, allow_nan=False), min_size=count, max_size=count)
+    )
+    return [(ns[i % len(ns)], ctx, prefixes[i % len(prefixes)]) for i, ctx in enumerate(ctxs)]
+
+
+@FAST
+@given(table=tables(), data=st.data())
+def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data) -> None:
+    chunks = data.draw(st.lists(st.integers(0, max(table.axes["chunk"]) + 50), min_size=8))
+    for (n, ctx, p), c in zip(engine_like_queries(table, data, len(chunks)), chunks, strict=True):
+        for q in table.quantiles:
+            grid = table.values(q)
+            got = table.predict(n, c, ctx, p, q=q)
+            assert got == reference(table, grid, n, c, ctx, p)
+            assert got == pytest.approx(textbook(table, grid, n, c, ctx, p), rel=1e-12, abs=1e-12)
+        assert table.margin(n, c, ctx, p) == table.margin_info.rho * table.predict(
+            n, c, ctx, p, q=0.99
+        )
+    # the vectorised path answers the same, element for element
+    n, ctx, p = (
+        np.array(v) for v in zip(*engine_like_queries(table, data, len(chunks)), strict=True)
+    )
+    for q in table.quantiles:
+        many = table.predict(n, np.array(chunks), ctx, p, q=q)
+        assert many.tolist() == [
+            table.predict(*args, q=q)
+            for args in zip(n.tolist(), chunks, ctx.tolist(), p.tolist(), strict=True)
+        ]
+
+
+@FAST
+@given(table=tables(), data=st.data())
+def test_max_chunk_equals_brute_force_on_the_reference(table, data) -> None:
+    q, use_margin = data.draw(st.sampled_from([(0.5, False), (0.99, False), (0.99, True),
+                                               (0.5, True)]))  # fmt: skip
+    rho = table.margin_info.rho
+    # P50 + a negative margin of the P99 can fall as the chunk grows: no largest chunk
+    # to search for (the margin is meant for its own quantile)
+    assume(q == 0.99 or not use_margin or rho >= 0)
+
+    def cost(n: float, c: int, ctx: float, p: float) -> float:
+        t = reference(table, table.values(q), n, c, ctx, p)
+        if not use_margin:
+            return t
+        return t + rho * reference(table, table.values(0.99), n, c, ctx, p)
+
+    limit = data.draw(st.integers(0, max(table.axes["chunk"]) + 40))
+    for n, ctx, p in engine_like_queries(table, data, 4):
+        costs = [cost(n, c, ctx, p) for c in range(0, limit + 1)]
+        budget = data.draw(st.one_of(st.sampled_from(costs), st.floats(0.0, max(costs) * 1.1)))
+        brute = max((c for c in range(1, limit + 1) if costs[c] <= budget), default=0)
+        assert table.max_chunk(n, ctx, p, budget, limit, q=q, use_margin=use_margin) == brute
+
+
+def test_a_full_cache_is_cleared_without_changing_answers(monkeypatch) -> None:
+    monkeypatch.setattr(interp, "CACHE_SIZE", 3)
+    axes = {"n_decode": [0, 16, 64], "ctx": [0, 1024], "prefix": [0, 512], "chunk": [0, 256]}
+    grid = make_monotone(np.random.default_rng(1).gamma(2.0, 2.0, (3, 2, 2, 2)))
+    table = CostTable(axes, {0.5: grid})
+    for n in range(0, 70, 3):  # more n_decode values than the cache holds, twice over
+        for ctx in (10.5, 700.25):
+            for c in (0, 100, 256):
+                want = reference(table, grid, n, c, ctx, 100)
+                assert table.predict(n, c, ctx, 100) == want == table.predict(n, c, ctx, 100)
