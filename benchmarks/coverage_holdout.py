@@ -1,6 +1,6 @@
 """Held-out P99+δ coverage and P50 MAPE of fitted tables on a known truth, by --holdout.
 
-Truth: the SPEC §1 formula x log-normal noise (σ = 0.05) with 0.3% spikes of 2x, on a
+Truth: the docs/spec.md §1 formula x log-normal noise (σ = 0.05) with 0.3% spikes of 2x, on a
 16 x 20 grid (319 points) x 20 repeats; one fit per seed with ``model="table"``.
 Prints the mean coverage over seeds with its standard error, mean MAPE and tightness.
 

@@ -6,7 +6,7 @@ A default rate puts a workload at a known operating point of a reference policy 
 the default truth and predictor (``device``, ``fitted``):
 
 * ``mixed``, ``long``, ``bursty``: SLOWeave at a 25 ms TPOT target attains what
-  SPEC §1 reports for it (79.4%, 66.2%, 88.6% of requests within SLO), so that a
+  docs/spec.md §1 reports for it (79.4%, 66.2%, 88.6% of requests within SLO), so that a
   table at the default rate is read at the paper's operating point; ``chat`` takes
   mixed's rate (its prompts are mixed's short class);
 * ``tenants``: SLOWeave at ``--tpot-slo 25`` at its maximum goodput (90%): the paper

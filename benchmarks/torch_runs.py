@@ -1,4 +1,4 @@
-"""Summarise torch-executor run folders: the README's results table, one row per run.
+"""Summarise torch-executor run folders: the results pages' table, one row per run.
 
 For each ``RUN`` (a ``servecal simulate --backend torch --out RUN`` folder, seed 0):
 wall time, iterations, online P99+δ coverage and P50 MAPE (``run.json``), the median

@@ -1,4 +1,4 @@
-"""The SLOWeave simulator's closed-form iteration cost (SPEC.md §1), as a predictor.
+"""The SLOWeave simulator's closed-form iteration cost (docs/spec.md §1) as a predictor.
 
     T(n, c) = base + 1[n>0]·(decode_fixed + decode_per_token·n)
                    + 1[c>0]·(prefill_fixed + prefill_per_token·c)        [ms]
@@ -22,7 +22,7 @@ from servecal.costmodels.predictor import PLAN_QUANTILE
 
 @dataclass(frozen=True)
 class AnalyticPredictor:
-    """SPEC §1 formula; coefficients default to the paper's, all in ms."""
+    """docs/spec.md §1 formula; coefficients default to the paper's, all in ms."""
 
     base: float = 0.35
     decode_fixed: float = 0.90

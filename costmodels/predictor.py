@@ -1,4 +1,4 @@
-"""The predictor contract every iteration-cost model implements (DESIGN.md §Predictor).
+"""The predictor contract every iteration-cost model implements (docs/design.md "Predictor").
 
 A predictor answers three questions about one engine iteration with ``n_decode``
 decode tokens, a prefill chunk of ``chunk`` tokens whose first ``prefix`` prompt

@@ -1,4 +1,4 @@
-"""The samples contract (DESIGN.md §Samples): read, validate and write timed-iteration rows.
+"""The samples contract (docs/design.md "Samples"): read, validate and write timed-iteration rows.
 
 One row per timed iteration. Required columns are :data:`SAMPLE_COLUMNS`; the
 optional device-state columns are :data:`OPTIONAL_COLUMNS`; other columns are kept

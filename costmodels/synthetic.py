@@ -1,6 +1,6 @@
 """Samples drawn from a known truth, to check fitting and calibration end to end.
 
-The truth's median is the SPEC §1 formula (:class:`AnalyticPredictor`) plus optional
+The truth's median is the docs/spec.md §1 formula (:class:`AnalyticPredictor`) plus optional
 attention terms and two optional non-smooth shapes real kernels show in the chunk:
 
 * a *tile staircase*: every started tile of ``prefill_tile`` chunk tokens adds
@@ -129,7 +129,7 @@ SHAPES = ("smooth", "step", "knee")
 
 
 def shaped_truth(shape: str, rng: np.random.Generator, tile_share: float = 1 / 3) -> SyntheticTruth:
-    """A known truth of the model-choice study: the SPEC §1 formula plus decode
+    """A known truth of the model-choice study: the docs/spec.md §1 formula plus decode
     attention (``n·ctx``) and prefill attention (``c·(prefix + c/2)``), 5% log-normal
     noise and 1% spikes of 2×, and per ``shape``:
 

@@ -1,6 +1,6 @@
-"""Regenerate ``examples/samples_analytic.parquet``: the README's worked example.
+"""Regenerate ``examples/samples_analytic.parquet`` (docs/costtable.md's example).
 
-Samples from a known truth (the SPEC §1 formula with log-normal noise σ = 0.05 and
+Samples from a known truth (the docs/spec.md §1 formula with log-normal noise σ = 0.05 and
 0.3% spikes of 2×) on a 12 × 17 grid with 20 repeats per point:
 
     python examples/make_samples_analytic.py
@@ -25,7 +25,7 @@ def main() -> None:
     frame = truth.draw(grid_points(N_DECODE, CHUNK), repeats=20, rng=np.random.default_rng(2026))
     provenance = {
         "device_name": "synthetic",
-        "truth": "SPEC §1 formula, lognormal sigma=0.05, spikes 0.3% x2, 300 W",
+        "truth": "docs/spec.md §1 formula, lognormal sigma=0.05, spikes 0.3% x2, 300 W",
         "model": "analytic",
         "servecal_version": __version__,
     }

@@ -1,6 +1,6 @@
 """What was measured, on what: the provenance that travels with the samples.
 
-DESIGN.md §Samples: device name and UUID, driver, CUDA and torch versions, model
+docs/design.md "Samples": device name and UUID, driver, CUDA and torch versions, model
 shape and its hash, dtype, attention backend, layers timed and the scale applied,
 servecal version, date. Also the tensor-parallel degree ``tp`` and the collective
 backend the ranks' all-reduces ran on (``nccl``, ``gloo``; None at TP 1), and the

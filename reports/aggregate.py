@@ -137,7 +137,7 @@ def targets(cs: Sequence[Cell]) -> list[float]:
 
 
 def workload_order(workload: str) -> tuple[int, str]:
-    """The four standard workloads in SPEC order, then any other (traces) by name."""
+    """The four standard workloads in the paper's order, then any other (traces) by name."""
     return (WORKLOAD_ORDER.get(workload, len(WORKLOAD_ORDER)), workload)
 
 

@@ -21,7 +21,7 @@ from servecal.reports.loading import ENERGY_SOURCES, RunData, energy_source_name
 
 SAMPLES_SOURCE = ENERGY_SOURCES["samples"]
 
-#: SPEC §1 GPU figures (J per good request), shown when a run's setting matches.
+#: docs/spec.md §1 GPU figures (J per good request), shown when a run's setting matches.
 REFERENCE = (
     # device, model, workload, TPOT target, baseline J, SLOWeave J, baseline name
     ("A100", "llama-3-8b", "mixed", 25.0, 18.7, 12.4, "runtime default"),
@@ -117,11 +117,11 @@ def reference_table(runs: Sequence[RunData], device: str, model: str) -> Table:
              "yes" if match else "no")
         )  # fmt: skip
     return Table(
-        "Reference: SPEC §1 GPU figures (J per good request)",
+        "Reference: docs/spec.md §1 GPU figures (J per good request)",
         ("setting", "baseline", "baseline J/good req", "SLOWeave J/good req",
          "matches this report's setting"),
         tuple(rows),
-        "Published figures (SLOWeave paper, via SPEC §1), not measured here; compare only where "
+        "Published figures (SLOWeave's, docs/spec.md §1), not measured here; compare only where "
         "the last column says yes.",
     )  # fmt: skip
 

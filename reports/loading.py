@@ -1,8 +1,8 @@
 """Find and read what a report is made from: run folders and calibration folders.
 
 A *run* folder holds ``run.json``, ``iterations.parquet`` and ``requests.parquet``
-(DESIGN.md §Engine); a *calibration* folder holds ``samples.parquet`` and/or
-``costtable.json`` with ``fingerprint.json`` (DESIGN.md §Samples, §Cost table).
+(docs/design.md "Engine"); a *calibration* folder holds ``samples.parquet`` and/or
+``costtable.json`` with ``fingerprint.json`` (docs/design.md "Samples", "Cost table").
 A path given by the user may be either, or any folder above them (a ``compare``
 output with one run per policy × workload × target × seed): it is searched. A
 *fleet* folder (``servecal fleet``: ``index.json`` with one entry per job) is read

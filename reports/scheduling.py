@@ -1,4 +1,4 @@
-"""Scheduling section: attainment against rate, the SPEC §1 table per TPOT target, ratios
+"""Scheduling section: attainment against rate, the docs/spec.md §1 table per TPOT target, ratios
 (by max goodput when searched), distributions, timelines.
 
 Numbers are means over seeds (± their standard deviation) of each run's summary;
@@ -110,7 +110,7 @@ def _target_table(cs: Sequence[Cell], tpot: float, setup: str, several: bool) ->
         rows,
         "Goodput counts requests meeting both TTFT and TPOT SLOs per second of run, at the "
         "offered rate; TPOT is each request's own P99 inter-token gap, aggregated over "
-        "requests (SPEC §Words). Max goodput: the highest rate with ≥ 90% of requests "
+        "requests (docs/spec.md, Words). Max goodput: the highest rate with ≥ 90% of requests "
         "within SLO, searched per seed. Mean ± standard deviation over seeds. "
         f"Setup: {setup}.",
     )
@@ -277,7 +277,7 @@ def scheduling_section(runs: Sequence[RunData]) -> Section:
         blocks.append(ratio)
     for tpot in targets(cs):
         blocks.append(_distribution_figure(cs, tpot))
-    # One timeline, at the middle target (SPEC's headline 25 ms): the others look alike
+    # One timeline, at the middle target (the paper's headline 25 ms): the others look alike
     # and each costs seconds to draw.
     tpots = targets(cs)
     timeline = _timeline_figure(runs, tpots[len(tpots) // 2])

@@ -1,4 +1,4 @@
-"""The ``device`` truth: SPEC §1's time scale with the shape of a real A100 (docs/truth.md).
+"""The ``device`` truth: docs/spec.md §1's time scale with the shape of a real A100 (docs/truth.md).
 
 One iteration with ``n`` decodes at mean KV length ``ctx`` and a prefill chunk of ``c``
 tokens after ``p`` cached ones takes, in ms::

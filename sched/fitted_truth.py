@@ -1,4 +1,4 @@
-"""``--truth fit:PATH``: the SPEC §1 formula with its coefficients fitted to measured
+"""``--truth fit:PATH``: the docs/spec.md §1 formula with its coefficients fitted to measured
 samples, so the study can run at a real device's speed with an exact predictor.
 
 The analytic default (0.006 ms per prefill token) makes a 5k-token prompt cost
@@ -24,7 +24,7 @@ from servecal.sched.truth import AnalyticTruth
 
 
 def fit_formula(n_decode: np.ndarray, chunk: np.ndarray, ms: np.ndarray) -> AnalyticPredictor:
-    """SPEC §1 coefficients (all ≥ 0) that best fit ``ms`` in least squares."""
+    """docs/spec.md §1 coefficients (all ≥ 0) that best fit ``ms`` in least squares."""
     n = np.asarray(n_decode, dtype=float)
     c = np.asarray(chunk, dtype=float)
     design = np.column_stack([np.ones_like(n), n > 0, n, c > 0, c]).astype(float)

@@ -162,7 +162,7 @@ def summarize(
     iterations: pd.DataFrame | None = None,
     slos: Sequence[str] = SLO_NAMES,
 ) -> dict[str, Any]:
-    """The headline numbers of one run (keys in the module docstring and docs/readme).
+    """The headline numbers of one run (keys in the module docstring and docs/workloads.md).
 
     Undefined values are None (no energy meter, no good request to divide by, no
     iterations frame), never NaN, so the dict serialises as plain JSON. A run with

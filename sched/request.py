@@ -13,7 +13,7 @@ from dataclasses import dataclass
 class Request:
     """One inference request with its SLOs.
 
-    ``tpot_slo_ms`` is the per-token deadline ``D_i`` of SLOWeave (SPEC §1);
+    ``tpot_slo_ms`` is the per-token deadline ``D_i`` of SLOWeave (docs/spec.md §1);
     ``ttft_slo_ms`` bounds arrival → first output token. ``slo_class`` names the
     class a multi-SLO workload drew it from (``"default"`` otherwise).
     """

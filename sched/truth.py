@@ -1,9 +1,9 @@
 """Ground-truth iteration costs for the simulated executor (never the predictor itself).
 
-* :class:`AnalyticTruth`: the SPEC §1 formula × log-normal noise ``exp(σZ)``, with
+* :class:`AnalyticTruth`: the docs/spec.md §1 formula × log-normal noise ``exp(σZ)``, with
   rare spikes (probability ``spike_prob``, duration × ``spike_factor``).
 * :class:`SampledTruth`: bootstrap from measured samples at the nearest grid point.
-* :class:`~servecal.sched.device_truth.DeviceTruth` (``device``): SPEC §1's scale with
+* :class:`~servecal.sched.device_truth.DeviceTruth` (``device``): docs/spec.md §1's scale with
   an A100's shape (context-dependent attention, GEMM steps, jitter, stalls).
 * :class:`Drift`: any of them slowed by ``factor`` from ``at_ms`` on, optionally
   only inside an ``(n_decode, chunk)`` region.
@@ -92,7 +92,7 @@ class Drift:
 
 @dataclass(frozen=True)
 class AnalyticTruth:
-    """SPEC §1 cost × ``exp(sigma·Z)``, × ``spike_factor`` with probability ``spike_prob``.
+    """docs/spec.md §1 cost × ``exp(sigma·Z)``, × ``spike_factor`` with probability ``spike_prob``.
 
     ``power_w`` (optional) models energy as constant power × duration.
     """
@@ -248,7 +248,7 @@ class SampledTruth:
 
     @classmethod
     def load(cls, path: str | Path) -> SampledTruth:
-        """Read a samples file (Parquet or CSV, DESIGN.md §Samples); bad file → InputError."""
+        """Read a samples file (Parquet or CSV, docs/design.md "Samples"); bad file: InputError."""
         from servecal.costmodels.samples import POINT_COLUMNS, read_samples
 
         frame = read_samples(path).frame

@@ -23,7 +23,7 @@ What comes from where (Llama-3-8B, TP 1, A100, bf16):
 * **noise**: Vidur's repeated-timing statistics (``time_stats.<op>.std``) for the
   log-normal spread; the CPU calibration's tail for the rate and size of spikes.
 
-The absolute scale is SPEC §1's simulator (``T(40, 0) = 3.45 ms``), not the A100's.
+The absolute scale is docs/spec.md §1's simulator (``T(40, 0) = 3.45 ms``), not the A100's.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from servecal.sched.device_truth import DEVICE_SCHEMA, PROFILE_PATH
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CPU_CALIBRATION = ROOT / "scripts" / "data" / "cpu_calibration_tiny"
 LAYERS = 32  # Llama-3-8B
-#: SPEC §1's example decode batch and the context we anchor its cost at (docs/truth.md).
+#: docs/spec.md §1's example decode batch and the context we anchor its cost at (docs/truth.md).
 ANCHOR_N, ANCHOR_CTX = 40, 1024
 #: token counts the stair table keeps (beyond: linear, slope 1)
 STEP_LIMIT = 16384
@@ -341,7 +341,7 @@ def derive(
             f"{a_pre_a100 * c * (p + c / 2) / t:.1%} of it"
         )
 
-    say("\n== device truth at SPEC §1's scale")
+    say("\n== device truth at docs/spec.md §1's scale")
     anchor_paper = paper.predict(ANCHOR_N, 0)
     decode_attention = share_dec * anchor_paper / (ANCHOR_N * ANCHOR_CTX)
     decode_per_token = paper.decode_per_token - decode_attention * ANCHOR_CTX
@@ -353,7 +353,7 @@ def derive(
         f"{decode_per_token:.4f} ms per decode besides"
     )
     say(
-        f"  prefill: {prefill_per_token} ms per token (SPEC) along the A100's steps; "
+        f"  prefill: {prefill_per_token} ms per token (the paper's) along the A100's steps; "
         f"attention in the A100's proportion to it: {prefill_attention:.4e} ms per chunk token "
         "per attended token"
     )
@@ -376,7 +376,7 @@ def derive(
     )
     return {
         "schema": DEVICE_SCHEMA,
-        "description": "SPEC §1 scale with an A100 Llama-3-8B's shape: attention that grows "
+        "description": "docs/spec.md §1 scale, A100 Llama-3-8B shape: attention that grows "
         "with context and prefix, the linear layers' GEMM steps, kernel jitter and host "
         "stalls (docs/truth.md)",
         "coefficients": {

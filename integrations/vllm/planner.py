@@ -5,7 +5,7 @@ Plain Python (no vLLM): the vLLM scheduler gathers a :class:`StepState`, and
 :func:`servecal.sched.policies.sloweave.deadline_chunk`, the same function the
 engine's SLOWeave policy decides with.
 
-The chunk limit is SLOWeave's (SPEC §1): ``min(C_max, L)`` with ``L`` the
+The chunk limit is SLOWeave's (docs/spec.md §1): ``min(C_max, L)`` with ``L`` the
 remaining prefill of the prompt vLLM would prefill next: one prompt's chunk per
 step, as the engine policy. With ``multi_prefill`` ``L`` is the remaining prefill
 of the next ``max_prefills`` prompts together, priced as one chunk at the first

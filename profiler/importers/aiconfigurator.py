@@ -1,4 +1,4 @@
-"""Operator times from aiconfigurator's per-layer tables (ms per layer; see data README).
+"""Operator times from aiconfigurator's per-layer tables (ms per layer; see docs/profiler.md).
 
 A folder (or any file in it) holding three CSVs: ``*gemm_perf*`` (``m, n, k,
 latency``), ``*context_attention_perf*`` (prefill attention without prefix:

@@ -1,4 +1,4 @@
-"""Operator times from Vidur's profiles (``time_stats.<op>.median`` in ms; see data README).
+"""Operator times from Vidur's profiles (``time_stats.<op>.median``, ms; docs/profiler.md).
 
 A folder (or its ``*_mlp.csv``) holding:
 

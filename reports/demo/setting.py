@@ -1,10 +1,10 @@
 """What the demo simulates, derived from the calibrated table (never from GPU numbers).
 
-SPEC §1's TPOT targets (10 / 25 / 50 ms), TTFT rule and default rates were chosen
+docs/spec.md §1's TPOT targets (10 / 25 / 50 ms), TTFT rule and default rates were chosen
 for an A100-class GPU running an 8B model, where a 40-request decode iteration
 costs 3.45 ms and each prefill token 0.006 ms. A `tiny` model on a CPU is an order
 of magnitude slower, and its prefill/decode balance differs, so the demo keeps what
-a target *means* rather than its milliseconds: SPEC's target ``D`` leaves room,
+a target *means* rather than its milliseconds: the paper's target ``D`` leaves room,
 next to the reference decode batch, for a prefill chunk of
 ``(D - T_SPEC(n_ref, 0) - 0.40) / 0.006`` tokens (1,025 / 3,525 / 7,858 at n = 40).
 The demo's target is the calibrated decode-only cost plus the calibrated cost of
@@ -14,13 +14,13 @@ that many (scaled) prefill tokens:
     r = (P50(n_ref, C) - P50(n_ref, 0)) / C,   C = the largest calibrated chunk.
 
 TTFT SLOs are dilated by ``D_demo / D`` of the middle target. Arrival rates keep
-SPEC's *offered load*: each workload gets the same fraction of its estimated
+the paper's *offered load*: each workload gets the same fraction of its estimated
 capacity on this device that ``servecal compare``'s default rate is of its
-capacity under the SPEC formula.
+capacity under the paper's formula.
 
 On a CPU, prefill of thousands of tokens is too slow to calibrate within minutes,
 so prompt lengths and the policies' chunk sizes are scaled by ``token_scale``
-(1/8); on a GPU the scale is 1 and the policies are SPEC's.
+(1/8); on a GPU the scale is 1 and the policies are the paper's.
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.predictor import Predictor
 
 SPEC_TARGETS_MS = (10.0, 25.0, 50.0)
-#: SPEC §1's reference decode batch: T(40, 0) = 3.45 ms (the largest grid batch <= 40
+#: docs/spec.md §1's reference decode batch: T(40, 0) = 3.45 ms (the largest grid batch <= 40
 #: is used, since the table rounds a query up to the next grid point).
 SPEC_REF_BATCH = 40
 #: Decode context the calibrated reference cost is read at (tokens).
 REF_CTX = 512
 SPEC_CHUNK_MAX = 4096
-#: Largest decode batch the capacity estimate assumes under the SPEC formula.
+#: Largest decode batch the capacity estimate assumes under the paper's formula.
 SPEC_DECODE_BATCH = 256
 CPU_TOKEN_SCALE = 1 / 8
 #: The fixed part of the workloads' TTFT rule (docs/workloads.md) and SLOWeave's
@@ -98,25 +98,25 @@ class DemoSetting:
         targets = " / ".join(f"{d:.3g}" for d in self.tpot_targets_ms)
         lines = [
             "TPOT targets come from this calibration, not from GPU milliseconds. Under the "
-            f"SPEC §1 formula a decode-only iteration of {self.ref_batch} requests costs "
-            f"{spec_ref:.3g} ms, and SPEC's targets of 10 / 25 / 50 ms leave room beside it for "
+            f"docs/spec.md §1 formula a decode-only iteration of {self.ref_batch} requests costs "
+            f"{spec_ref:.3g} ms, and the paper's 10/25/50 ms targets leave room beside it for "
             f"a prefill chunk of {rooms} tokens. Here the calibrated P50 of that decode "
             f"iteration (ctx {self.ref_ctx} tokens) is {self.ref_decode_ms:.3g} ms and a "
             f"prefill token costs {self.prefill_ms_per_token:.3g} ms beside it, so the same "
             f"room (scaled by {self.token_scale:g}) gives targets of {targets} ms. Every TTFT "
             "SLO of the workloads (500 ms + 0.5 ms per prompt token) is multiplied by "
             f"{self.time_dilation:.3g}, the ratio of the middle target to 25 ms.",
-            "Arrival rates keep SPEC's offered load: for each workload, the fraction of its "
+            "Arrival rates keep the paper's offered load: for each workload, the fraction of its "
             "estimated capacity (requests/s the device could finish if it did nothing but "
             "their prefill at the largest chunk and their decode at the largest batch) that "
-            "servecal compare's default rate is under the SPEC formula. Rates (req/s): "
+            "servecal compare's default rate is under the paper's formula. Rates (req/s): "
             + ", ".join(
                 f"{w} {r:.3g} (load {self.offered_load[w]:.2f})" for w, r in self.rates.items()
             )
             + ".",
         ]
         lines.append(
-            f"SLOWeave runs with its starvation guard on (SPEC §1): a prompt that has waited "
+            f"SLOWeave runs with its starvation guard (docs/spec.md §1): a prompt that has waited "
             f"{self.aging_ms:,.0f} ms (the fixed 500 ms part of every TTFT SLO, dilated) gets at "
             f"least {self.aging_chunk} tokens even when that breaks a decode deadline; each "
             "break is counted as an SLO exception."

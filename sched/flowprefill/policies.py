@@ -1,6 +1,6 @@
 """FlowPrefill and its baselines on the operator-level driver.
 
-* :class:`FlowPrefill` (SPEC §3): priority ``sign(slack)/d``; the top request runs,
+* :class:`FlowPrefill` (docs/spec.md §3): priority ``sign(slack)/d``; the top request runs,
   the running batch is parked at its next operator boundary when the top is not
   in it; SLO-aware batching of short requests; KV-aware admission. Its ablations
   change one thing each: ``preemptive=False`` keeps the ordering but decides only
@@ -25,7 +25,7 @@ from servecal.sched.flowprefill.priority import priority_order
 from servecal.sched.flowprefill.state import Job
 from servecal.sched.policies.budget import check_budget, fill_budget
 
-#: FlowPrefill batches short requests up to this many tokens (SPEC §3).
+#: FlowPrefill batches short requests up to this many tokens (docs/spec.md §3).
 BATCH_TOKENS = 2048
 #: ... while the top request keeps this share of its TTFT SLO as slack.
 KEEP_SLACK = 0.10
@@ -37,7 +37,7 @@ def _fits(view: DriverView, job: Job, reserved: int = 0) -> bool:
 
 @dataclass(frozen=True)
 class FlowPrefill:
-    """SPEC §3. ``order``: ``"slack"`` (the paper's ``sign(slack)/d``) or ``"srpt"``
+    """docs/spec.md §3. ``order``: ``"slack"`` (the paper's ``sign(slack)/d``) or ``"srpt"``
     (ablation: shortest remaining prefill first)."""
 
     preemptive: bool = True

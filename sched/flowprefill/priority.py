@@ -1,4 +1,4 @@
-"""FlowPrefill's priority rule (SPEC §3, from the released code), as pure functions.
+"""FlowPrefill's priority rule (docs/spec.md §3, from the released code), as pure functions.
 
 * deadline ``d = arrival + TTFT_SLO``;
 * slack ``= (d − now) − max(predicted remaining prefill time, 0)``;

@@ -218,7 +218,7 @@ def parse_policy_options(name: str, text: Mapping[str, str]) -> tuple[tuple[str,
 def is_baseline(name: str) -> bool:
     """Whether ``name`` is a built-in static baseline (fixed chunking, no deadlines).
 
-    "Ratio to the best static policy" (SPEC §1) is taken over these, in ``compare``
+    "Ratio to the best static policy" (docs/spec.md §1) is taken over these, in ``compare``
     and in reports. A user policy (``MODULE:CLASS``) or an unknown name is not."""
     if ":" in name:
         return False

@@ -1,4 +1,4 @@
-"""SLOWeave (SPEC §1): the largest prefill chunk that finishes before every decode deadline.
+"""SLOWeave (docs/spec.md §1): the largest prefill chunk that finishes before every decode deadline.
 
 At scheduler time ``s`` with ready (decoding) requests ``A``:
 

@@ -1,6 +1,6 @@
 """Memory-constrained batch scheduling: Sorted-F, MC-SF, FCFS, Sorted-LP, Amin, exact.
 
-The discrete-time model of SPEC §2 and its step semantics are in docs/sortedf.md;
+The discrete-time model of docs/spec.md §2 and its step semantics are in docs/sortedf.md;
 :func:`score_schedule` scores every schedule. Typical use::
 
     from servecal.sched.sortedf import Instance, score_schedule, sorted_f

@@ -1,4 +1,4 @@
-"""The discrete-time batch-scheduling model of SPEC §2 and its one simulator.
+"""The discrete-time batch-scheduling model of docs/spec.md §2 and its one simulator.
 
 Step semantics (docs/sortedf.md has the long version):
 

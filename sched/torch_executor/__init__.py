@@ -4,7 +4,7 @@ Each planned iteration runs through the profiler's transformer with per-request
 KV caches in a paged pool (:mod:`.pool`); a forward pass can stop at an operator
 boundary and resume later (:mod:`.forward`); predictions are validated online
 against the measured times (:mod:`.validation`); runs go through the experiment layer
-(:mod:`.backend`, ``--backend torch``). See docs/readme/torch_executor.md.
+(:mod:`.backend`, ``--backend torch``). See docs/torch_executor.md.
 """
 
 from servecal.sched.torch_executor.executor import PlanTap, TorchExecutor

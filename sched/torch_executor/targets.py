@@ -1,6 +1,6 @@
 """TPOT targets and arrival rates for a calibrated device, scaled from the paper's setting.
 
-SPEC §1's numbers (a 25 ms TPOT target, chat at 60 req/s) are for Llama-3-8B on an
+docs/spec.md §1's numbers (a 25 ms TPOT target, chat at 60 req/s) are for Llama-3-8B on an
 A100, whose costs the analytic model gives. On another device/model they mean
 nothing as such — a 25 ms target on a CPU ``tiny`` model whose decode iteration
 takes 5 ms is loose, on one where it takes 40 ms impossible — so both are carried
@@ -27,7 +27,7 @@ from typing import Any
 from servecal.costmodels import AnalyticPredictor
 from servecal.costmodels.predictor import Predictor
 
-#: The paper's setting (SPEC §1): TPOT target and chat's default rate on the A100 model.
+#: The paper's setting (docs/spec.md §1): TPOT target and chat's default rate on the A100 model.
 PAPER_TPOT_MS = 25.0
 PAPER_CHAT_RATE = 60.0
 #: Chat's mean prompt and output (log-normal medians 256/129, log-sd 0.8/0.86).

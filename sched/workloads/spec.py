@@ -48,7 +48,7 @@ class WorkloadSpec:
 # Interactive patience plus prefill/queueing allowance per prompt token (docs/workloads.md).
 DEFAULT_TTFT = TtftRule(base_ms=500.0, per_token_ms=0.5)
 
-# Chat: median prompt 256 (SPEC §1) with the log-spread of the Azure 2023 conversation
+# Chat: median prompt 256 (docs/spec.md §1) with the log-spread of the Azure 2023 conversation
 # trace's prompts (robust IQR estimate 0.815); outputs fitted to the same trace
 # (median 129, log-sd 0.86), capped at its max_tokens of 1000.
 CHAT = SloClass(
@@ -88,7 +88,7 @@ def _lognormal_with_mean(mean: float, sigma: float) -> LogNormalLengths:
     return LogNormalLengths(median=mean * math.exp(-(sigma**2) / 2), sigma=sigma, lo=1)
 
 
-# FlowPrefill's production classes (SPEC §3): TTFT/TBT SLOs, shares of a 2-minute sample
+# FlowPrefill's production classes (docs/spec.md §3): TTFT/TBT SLOs, shares of a 2-minute sample
 # (69/7/20/3 %, renormalised) and mean inputs. Spreads are ours: conversation-like
 # text/image prompts take chat's log-sd 0.8; search/file prompts are assembled documents
 # with a narrower spread (0.5, arXiv's is 0.39). Outputs: chat's (FlowPrefill gives none).

@@ -17,7 +17,7 @@ from servecal.commands._common import (
 )
 from servecal.commands._runs import PREDICTOR_HELP, TRUTH_HELP
 
-#: TPOT targets (ms) when none are given and some workload needs one (SPEC §1's).
+#: TPOT targets (ms) when none are given and some workload needs one (docs/spec.md §1's).
 DEFAULT_TARGETS = (10.0, 25.0, 50.0)
 
 

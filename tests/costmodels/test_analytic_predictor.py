@@ -1,4 +1,4 @@
-"""The SPEC §1 formula as a predictor, and the shared binary search."""
+"""The docs/spec.md §1 formula as a predictor, and the shared binary search."""
 
 import numpy as np
 import pytest

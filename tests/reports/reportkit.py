@@ -114,7 +114,7 @@ def write_run(
     config: dict | None = None,
     search: dict | None = None,
 ) -> Path:
-    """A run folder in the DESIGN.md layout, with its summary from the metrics module;
+    """A run folder in the docs/engine.md layout, with its summary from the metrics module;
     ``config`` adds to its config (truth, predictor, rate, …), ``search`` is written as
     its max-goodput search (``goodput_search``)."""
     folder.mkdir(parents=True, exist_ok=True)

@@ -1,4 +1,4 @@
-"""The demo's derived setting: SPEC's own formula as the 'calibration' gives SPEC back."""
+"""The demo's derived setting: the paper's formula as the 'calibration' gives its setting back."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ SPEC_AXES = Axes((0, 1, 8, 40, 256), 4096, (0, 512))
 def test_spec_formula_gives_spec_targets_rates_and_policies() -> None:
     setting = derive_setting(AnalyticPredictor(), SPEC_AXES, scale=1.0)
     # The per-token rate read off the table includes the 0.40 ms chunk overhead, so the
-    # targets land within 3% of SPEC's 10 / 25 / 50 ms, not exactly on them.
+    # targets land within 3% of the paper's 10 / 25 / 50 ms, not exactly on them.
     for got, spec in zip(setting.tpot_targets_ms, (10.0, 25.0, 50.0), strict=True):
         assert got == pytest.approx(spec, rel=0.03)
     for w, rate in setting.rates.items():

@@ -51,7 +51,7 @@ def test_scheduling_tables_per_target_and_ratio(grid_dir: Path) -> None:
     assert len(ratio.rows) == 4
     assert all(float(r[6].rstrip("×")) > 1.0 for r in ratio.rows)
     target = next(t for t in section.tables if t.title == "TPOT target 10 ms")
-    assert [r[0] for r in target.rows][:3] == ["mixed"] * 3  # SPEC workload order
+    assert [r[0] for r in target.rows][:3] == ["mixed"] * 3  # the paper's workload order
     best = [r for r in target.rows if r[1] == "fixed-256"]
     assert all(r[6] == "1.00×" for r in best)
     figs = [f.title for f in section.figures]

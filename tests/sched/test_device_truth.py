@@ -30,7 +30,7 @@ def test_shipped_profile_is_the_spec_scale_at_its_anchor() -> None:
     doc = json.loads(PROFILE_PATH.read_text())
     anchor = doc["derivation"]["anchor"]
     t = quiet()
-    # SPEC §1: T(40, 0) = 3.45 ms, kept at the anchor context; the formula's fixed terms
+    # docs/spec.md §1: T(40, 0) = 3.45 ms, kept at the anchor context; the formula's fixed terms
     assert t.median_ms(anchor["n_decode"], 0, anchor["ctx"]) == pytest.approx(3.45, abs=1e-3)
     assert (t.base, t.decode_fixed, t.prefill_fixed) == (0.35, 0.90, 0.40)
     assert t.prefill_per_token == 0.006

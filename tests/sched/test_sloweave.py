@@ -1,4 +1,4 @@
-"""SLOWeave against SPEC §1: Proposition 1 by brute force, deadlines, options."""
+"""SLOWeave against docs/spec.md §1: Proposition 1 by brute force, deadlines, options."""
 
 from __future__ import annotations
 
@@ -205,7 +205,7 @@ def test_p50_variant_plans_more_than_p99():
 
 
 class MarginPredictor(StepPredictor):
-    """The exact cost as P99, plus a constant margin δ: SPEC §1's one-sided bound."""
+    """The exact cost as P99, plus a constant margin δ: docs/spec.md §1's one-sided bound."""
 
     def __init__(self, rng, delta):
         super().__init__(rng)

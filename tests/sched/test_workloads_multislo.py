@@ -15,7 +15,7 @@ from servecal.sched.workloads.classes import class_probabilities
 
 AZURE = Path(__file__).resolve().parents[1] / "data" / "azure_conv_head200.csv"
 
-# FlowPrefill (SPEC §3): TTFT s, TBT s, share %, mean input tokens.
+# FlowPrefill (docs/spec.md §3): TTFT s, TBT s, share %, mean input tokens.
 FLOWPREFILL = {
     "text": (0.25, 0.1, 69, 646),
     "image": (0.5, 0.1, 7, 393),

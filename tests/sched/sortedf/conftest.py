@@ -1,4 +1,4 @@
-"""Shared fixtures for the Sorted-F tests (no test reads ../shared: data is in tests/data)."""
+"""Shared fixtures for the Sorted-F tests (every test's data is in tests/data)."""
 
 from __future__ import annotations
 
