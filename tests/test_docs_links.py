@@ -200,14 +200,8 @@ def citations_outside_repo() -> list[str]:
 
 def test_docs_cite_only_files_in_the_repository() -> None:
     hits = [h for h in citations_outside_repo() if h.startswith(("docs/", "README.md"))]
-    hits = [h for h in hits if not h.startswith(("README.md", "docs/results/2026-12-01-"))]
     assert hits == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="code and README still cite SPEC §/DESIGN.md/../shared/docs/readme until the "
-    "coordinator's sweep (scripts/fix_citations.sh) and README rewrite; remove this mark then",
-)
 def test_nothing_cites_files_outside_the_repository() -> None:
     assert citations_outside_repo() == []
