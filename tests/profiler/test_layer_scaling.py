@@ -1,5 +1,7 @@
 """Timing k of L layers and scaling the layer part by L/k estimates the full model."""
 
+import time
+
 import numpy as np
 import pytest
 import torch
@@ -21,19 +23,31 @@ def test_estimate_scales_only_the_layer_segment():
         LayerScale(timed=9, total=8)
 
 
+class ThreadCpuClock(CpuClock):
+    """CpuClock on this thread's CPU time: time the host gives other processes (the
+    suite's other worker, other jobs) is not counted. torch runs on one thread here."""
+
+    def start(self) -> None:
+        self._ns = [time.thread_time_ns()]
+
+    def mark(self) -> None:
+        self._ns.append(time.thread_time_ns())
+
+
 def _scaling_errors(runs: dict, rng: np.random.Generator) -> list[float]:
     """Per point: median over back-to-back pairs of (scaled part / full) - 1."""
     errors = []
+    clock = ThreadCpuClock()
     for point_runs in runs:
         for _ in range(3):
             for model, _, batch, tokens in point_runs.values():
-                timed_iteration(model, batch, tokens, CpuClock())
+                timed_iteration(model, batch, tokens, clock)
         ratios = []
         for _ in range(40):  # back-to-back pairs in a random order: host noise hits both alike
             times = {}
             for name in rng.permutation(["full", "part"]):
                 model, scale, batch, tokens = point_runs[name]
-                times[name] = scale.estimate(timed_iteration(model, batch, tokens, CpuClock()))
+                times[name] = scale.estimate(timed_iteration(model, batch, tokens, clock))
             ratios.append(times["part"] / times["full"])
         errors.append(float(np.median(ratios)) - 1)
     return errors
@@ -53,14 +67,17 @@ def test_scaled_half_model_is_within_10_percent_of_timing_all_layers_on_tiny():
         }
         for point in POINTS
     ]
-    # A shared CPU host can slow one model's run of pairs for seconds (another job's
-    # burst): up to three independent rounds, and the best must meet the bounds. A
-    # wrong scale (e.g. the whole iteration scaled, or the layers not at all) is off by
-    # 30-100% in every round and still fails.
-    attempts = []
-    for _ in range(3):
-        errors = _scaling_errors(runs, rng)
-        attempts.append(errors)
-        if abs(np.mean(errors)) < 0.10 and max(abs(e) for e in errors) < 0.25:
+    # A shared CPU host (or the test suite's other worker) can slow one model's run of
+    # pairs for seconds: one point of one round then reads 30-50% off. Each point's
+    # error is the median over rounds (three, up to five while undecided), so one burst
+    # per point is outvoted. A wrong scale (the whole iteration scaled, or the layers
+    # not at all) is off by 30-100% in every round and still fails.
+    rounds = []
+    for _ in range(5):
+        rounds.append(_scaling_errors(runs, rng))
+        if len(rounds) < 3:
+            continue
+        errors = np.median(np.array(rounds), axis=0)
+        if abs(errors.mean()) < 0.10 and np.abs(errors).max() < 0.25:
             return
-    pytest.fail(f"scaled estimate off in all three rounds: {attempts}")
+    pytest.fail(f"scaled estimate off: per-point medians {errors.tolist()} of rounds {rounds}")
