@@ -44,6 +44,7 @@ from servecal.integrations.vllm.config import (
     load_config,
 )
 from servecal.integrations.vllm.due import DueTimes
+from servecal.integrations.vllm.kvsum import RunningKV
 from servecal.integrations.vllm.planner import StepState, plan_step
 from servecal.integrations.vllm.tables import check_model, load_table
 from servecal.sched.policies.sloweave import SLOWeaveConfig
@@ -131,6 +132,12 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_ttft = cfg.ttft_slo_ms if cfg.ttft_slo_ms is not None else _INF
         # keyed by vLLM's Request objects (hashed by identity: no id strings per step)
         self._sw_due = DueTimes(cfg.tpot_slo_ms)
+        # the running requests' KV sum, kept between steps where every change to it is
+        # seen (not with speculative tokens' rollbacks or a KV connector's failed loads)
+        self._sw_kv = RunningKV(
+            trusted=self._sw_tokens_per_decode == 1 and getattr(self, "connector", None) is None
+        )
+        self._sw_aging = self._sw_sloweave.aging_ms is not None
         self._sw_inflight: dict[int, _InFlight] = {}
         self._sw_clock = time.perf_counter  # seconds; tests drive a fake one
         self._sw_perf0 = self._sw_clock()
@@ -215,11 +222,21 @@ class SLOWeaveScheduler(Scheduler):
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         self._sw_due.forget(request)
+        self._sw_kv.left(request)
         log = self._sw_log
         if log is not None:
             now = self._sw_now_ms if not math.isnan(self._sw_now_ms) else self._sw_ms()
             log.finished(request.request_id, now, log.steps - 1, request.num_output_tokens)
         return super()._free_request(request, *args, **kwargs)
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        self._sw_kv.invalidate()  # its tokens reset to 0, it leaves running: recount
+        return super()._preempt_request(request, *args, **kwargs)
+
+    def _handle_stopped_request(self, request: Any) -> bool:
+        if getattr(request, "resumable", False):  # its tokens roll back, it may stay
+            self._sw_kv.invalidate()
+        return super()._handle_stopped_request(request)
 
     # -- the step --------------------------------------------------------------------------
     def _sw_partials(self, running: list[Any]) -> list[Any]:
@@ -259,40 +276,56 @@ class SLOWeaveScheduler(Scheduler):
         O(exceptions); the decision itself is one table ``max_chunk``.
         """
         t0 = time.perf_counter()
-        now = self._sw_ms()
+        now = (self._sw_clock() - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
         running = self.running
         n_before = len(running)
         partial = self._sw_partials(running)
-        n = len(running) - len(partial)
-        kv = sum(map(_computed, running)) - sum(map(_computed, partial))
-        prompts = self._sw_next_prompts(partial, len(running))
-        first = prompts[0] if prompts else None
+        n = n_before - len(partial)
+        kv = self._sw_kv.total(running)
+        if partial:
+            kv -= sum(map(_computed, partial))
+        prompts = self._sw_next_prompts(partial, n_before)
+        if prompts:
+            first = prompts[0]
+            prefix = first.num_computed_tokens
+            if len(prompts) == 1:
+                remaining = first.num_tokens - prefix
+            else:
+                remaining = sum([r.num_tokens - r.num_computed_tokens for r in prompts])
+            # the prompt's wait matters only to the aging rule
+            waited = max(0.0, time.time() - first.arrival_time) * 1000.0 if self._sw_aging else 0.0
+            deadline = self._sw_due.earliest(n)
+        else:
+            prefix = remaining = 0
+            waited = 0.0
+            deadline = _INF
+        cap = self.max_num_scheduled_tokens
         state = StepState(
-            now_ms=start,
-            n_decode=n,
-            decode_tokens=n * self._sw_tokens_per_decode,
-            ctx=kv / n if n else 0.0,
-            earliest_deadline_ms=self._sw_due.earliest(n) if prompts else _INF,
-            next_prefix=first.num_computed_tokens if first is not None else 0,
-            next_remaining=max(0, sum([r.num_tokens - r.num_computed_tokens for r in prompts])),
-            token_cap=self.max_num_scheduled_tokens,
-            next_waited_ms=(
-                max(0.0, time.time() - first.arrival_time) * 1000.0 if first is not None else 0.0
-            ),
-        )
+            start, n, n * self._sw_tokens_per_decode, kv / n if n else 0.0, deadline,
+            prefix, max(0, remaining), cap, waited,
+        )  # fmt: skip
         plan = plan_step(state, self._sw_table, self._sw_sloweave)
         decision_us = (time.perf_counter() - t0) * 1e6
-        cap = self.max_num_scheduled_tokens
-        if plan.token_budget is not None and plan.token_budget < cap:
-            self.max_num_scheduled_tokens = plan.token_budget
-            try:
+        try:
+            if plan.token_budget is not None and plan.token_budget < cap:
+                self.max_num_scheduled_tokens = plan.token_budget
+                try:
+                    out = super().schedule(*args, **kwargs)
+                finally:
+                    self.max_num_scheduled_tokens = cap
+            else:
                 out = super().schedule(*args, **kwargs)
-            finally:
-                self.max_num_scheduled_tokens = cap
+        except BaseException:
+            self._sw_kv.invalidate()
+            raise
+        if out.preempted_req_ids:
+            self._sw_kv.invalidate()
         else:
-            out = super().schedule(*args, **kwargs)
+            self._sw_kv.scheduled(
+                self.running, n_before, out.num_scheduled_tokens, out.total_num_scheduled_tokens
+            )
         if out.total_num_scheduled_tokens > 0:
             self._sw_record(out, state, plan, n_before, partial, prompts, decision_us)
         return out
