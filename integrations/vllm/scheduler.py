@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from itertools import islice
 from operator import attrgetter
 from typing import Any
@@ -53,6 +54,7 @@ from servecal.sched.policies.sloweave import SLOWeaveConfig
 logger = init_logger("vllm.servecal")
 
 _INF = math.inf
+_NONE: tuple[()] = ()  # shared empty sequence: no allocation per step
 _computed = attrgetter("num_computed_tokens")
 
 
@@ -66,9 +68,9 @@ class _InFlight:
     __slots__ = ("row", "sched_end", "fast", "emitted", "skipped", "first", "pred_ms",
                  "stopped", "preempted")  # fmt: skip
 
-    def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: list[Any],
-                 skipped: list[Any], first: list[Any], pred_ms: float, stopped: list[str],
-                 preempted: list[str]) -> None:  # fmt: skip
+    def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: Sequence[Any],
+                 skipped: Sequence[Any], first: Sequence[Any], pred_ms: float,
+                 stopped: Sequence[str], preempted: Sequence[str]) -> None:  # fmt: skip
         self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
         self.sched_end = sched_end
         self.fast = fast  # every decoding request ran (then emitted/skipped are empty)
@@ -342,21 +344,28 @@ class SLOWeaveScheduler(Scheduler):
         one step.
         """
         nst = out.num_scheduled_tokens
-        preempted = list(getattr(out, "preempted_req_ids", None) or ())
+        preempted_ids = getattr(out, "preempted_req_ids", None)
+        preempted = list(preempted_ids) if preempted_ids else _NONE
         n = state.n_decode
-        prefill = [r for r in prompts if r.request_id in nst]
-        tokens = [nst[r.request_id] for r in prefill]
-        planned = {r.request_id for r in prompts}
+        if len(prompts) == 1:  # the usual case, without building lists to find it
+            tok = nst.get(prompts[0].request_id)
+            prefill, tokens = (prompts, [tok]) if tok is not None else (_NONE, _NONE)
+        else:
+            prefill = [r for r in prompts if r.request_id in nst]
+            tokens = [nst[r.request_id] for r in prefill]
+        new_reqs = out.scheduled_new_reqs
         fast = (
             not preempted
             and self._sw_tokens_per_decode == 1
             and len(partial) <= len(prompts)  # every partial prefill was a candidate
             and len(nst) == n + len(prefill)
             and out.total_num_scheduled_tokens == n + sum(tokens)
-            and all(new.req_id in planned for new in out.scheduled_new_reqs)
+            and (
+                not new_reqs or {new.req_id for new in new_reqs} <= {r.request_id for r in prompts}
+            )
         )
-        emitted: list[Any] = []
-        skipped: list[Any] = []
+        emitted: Sequence[Any] = _NONE
+        skipped: Sequence[Any] = _NONE
         n_sched = n
         if not fast:
             running, requests = self.running, self.requests
@@ -377,7 +386,8 @@ class SLOWeaveScheduler(Scheduler):
         # prefix: what each prompt had computed before this step, weighted by its tokens
         pairs = zip(prefill, tokens, strict=True)
         weighted = sum((r.num_computed_tokens - t) * t for r, t in pairs)
-        first = [r for r in prefill if not r.is_prefill_chunk]  # prefill ends: first token
+        # prefill ends: first token
+        first = [r for r in prefill if not r.is_prefill_chunk] if prefill else _NONE
         prefix = weighted / chunk if chunk else 0.0
         row = [
             state.now_ms, math.nan, n_sched, chunk, len(prefill), state.ctx, prefix,
@@ -389,8 +399,8 @@ class SLOWeaveScheduler(Scheduler):
             if req is not None:
                 self._sw_due.left(req)
         step = _InFlight(
-            row, self._sw_ms(), fast, emitted, skipped, first, math.nan,
-            [r.request_id for r in skipped], preempted,
+            row, (self._sw_clock() - self._sw_perf0) * 1000.0, fast, emitted, skipped, first,
+            math.nan, [r.request_id for r in skipped] if skipped else _NONE, preempted,
         )  # fmt: skip
         if self._sw_async:  # the next step is planned before this one's tokens exist
             step.pred_ms = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
