@@ -221,6 +221,8 @@ def main() -> None:
                                     args.prompt)}  # fmt: skip
         if args.baseline:
             cls = baseline_scheduler(args.baseline, root)
+            if args.run_dir:  # a run folder of its own
+                settings = {**settings, "run_dir": str(root / "run-baseline")}
             plugins["baseline"] = Driver(build(root / "model", cls, settings), args.running,
                                          args.prompt)  # fmt: skip
         wrap_vllm()

@@ -273,9 +273,10 @@ class SLOWeaveScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         """SLOWeave's token budget for this step, then vLLM's own scheduling.
 
-        Per step over the running requests: one C-level pass (their KV lengths), no
-        Python loop per request; due times come from :class:`DueTimes` in
-        O(exceptions); the decision itself is one table ``max_chunk``.
+        Nothing here passes over the running requests: their KV sum is kept between
+        steps by :class:`RunningKV` (a recount only after what it does not model, such
+        as a preemption), due times come from :class:`DueTimes` in O(exceptions), and
+        the decision itself is one table ``max_chunk``.
         """
         t0 = time.perf_counter()
         now = (self._sw_clock() - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
