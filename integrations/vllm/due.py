@@ -76,6 +76,8 @@ class DueTimes:
         if n_decoding <= 0:
             return math.inf
         apart = self.apart
+        if not apart and not self._decoding_own:  # every step ran every decode: the bulk time
+            return self.bulk + self.slo
         best = min(apart.values()) if apart else math.inf
         on_bulk = n_decoding - len(apart)
         if on_bulk > 0:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Sequence
 from itertools import islice
 from operator import attrgetter
 from typing import Any
@@ -44,6 +45,7 @@ from servecal.integrations.vllm.config import (
     load_config,
 )
 from servecal.integrations.vllm.due import DueTimes
+from servecal.integrations.vllm.kvsum import RunningKV
 from servecal.integrations.vllm.planner import StepState, plan_step
 from servecal.integrations.vllm.tables import check_model, load_table
 from servecal.sched.policies.sloweave import SLOWeaveConfig
@@ -52,6 +54,7 @@ from servecal.sched.policies.sloweave import SLOWeaveConfig
 logger = init_logger("vllm.servecal")
 
 _INF = math.inf
+_NONE: tuple[()] = ()  # shared empty sequence: no allocation per step
 _computed = attrgetter("num_computed_tokens")
 
 
@@ -65,9 +68,9 @@ class _InFlight:
     __slots__ = ("row", "sched_end", "fast", "emitted", "skipped", "first", "pred_ms",
                  "stopped", "preempted")  # fmt: skip
 
-    def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: list[Any],
-                 skipped: list[Any], first: list[Any], pred_ms: float, stopped: list[str],
-                 preempted: list[str]) -> None:  # fmt: skip
+    def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: Sequence[Any],
+                 skipped: Sequence[Any], first: Sequence[Any], pred_ms: float,
+                 stopped: Sequence[str], preempted: Sequence[str]) -> None:  # fmt: skip
         self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
         self.sched_end = sched_end
         self.fast = fast  # every decoding request ran (then emitted/skipped are empty)
@@ -131,6 +134,12 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_ttft = cfg.ttft_slo_ms if cfg.ttft_slo_ms is not None else _INF
         # keyed by vLLM's Request objects (hashed by identity: no id strings per step)
         self._sw_due = DueTimes(cfg.tpot_slo_ms)
+        # the running requests' KV sum, kept between steps where every change to it is
+        # seen (not with speculative tokens' rollbacks or a KV connector's failed loads)
+        self._sw_kv = RunningKV(
+            trusted=self._sw_tokens_per_decode == 1 and getattr(self, "connector", None) is None
+        )
+        self._sw_aging = self._sw_sloweave.aging_ms is not None
         self._sw_inflight: dict[int, _InFlight] = {}
         self._sw_clock = time.perf_counter  # seconds; tests drive a fake one
         self._sw_perf0 = self._sw_clock()
@@ -215,11 +224,21 @@ class SLOWeaveScheduler(Scheduler):
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
         self._sw_due.forget(request)
+        self._sw_kv.left(request)
         log = self._sw_log
         if log is not None:
             now = self._sw_now_ms if not math.isnan(self._sw_now_ms) else self._sw_ms()
             log.finished(request.request_id, now, log.steps - 1, request.num_output_tokens)
         return super()._free_request(request, *args, **kwargs)
+
+    def _preempt_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        self._sw_kv.invalidate()  # its tokens reset to 0, it leaves running: recount
+        return super()._preempt_request(request, *args, **kwargs)
+
+    def _handle_stopped_request(self, request: Any) -> bool:
+        if getattr(request, "resumable", False):  # its tokens roll back, it may stay
+            self._sw_kv.invalidate()
+        return super()._handle_stopped_request(request)
 
     # -- the step --------------------------------------------------------------------------
     def _sw_partials(self, running: list[Any]) -> list[Any]:
@@ -254,45 +273,62 @@ class SLOWeaveScheduler(Scheduler):
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
         """SLOWeave's token budget for this step, then vLLM's own scheduling.
 
-        Per step over the running requests: one C-level pass (their KV lengths), no
-        Python loop per request; due times come from :class:`DueTimes` in
-        O(exceptions); the decision itself is one table ``max_chunk``.
+        Nothing here passes over the running requests: their KV sum is kept between
+        steps by :class:`RunningKV` (a recount only after what it does not model, such
+        as a preemption), due times come from :class:`DueTimes` in O(exceptions), and
+        the decision itself is one table ``max_chunk``.
         """
         t0 = time.perf_counter()
-        now = self._sw_ms()
+        now = (self._sw_clock() - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
         running = self.running
         n_before = len(running)
         partial = self._sw_partials(running)
-        n = len(running) - len(partial)
-        kv = sum(map(_computed, running)) - sum(map(_computed, partial))
-        prompts = self._sw_next_prompts(partial, len(running))
-        first = prompts[0] if prompts else None
+        n = n_before - len(partial)
+        kv = self._sw_kv.total(running)
+        if partial:
+            kv -= sum(map(_computed, partial))
+        prompts = self._sw_next_prompts(partial, n_before)
+        if prompts:
+            first = prompts[0]
+            prefix = first.num_computed_tokens
+            if len(prompts) == 1:
+                remaining = first.num_tokens - prefix
+            else:
+                remaining = sum([r.num_tokens - r.num_computed_tokens for r in prompts])
+            # the prompt's wait matters only to the aging rule
+            waited = max(0.0, time.time() - first.arrival_time) * 1000.0 if self._sw_aging else 0.0
+            deadline = self._sw_due.earliest(n)
+        else:
+            prefix = remaining = 0
+            waited = 0.0
+            deadline = _INF
+        cap = self.max_num_scheduled_tokens
         state = StepState(
-            now_ms=start,
-            n_decode=n,
-            decode_tokens=n * self._sw_tokens_per_decode,
-            ctx=kv / n if n else 0.0,
-            earliest_deadline_ms=self._sw_due.earliest(n) if prompts else _INF,
-            next_prefix=first.num_computed_tokens if first is not None else 0,
-            next_remaining=max(0, sum([r.num_tokens - r.num_computed_tokens for r in prompts])),
-            token_cap=self.max_num_scheduled_tokens,
-            next_waited_ms=(
-                max(0.0, time.time() - first.arrival_time) * 1000.0 if first is not None else 0.0
-            ),
-        )
+            start, n, n * self._sw_tokens_per_decode, kv / n if n else 0.0, deadline,
+            prefix, max(0, remaining), cap, waited,
+        )  # fmt: skip
         plan = plan_step(state, self._sw_table, self._sw_sloweave)
         decision_us = (time.perf_counter() - t0) * 1e6
-        cap = self.max_num_scheduled_tokens
-        if plan.token_budget is not None and plan.token_budget < cap:
-            self.max_num_scheduled_tokens = plan.token_budget
-            try:
+        try:
+            if plan.token_budget is not None and plan.token_budget < cap:
+                self.max_num_scheduled_tokens = plan.token_budget
+                try:
+                    out = super().schedule(*args, **kwargs)
+                finally:
+                    self.max_num_scheduled_tokens = cap
+            else:
                 out = super().schedule(*args, **kwargs)
-            finally:
-                self.max_num_scheduled_tokens = cap
+        except BaseException:
+            self._sw_kv.invalidate()
+            raise
+        if out.preempted_req_ids:
+            self._sw_kv.invalidate()
         else:
-            out = super().schedule(*args, **kwargs)
+            self._sw_kv.scheduled(
+                self.running, n_before, out.num_scheduled_tokens, out.total_num_scheduled_tokens
+            )
         if out.total_num_scheduled_tokens > 0:
             self._sw_record(out, state, plan, n_before, partial, prompts, decision_us)
         return out
@@ -309,21 +345,28 @@ class SLOWeaveScheduler(Scheduler):
         one step.
         """
         nst = out.num_scheduled_tokens
-        preempted = list(getattr(out, "preempted_req_ids", None) or ())
+        preempted_ids = getattr(out, "preempted_req_ids", None)
+        preempted = list(preempted_ids) if preempted_ids else _NONE
         n = state.n_decode
-        prefill = [r for r in prompts if r.request_id in nst]
-        tokens = [nst[r.request_id] for r in prefill]
-        planned = {r.request_id for r in prompts}
+        if len(prompts) == 1:  # the usual case, without building lists to find it
+            tok = nst.get(prompts[0].request_id)
+            prefill, tokens = (prompts, [tok]) if tok is not None else (_NONE, _NONE)
+        else:
+            prefill = [r for r in prompts if r.request_id in nst]
+            tokens = [nst[r.request_id] for r in prefill]
+        new_reqs = out.scheduled_new_reqs
         fast = (
             not preempted
             and self._sw_tokens_per_decode == 1
             and len(partial) <= len(prompts)  # every partial prefill was a candidate
             and len(nst) == n + len(prefill)
             and out.total_num_scheduled_tokens == n + sum(tokens)
-            and all(new.req_id in planned for new in out.scheduled_new_reqs)
+            and (
+                not new_reqs or {new.req_id for new in new_reqs} <= {r.request_id for r in prompts}
+            )
         )
-        emitted: list[Any] = []
-        skipped: list[Any] = []
+        emitted: Sequence[Any] = _NONE
+        skipped: Sequence[Any] = _NONE
         n_sched = n
         if not fast:
             running, requests = self.running, self.requests
@@ -344,7 +387,8 @@ class SLOWeaveScheduler(Scheduler):
         # prefix: what each prompt had computed before this step, weighted by its tokens
         pairs = zip(prefill, tokens, strict=True)
         weighted = sum((r.num_computed_tokens - t) * t for r, t in pairs)
-        first = [r for r in prefill if not r.is_prefill_chunk]  # prefill ends: first token
+        # prefill ends: first token
+        first = [r for r in prefill if not r.is_prefill_chunk] if prefill else _NONE
         prefix = weighted / chunk if chunk else 0.0
         row = [
             state.now_ms, math.nan, n_sched, chunk, len(prefill), state.ctx, prefix,
@@ -356,8 +400,8 @@ class SLOWeaveScheduler(Scheduler):
             if req is not None:
                 self._sw_due.left(req)
         step = _InFlight(
-            row, self._sw_ms(), fast, emitted, skipped, first, math.nan,
-            [r.request_id for r in skipped], preempted,
+            row, (self._sw_clock() - self._sw_perf0) * 1000.0, fast, emitted, skipped, first,
+            math.nan, [r.request_id for r in skipped] if skipped else _NONE, preempted,
         )  # fmt: skip
         if self._sw_async:  # the next step is planned before this one's tokens exist
             step.pred_ms = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
