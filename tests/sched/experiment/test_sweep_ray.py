@@ -11,6 +11,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -159,11 +160,15 @@ class _ClusterGone:
 
     def __init__(self, ray):
         self._ray = ray
+        # the loss is noticed only once the test has queued its calls: on a busy host
+        # the dispatcher could otherwise fail (and close) the pool between two submits
+        self.lost = threading.Event()
 
     def __getattr__(self, name):
         return getattr(self._ray, name)
 
     def wait(self, *args, **kwargs):
+        self.lost.wait(timeout=30)
         raise ConnectionError("the Ray cluster is gone")
 
 
@@ -172,8 +177,10 @@ def test_a_lost_cluster_fails_every_waiting_call_instead_of_hanging(cluster):
     from servecal.profiler.jobs.ray_pool import RayPool
 
     # the dispatcher takes its `ray` when it starts: hand the lost one in from the outset
-    pool = RayPool(_ClusterGone(cluster), max_in_flight=1)
+    gone = _ClusterGone(cluster)
+    pool = RayPool(gone, max_in_flight=1)
     running, queued = pool.submit(time.sleep, 2), pool.submit(pow, 2, 2)
+    gone.lost.set()
     for future in (running, queued):
         with pytest.raises(ConnectionError, match="gone"):
             future.result(timeout=30)
