@@ -660,17 +660,7 @@ class CostTable:
         ``allow_edited``. ``None`` for either: the process's ``--strict`` /
         ``--allow-edited`` (:mod:`.provenance`)."""
         p = Path(path)
-        try:
-            text = p.read_text()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise InputError(f"{p}: cannot read cost table ({type(exc).__name__})") from None
-        try:
-            doc = json.loads(text)
-        except ValueError as exc:
-            raise InputError(f"{p}: not a cost table: invalid JSON ({exc})") from None
-        except RecursionError:
-            raise InputError(f"{p}: not a cost table: JSON nested too deeply") from None
-        table = cls.from_json(doc, str(p), allow_edited)
+        table = cls.from_json(read_table_document(p), str(p), allow_edited)
         if fingerprint is not None:
             compare_fingerprints(table.fingerprint, fingerprint, str(p), other, strict)
         return table
@@ -678,3 +668,22 @@ class CostTable:
     def __repr__(self) -> str:
         shape = "x".join(str(s) for s in self._shape)
         return f"CostTable({shape} grid, quantiles={self.quantiles}, tail={self.tail})"
+
+
+def read_table_document(path: str | os.PathLike[str]) -> Any:
+    """A cost table file's parsed JSON (:meth:`CostTable.from_json` checks it is a
+    table); a file that cannot be read or parsed is one :class:`InputError` line."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except FileNotFoundError:
+        raise InputError(f"cannot read cost table {p}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError(f"cannot read cost table {p} ({type(exc).__name__})") from None
+    try:
+        doc = json.loads(text)
+    except ValueError as exc:
+        raise InputError(f"{p}: not a cost table: invalid JSON ({exc})") from None
+    except RecursionError:
+        raise InputError(f"{p}: not a cost table: JSON nested too deeply") from None
+    return doc

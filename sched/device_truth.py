@@ -34,7 +34,7 @@ import pandas as pd
 from numpy.typing import ArrayLike
 
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.predictor import PLAN_QUANTILE
+from servecal.costmodels.predictor import PLAN_QUANTILE, largest_fitting
 from servecal.sched.truth import Drift, _Draws, truth_options
 
 DEVICE_SCHEMA = "servecal.device_truth/1"
@@ -319,15 +319,9 @@ class DeviceOracle:
         non-decreasing in ``c``, so a binary search is exact)."""
         scale = self._scale(q)
         median = self.truth.median_ms
-        limit = int(limit)
-        lo, hi = 0, max(limit, 0)  # invariant: lo fits (or is 0), everything above hi fails
-        while lo < hi:
-            mid = (lo + hi + 1) // 2
-            if median(n_decode, mid, ctx, prefix) * scale <= budget_ms:
-                lo = mid
-            else:
-                hi = mid - 1
-        return lo
+        return largest_fitting(
+            lambda c: median(n_decode, c, ctx, prefix) * scale <= budget_ms, int(limit)
+        )
 
 
 def _sha256(doc: Any) -> str:

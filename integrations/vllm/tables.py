@@ -8,13 +8,12 @@ model shape would plan every step on the wrong costs. Both stop the server.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from servecal.costmodels.errors import InputError
-from servecal.costmodels.table import CostTable
+from servecal.costmodels.table import CostTable, read_table_document
 from servecal.integrations.vllm.config import PluginConfigError
 
 #: Model-shape fields of a table fingerprint (``fingerprint.model_shape``) and the
@@ -33,16 +32,7 @@ SHAPE_FIELDS: dict[str, tuple[str, ...]] = {
 def load_table(path: Path, quantile: float, use_margin: bool) -> CostTable:
     """The cost table at ``path``; any defect is one :class:`PluginConfigError` line."""
     try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise PluginConfigError(f"cost table {path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PluginConfigError(f"cost table {path}: cannot read ({type(exc).__name__})") from None
-    try:
-        doc = json.loads(text)
-    except ValueError as exc:
-        raise PluginConfigError(f"cost table {path}: not valid JSON ({exc})") from None
-    try:
+        doc = read_table_document(path)
         table = CostTable.from_json(doc, str(path))
     except InputError as exc:
         raise PluginConfigError(str(exc)) from None
