@@ -30,7 +30,7 @@ import pandas as pd
 from servecal.costmodels.evaluate import evaluate
 from servecal.sched import experiment as ex
 from servecal.sched.device_truth import DeviceTruth
-from servecal.sched.fitted_table import fitted_predictor
+from servecal.sched.fitted_table import fitted_predictor, probe_points
 from servecal.sched.policies.registry import PolicySpec
 
 HELD_OUT_SEED = 1616
@@ -45,15 +45,8 @@ PREDICTORS = ("fitted", "fitted-grid", "oracle")
 COLUMNS = ["n_decode", "chunk", "ctx", "prefix"]
 
 
-def uniform_points(rng: np.random.Generator, size: int) -> pd.DataFrame:
-    def log_uniform(hi: float) -> np.ndarray:
-        return np.floor(np.exp(rng.uniform(0, np.log(hi), size))).astype(int)
-
-    n = np.where(rng.random(size) < 0.1, 0, log_uniform(400))
-    c = np.where((rng.random(size) < 0.1) & (n > 0), 0, log_uniform(6000))
-    ctx = np.where(n > 0, rng.integers(1, 12000, size), 0)
-    prefix = np.where(c > 0, rng.integers(0, 8000, size), 0)
-    return pd.DataFrame({"n_decode": n, "chunk": c, "ctx": ctx, "prefix": prefix})
+#: Held-out shapes: fitted_table.probe_points up to these (what schedulers visit).
+UNIFORM_UPPER = {"n_decode": 399, "chunk": 5999, "ctx": 11999, "prefix": 7999}
 
 
 def visited_points(runs: list[pd.DataFrame], rng: np.random.Generator, size: int) -> pd.DataFrame:
@@ -128,7 +121,7 @@ def main() -> None:
         f"{'P99 err':>8} {'P99+d cov':>9} {'tight':>7} {'OOD':>4}"
     )
     offline("visited", truth, visited_points(visited, rng, args.points), rng)
-    offline("uniform", truth, uniform_points(rng, args.points), rng)
+    offline("uniform", truth, probe_points(rng, args.points, UNIFORM_UPPER), rng)
     load = os.getloadavg()
     print(
         f"\n{time.time() - t0:.0f} s; load average {load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} "

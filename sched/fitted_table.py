@@ -29,7 +29,7 @@ import hashlib
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -96,19 +96,22 @@ def fit_key(truth: SamplableTruth) -> str:
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
 
 
-def probe_points(rng: np.random.Generator, size: int) -> pd.DataFrame:
-    """Random shapes over :data:`FIT_GRID`'s domain, sizes log-uniform (a tenth with no
-    decodes, a tenth of the rest with no chunk), ``ctx`` and ``prefix`` uniform."""
-    g = FIT_GRID
+def probe_points(
+    rng: np.random.Generator, size: int, upper: Mapping[str, int] | None = None
+) -> pd.DataFrame:
+    """Random shapes up to ``upper`` on each axis (default: :data:`FIT_GRID`'s domain),
+    sizes log-uniform (a tenth with no decodes, a tenth of the rest with no chunk),
+    ``ctx`` and ``prefix`` uniform."""
+    hi = dict(upper) if upper is not None else {k: v[-1] for k, v in FIT_GRID.items()}
 
-    def log_uniform(hi: int) -> np.ndarray:
-        return np.floor(np.exp(rng.uniform(0.0, np.log(hi + 1), size))).astype(np.int64)
+    def log_uniform(top: int) -> np.ndarray:
+        return np.floor(np.exp(rng.uniform(0.0, np.log(top + 1), size))).astype(np.int64)
 
-    n = np.where(rng.random(size) < 0.1, 0, log_uniform(g["n_decode"][-1]))
-    c = np.where((rng.random(size) < 0.1) & (n > 0), 0, log_uniform(g["chunk"][-1]))
+    n = np.where(rng.random(size) < 0.1, 0, log_uniform(hi["n_decode"]))
+    c = np.where((rng.random(size) < 0.1) & (n > 0), 0, log_uniform(hi["chunk"]))
     c = np.where((n == 0) & (c == 0), 1, c)
-    ctx = np.where(n > 0, rng.integers(1, g["ctx"][-1] + 1, size), 0)
-    prefix = np.where(c > 0, rng.integers(0, g["prefix"][-1] + 1, size), 0)
+    ctx = np.where(n > 0, rng.integers(1, hi["ctx"] + 1, size), 0)
+    prefix = np.where(c > 0, rng.integers(0, hi["prefix"] + 1, size), 0)
     return pd.DataFrame({"n_decode": n, "chunk": c, "ctx": ctx, "prefix": prefix})
 
 

@@ -4,7 +4,6 @@ honest (not the truth), and fitted + cached for any other truth."""
 from __future__ import annotations
 
 import numpy as np
-import pandas as pd
 import pytest
 
 from servecal.costmodels.errors import InputError
@@ -16,19 +15,9 @@ from servecal.sched.device_truth import DeviceTruth
 from servecal.sched.policies.registry import PolicySpec
 from servecal.sched.truth import AnalyticTruth
 
-
-def held_out_points(rng: np.random.Generator, size: int) -> pd.DataFrame:
-    """Off-grid shapes over what schedulers visit (log-uniform sizes, a tenth with no
-    decodes or no chunk), never a grid point on every axis."""
-
-    def log_uniform(hi: float) -> np.ndarray:
-        return np.floor(np.exp(rng.uniform(0, np.log(hi), size))).astype(int)
-
-    n = np.where(rng.random(size) < 0.1, 0, log_uniform(400))
-    c = np.where((rng.random(size) < 0.1) & (n > 0), 0, log_uniform(6000))
-    ctx = np.where(n > 0, rng.integers(1, 12000, size), 0)
-    prefix = np.where(c > 0, rng.integers(0, 8000, size), 0)
-    return pd.DataFrame({"n_decode": n, "chunk": c, "ctx": ctx, "prefix": prefix})
+#: Off-grid shapes over what schedulers visit (log-uniform sizes, a tenth with no decodes
+#: or no chunk), never a grid point on every axis: fitted_table.probe_points up to these.
+HELD_OUT_UPPER = {"n_decode": 399, "chunk": 5999, "ctx": 11999, "prefix": 7999}
 
 
 def test_shipped_table_is_the_fit_of_the_shipped_truth() -> None:
@@ -49,7 +38,7 @@ def test_fitted_table_on_held_out_points_is_accurate_and_not_the_truth() -> None
     table = fitted.fitted_predictor(truth, "fitted")
     grid_only = fitted.fitted_predictor(truth, "fitted-grid")
     rng = np.random.default_rng(161)  # neither a run seed nor the calibration's
-    points = held_out_points(rng, 400)
+    points = fitted.probe_points(rng, 400, HELD_OUT_UPPER)
     rows = truth.draw(points, 20, rng)
     m, g = evaluate(table, rows), evaluate(grid_only, rows)
     assert m["out_of_domain"] == 0
