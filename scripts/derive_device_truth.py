@@ -166,14 +166,20 @@ def heads(frame: pd.DataFrame) -> pd.DataFrame:
     ]
 
 
+def least_squares(design: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least-squares coefficients of ``design @ coef ≈ y`` and the fit's R²."""
+    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
+    r2 = 1 - np.sum((design @ coef - y) ** 2) / np.sum((y - y.mean()) ** 2)
+    return coef, float(r2)
+
+
 def decode_attention_slope(gen_csv: Path) -> dict[str, float]:
     """Per-layer ms ≈ k0 + k1·batch + a·batch·kv over KV-bound rows (kv >= 127)."""
     rows = heads(pd.read_csv(gen_csv))
     rows = rows[(rows.step >= 127) & (rows.batch_size <= 256)]
     b, kv, y = (rows[c].to_numpy(dtype=float) for c in ("batch_size", "step", "latency"))
     design = np.column_stack([np.ones_like(b), b, b * kv])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    r2 = 1 - np.sum((design @ coef - y) ** 2) / np.sum((y - y.mean()) ** 2)
+    coef, r2 = least_squares(design, y)
     say(
         f"[{gen_csv.name}] decode attention, 32/8 heads, {len(rows)} rows: per layer "
         f"{coef[0]:.4f} + {coef[1]:.2e}·n + {coef[2]:.3e}·n·ctx ms (R² {r2:.4f})"
@@ -187,8 +193,7 @@ def prefill_attention_slope(ctx_csv: Path) -> dict[str, float]:
     rows = rows[(rows.batch_size == 1) & (rows.isl >= 512)]
     L, y = rows.isl.to_numpy(dtype=float), rows.latency.to_numpy(dtype=float)
     design = np.column_stack([np.ones_like(L), L, L * L / 2])
-    coef, *_ = np.linalg.lstsq(design, y, rcond=None)
-    r2 = 1 - np.sum((design @ coef - y) ** 2) / np.sum((y - y.mean()) ** 2)
+    coef, r2 = least_squares(design, y)
     say(
         f"[{ctx_csv.name}] prefill attention, 32/8 heads, batch 1, {len(rows)} rows: per layer "
         f"{coef[0]:.4f} + {coef[1]:.2e}·c + {coef[2]:.3e}·c²/2 ms (R² {r2:.4f})"
