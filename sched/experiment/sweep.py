@@ -17,6 +17,7 @@ or in which order tasks run.
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
@@ -41,14 +42,43 @@ class Task:
 
 def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any]:
     """Run one task, write its run folder if it has one, return its summary."""
-    result = run(task.spec, task.seed, on_progress)
-    summary = summarize(task.spec, result)
-    if task.folder is not None:
-        from servecal.sched.runfolder import write_run
+    global _running
+    if _interrupted:  # a pool worker that saw Ctrl-C starts nothing more
+        raise KeyboardInterrupt
+    _running = True
+    try:
+        result = run(task.spec, task.seed, on_progress)
+        summary = summarize(task.spec, result)
+        if task.folder is not None:
+            from servecal.sched.runfolder import write_run
 
-        config = {**task.spec.describe(), "seed": task.seed}
-        write_run(task.folder, result, config, summary, {"seed": task.seed, "streams": STREAMS})
-    return summary
+            config = {**task.spec.describe(), "seed": task.seed}
+            write_run(task.folder, result, config, summary, {"seed": task.seed, "streams": STREAMS})
+        return summary
+    finally:
+        _running = False
+
+
+#: Whether this process is inside :func:`execute` (what a pool worker's Ctrl-C may
+#: stop), and whether a pool worker has seen Ctrl-C.
+_running = False
+_interrupted = False
+
+
+def _worker_sigint(signum: int, frame: Any) -> None:
+    global _interrupted
+    _interrupted = True
+    if _running:
+        raise KeyboardInterrupt
+
+
+def _init_worker() -> None:
+    """A local pool worker takes Ctrl-C only inside a run (whose folder is written
+    whole or not at all). Between runs it ignores it: a worker interrupted in the
+    pool's own queue traffic dies holding the queue, and the driver's shutdown can
+    then wait forever. The driver cancels what has not started and waits for the
+    runs, which stop at once; runs already queued to the worker are refused."""
+    signal.signal(signal.SIGINT, _worker_sigint)
 
 
 class InProcess(Executor):
@@ -98,7 +128,7 @@ def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | Non
     workers = max(1, min(jobs or os.cpu_count() or 1, tasks))
     if workers == 1:
         return InProcess(on_run_progress)
-    return ProcessPoolExecutor(max_workers=workers)
+    return ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
 
 
 #: Where a command's sweep can run (``--pool``): this machine, or a Ray cluster.

@@ -95,3 +95,19 @@ def test_a_spec_that_cannot_run_is_refused_up_front(kw, message):
     with pytest.raises(InputError) as info:
         check(_spec(**kw))
     assert message in str(info.value)
+
+
+def test_a_pool_worker_takes_ctrl_c_only_inside_a_run(monkeypatch):
+    """Between runs a worker notes Ctrl-C and starts nothing more (a worker killed in
+    the pool's queue traffic can leave the driver's shutdown waiting forever)."""
+    import importlib
+
+    sweep_module = importlib.import_module("servecal.sched.experiment.sweep")
+    monkeypatch.setattr(sweep_module, "_interrupted", False)
+    sweep_module._worker_sigint(2, None)  # idle: noted, not raised
+    assert sweep_module._interrupted
+    with pytest.raises(KeyboardInterrupt):  # a run queued before Ctrl-C is refused
+        sweep_module.execute(sweep_module.Task(_spec(), 0))
+    monkeypatch.setattr(sweep_module, "_running", True)
+    with pytest.raises(KeyboardInterrupt):  # inside a run: raised there
+        sweep_module._worker_sigint(2, None)
