@@ -14,15 +14,18 @@ from __future__ import annotations
 import difflib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
 from servecal.costmodels.errors import InputError
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SAMPLES_SCHEMA = "servecal.samples/1"
 #: Required columns, in the order they are written.
@@ -63,6 +66,8 @@ def _first_bad(mask: np.ndarray) -> tuple[int, int]:
 
 def _numeric(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
     """The column as float64; values that are present but not numbers are a defect."""
+    import pandas as pd
+
     raw = frame[col]
     if pd.api.types.is_bool_dtype(raw) or (
         raw.dtype == object and raw.map(lambda v: isinstance(v, (bool, np.bool_))).any()
@@ -84,18 +89,34 @@ def check_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     first bad row.
     """
     columns = [str(c) for c in frame.columns]
+    _check_present(columns, len(frame), source)
+    out = frame.copy()
+    present = [c for c in OPTIONAL_COLUMNS if c in columns]
+    for col, values in _checked(lambda col: _numeric(frame, col, source), present, source):
+        out[col] = values
+    return out.reset_index(drop=True)
+
+
+def _check_present(columns: list[str], rows: int, source: str) -> None:
+    """Every required column is there, and there is a row."""
     for col in SAMPLE_COLUMNS:
         if col not in columns:
             extra = [c for c in columns if c not in SAMPLE_COLUMNS + OPTIONAL_COLUMNS]
             close = difflib.get_close_matches(col, extra, n=1)
             hint = f" (found '{close[0]}': misspelt?)" if close else ""
             raise InputError(f"{source}: column '{col}': missing{hint}")
-    if len(frame) == 0:
+    if rows == 0:
         raise InputError(f"{source}: column '{SAMPLE_COLUMNS[0]}': no rows (empty samples)")
 
-    out = frame.copy()
+
+def _checked(
+    numeric: Callable[[str], np.ndarray], optional: list[str], source: str
+) -> list[tuple[str, np.ndarray]]:
+    """The contract's checks on float columns (``numeric(col)``: NaN = missing), in
+    column order; the canonical columns (counts ``int64``) or the first defect."""
+    out: list[tuple[str, np.ndarray]] = []
     for col in COUNT_COLUMNS:
-        values = _numeric(frame, col, source)
+        values = numeric(col)
         if np.isnan(values).any():
             row, count = _first_bad(np.isnan(values))
             raise _fail(source, col, row, "missing value (NaN)", count)
@@ -109,9 +130,9 @@ def check_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
         if (values > MAX_COUNT).any():
             row, count = _first_bad(values > MAX_COUNT)
             raise _fail(source, col, row, f"count too large: {float(values[row]):.3g}", count)
-        out[col] = values.astype(np.int64)
+        out.append((col, values.astype(np.int64)))
 
-    ms = _numeric(frame, "ms", source)
+    ms = numeric("ms")
     if np.isnan(ms).any():
         row, count = _first_bad(np.isnan(ms))
         raise _fail(source, "ms", row, "missing value (NaN)", count)
@@ -119,26 +140,24 @@ def check_samples(frame: pd.DataFrame, source: str) -> pd.DataFrame:
     if bad.any():
         row, count = _first_bad(bad)
         raise _fail(source, "ms", row, f"must be a finite time > 0, got {float(ms[row])!r}", count)
-    out["ms"] = ms
+    out.append(("ms", ms))
 
-    energy = _numeric(frame, "energy_j", source)  # NaN = no meter
+    energy = numeric("energy_j")  # NaN = no meter
     bad = ~np.isnan(energy) & (~np.isfinite(energy) | (energy < 0))
     if bad.any():
         row, count = _first_bad(bad)
         raise _fail(
             source, "energy_j", row, f"must be >= 0 or null, got {float(energy[row])!r}", count
         )
-    out["energy_j"] = energy
+    out.append(("energy_j", energy))
 
-    empty = (out["n_decode"] + out["chunk"]).to_numpy() == 0
+    counts = dict(out)
+    empty = (counts["n_decode"] + counts["chunk"]) == 0
     if empty.any():
         row, count = _first_bad(empty)
         raise _fail(source, "n_decode+chunk", row, "iteration with no tokens (must be >= 1)", count)
-
-    for col in OPTIONAL_COLUMNS:
-        if col in columns:
-            out[col] = _numeric(frame, col, source)
-    return out.reset_index(drop=True)
+    out += [(col, numeric(col)) for col in optional]
+    return out
 
 
 def _provenance_from_parquet(path: Path, metadata: dict[bytes, bytes] | None) -> dict[str, Any]:
@@ -180,6 +199,7 @@ def _provenance_from_sidecar(path: Path) -> dict[str, Any] | None:
 
 def _read_frame(path: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
     """Raw frame plus Parquet provenance (``None`` for CSV)."""
+    import pandas as pd
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -216,6 +236,44 @@ def read_samples(path: str | os.PathLike[str]) -> Samples:
     prov = dict(prov or {})
     prov.pop("schema", None)
     return Samples(frame=check_samples(frame, str(p)), provenance=prov)
+
+
+def read_sample_columns(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
+    """The required columns (:data:`SAMPLE_COLUMNS`) of a samples file, validated, as
+    numpy arrays: what a simulation's samples truth reads at every start.
+
+    A Parquet file whose columns are numbers (as :func:`write_samples` writes them)
+    is read and checked without pandas (the same checks as :func:`read_samples`);
+    any other file goes through :func:`read_samples`.
+    """
+    import pyarrow as pa
+
+    from servecal.costmodels.arrow_numpy import read_parquet, to_numpy
+
+    p = Path(path)
+    if p.suffix.lower() not in (".csv", ".txt") and p.is_file():
+        try:
+            table = read_parquet(p)
+        except (OSError, pa.ArrowException):
+            table = None  # read_samples says what is wrong
+        if table is not None and _numbers_only(table):
+            _provenance_from_parquet(p, table.schema.metadata)  # a wrong schema is refused
+            _check_present(table.column_names, table.num_rows, str(p))
+
+            def numeric(col: str) -> np.ndarray:
+                return to_numpy(table.column(col)).astype(float)
+
+            return dict(_checked(numeric, [], str(p)))
+    frame = read_samples(p).frame
+    return {col: frame[col].to_numpy() for col in SAMPLE_COLUMNS}
+
+
+def _numbers_only(table: Any) -> bool:
+    """Whether each required column present in ``table`` holds integers or floats."""
+    import pyarrow as pa
+
+    types = [table.schema.field(c).type for c in SAMPLE_COLUMNS if c in table.column_names]
+    return all(pa.types.is_integer(t) or pa.types.is_floating(t) for t in types)
 
 
 def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:

@@ -22,14 +22,16 @@ Definitions (docs/engine.md, §Metrics of docs/design.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from typing import Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from servecal.costmodels.errors import InputError
 from servecal.sched.result import REQUEST_COLUMNS as RESULT_COLUMNS
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 SLO_NAMES = ("ttft", "tpot")
 
@@ -39,6 +41,11 @@ REQUEST_COLUMNS = tuple(
     c for c in RESULT_COLUMNS if c not in ("slo_class", "tpot_mean_ms", "tpot_max_ms",
                                             "slo_exception", "rejected")
 )  # fmt: skip
+
+#: What the metrics read: a pandas frame, or any mapping of column name → values
+#: (a run's numpy columns, ``RunResult.request_columns``). Computed in numpy either
+#: way, so a simulated run is scored without pandas.
+Frame = Mapping[str, Any]
 
 #: Summary keys whose spread over seeds is reported as ``<key>_std``.
 MAIN_METRICS = (
@@ -59,130 +66,197 @@ def _check_slos(slos: Sequence[str]) -> tuple[str, ...]:
     return slos
 
 
-def _require(frame: pd.DataFrame, columns: Iterable[str], what: str) -> None:
-    missing = [c for c in columns if c not in frame.columns]
+def _require(frame: Frame, columns: Iterable[str], what: str) -> None:
+    missing = [c for c in columns if c not in frame]
     if missing:
         raise InputError(f"{what} frame lacks column(s) {', '.join(missing)}")
 
 
-def _run_end_ms(frame: pd.DataFrame) -> float:
-    """Last event of the run: the latest completion, first token or arrival."""
-    times = pd.concat([frame["completion_ms"], frame["first_token_ms"], frame["arrival_ms"]])
-    return float(times.max()) if times.notna().any() else math.nan
+def _num(frame: Frame, name: str) -> np.ndarray:
+    """Column ``name`` as floats (None → NaN)."""
+    return np.asarray(frame[name], dtype=float)
 
 
-def request_outcomes(requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES) -> pd.DataFrame:
-    """A copy of the requests frame with ``ttft_ms, ttft_met, tpot_met, finished, good``.
+def _flags(values: Any) -> np.ndarray:
+    """A yes/no column; a missing value (None, NaN) is no."""
+    a = np.asarray(values)
+    if a.dtype == bool:
+        return a
+    if a.dtype.kind in "fiu":
+        return np.nan_to_num(a.astype(float), nan=0.0) != 0
+    return np.array([not _missing(v) and bool(v) for v in a], dtype=bool)
+
+
+def _missing(value: Any) -> bool:
+    """None, NaN or pandas' NA (whose comparisons answer NA, not a bool)."""
+    if value is None:
+        return True
+    try:
+        return bool(value != value)
+    except TypeError:
+        return True
+
+
+def _present(values: np.ndarray) -> np.ndarray:
+    """``values`` without its NaNs."""
+    return values[~np.isnan(values)]
+
+
+def _groups(values: Any) -> list[tuple[Any, np.ndarray]]:
+    """``(key, row indices)`` per distinct present value, keys ascending (a groupby)."""
+    a = np.asarray(values)
+    if a.dtype.kind in "fiu":
+        present = ~np.isnan(a.astype(float))
+    else:
+        a = a.astype(object)
+        present = np.array([not _missing(v) for v in a], dtype=bool)
+    return [(k, np.flatnonzero(present & (a == k))) for k in sorted(set(a[present].tolist()))]
+
+
+def outcome_columns(requests: Frame, slos: Sequence[str] = SLO_NAMES) -> dict[str, np.ndarray]:
+    """Per request: ``finished, ttft_ms, ttft_met, tpot_met, good`` (numpy columns).
 
     ``ttft_ms`` is NaN for a request with no first token; ``ttft_met`` is then False.
     ``tpot_met`` is False for an unfinished request that has no gap yet.
     """
     slos = _check_slos(slos)
     _require(requests, REQUEST_COLUMNS, "requests")
-    out = requests.copy()
-    finished = out["completion_ms"].notna()
-    out["finished"] = finished
-    out["ttft_ms"] = out["first_token_ms"] - out["arrival_ms"]
-    out["ttft_met"] = (out["ttft_ms"] <= out["ttft_slo_ms"]).fillna(False).astype(bool)
-    has_gap = out["tpot_p99_ms"].notna()
-    one_token_done = finished & (out["output_tokens"] <= 1)
-    gap_ok = (out["tpot_p99_ms"] <= out["tpot_slo_ms"]) & has_gap
-    out["tpot_met"] = (gap_ok | (~has_gap & one_token_done)).astype(bool)
-    good = pd.Series(True, index=out.index)
+    finished = ~np.isnan(_num(requests, "completion_ms"))
+    ttft = _num(requests, "first_token_ms") - _num(requests, "arrival_ms")
+    tpot = _num(requests, "tpot_p99_ms")
+    with np.errstate(invalid="ignore"):  # NaN compares as False, as a missing value should
+        ttft_met = ttft <= _num(requests, "ttft_slo_ms")
+        has_gap = ~np.isnan(tpot)
+        one_token_done = finished & (_num(requests, "output_tokens") <= 1)
+        gap_ok = (tpot <= _num(requests, "tpot_slo_ms")) & has_gap
+    tpot_met = gap_ok | (~has_gap & one_token_done)
+    good = np.ones(finished.size, dtype=bool)
     if "ttft" in slos:
-        good &= out["ttft_met"]
+        good &= ttft_met
     if "tpot" in slos:
-        good &= out["tpot_met"] & finished
-    out["good"] = good.astype(bool)
+        good &= tpot_met & finished
+    return {
+        "finished": finished,
+        "ttft_ms": ttft,
+        "ttft_met": ttft_met,
+        "tpot_met": tpot_met,
+        "good": good,
+    }
+
+
+def request_outcomes(requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES) -> pd.DataFrame:
+    """A copy of the requests frame with ``ttft_ms, ttft_met, tpot_met, finished, good``
+    (:func:`outcome_columns`)."""
+    outcomes = outcome_columns(requests, slos)
+    out = requests.copy()
+    for name in ("finished", "ttft_ms", "ttft_met", "tpot_met", "good"):
+        out[name] = outcomes[name]
     return out
 
 
-def _window_s(out: pd.DataFrame, slos: Sequence[str]) -> float:
+def _run_end_ms(requests: Frame) -> float:
+    """Last event of the run: the latest completion, first token or arrival."""
+    times = _present(
+        np.concatenate(
+            [_num(requests, c) for c in ("completion_ms", "first_token_ms", "arrival_ms")]
+        )
+    )
+    return float(times.max()) if times.size else math.nan
+
+
+def _window_s(requests: Frame, slos: Sequence[str]) -> float:
     """First arrival → last completion (last first token when TPOT is not judged), in s."""
-    if out.empty:
+    closes = _present(_num(requests, "completion_ms" if "tpot" in slos else "first_token_ms"))
+    arrivals = _present(_num(requests, "arrival_ms"))
+    if not closes.size or not arrivals.size:
         return 0.0
-    closes = out["completion_ms"] if "tpot" in slos else out["first_token_ms"]
-    if not closes.notna().any():
-        return 0.0
-    return (float(closes.max()) - float(out["arrival_ms"].min())) / 1000.0
+    return (float(closes.max()) - float(arrivals.min())) / 1000.0
 
 
-def _rejected(out: pd.DataFrame) -> pd.Series:
+def _rejected(requests: Frame, n: int) -> np.ndarray:
     """Requests the engine refused (admission control, too large for KV); optional column."""
-    if "rejected" not in out.columns:
-        return pd.Series(False, index=out.index)
-    return out["rejected"].fillna(False).astype(bool)
+    return _flags(requests["rejected"]) if "rejected" in requests else np.zeros(n, dtype=bool)
 
 
-def _censored_ttft(out: pd.DataFrame) -> pd.Series:
+def _censored_ttft(requests: Frame, ttft_ms: np.ndarray) -> np.ndarray:
     """TTFT with never-served requests counted as end of run − arrival (a lower bound).
 
     Rejected requests are left out (NaN): they were refused, not kept waiting; they
     count as not good and are reported by number.
     """
-    censored = out["ttft_ms"].fillna(_run_end_ms(out) - out["arrival_ms"])
-    return censored.mask(_rejected(out))
+    waited = _run_end_ms(requests) - _num(requests, "arrival_ms")
+    censored = np.where(np.isnan(ttft_ms), waited, ttft_ms)
+    censored[_rejected(requests, ttft_ms.size)] = math.nan
+    return censored
 
 
-def _p99(values: pd.Series) -> float | None:
-    v = values.dropna().to_numpy(dtype=float)
+def _p99(values: np.ndarray) -> float | None:
+    v = _present(np.asarray(values, dtype=float))
     return float(np.percentile(v, 99)) if v.size else None
 
 
-def _energy(iterations: pd.DataFrame | None) -> float | None:
+def _rows(frame: Frame, column: str) -> int:
+    return int(np.asarray(frame[column]).size)
+
+
+def _energy(iterations: Frame | None) -> float | None:
     """Run energy in J, or None when any iteration lacks a reading (a partial sum lies)."""
-    if iterations is None or "energy_j" not in iterations.columns or iterations.empty:
+    if iterations is None or "energy_j" not in iterations:
         return None
-    e = iterations["energy_j"]
-    return None if e.isna().any() else float(e.sum())
+    e = _num(iterations, "energy_j")
+    return None if not e.size or np.isnan(e).any() else float(e.sum())
 
 
-def _online(iterations: pd.DataFrame | None) -> dict[str, float | None]:
+def _online(iterations: Frame | None) -> dict[str, float | None]:
     """P50 MAPE (fraction of actual) and coverage of actual ≤ P99 + margin."""
     result: dict[str, float | None] = {"p50_mape": None, "p99_coverage": None}
-    if iterations is None or iterations.empty:
+    if iterations is None or not _rows(iterations, "duration_ms"):
         return result
-    actual = iterations["duration_ms"]
-    if "pred_p50_ms" in iterations.columns:
-        ok = iterations["pred_p50_ms"].notna() & (actual > 0)
+    actual = _num(iterations, "duration_ms")
+    if "pred_p50_ms" in iterations:
+        p50 = _num(iterations, "pred_p50_ms")
+        with np.errstate(invalid="ignore"):
+            ok = ~np.isnan(p50) & (actual > 0)
         if ok.any():
-            err = (actual[ok] - iterations["pred_p50_ms"][ok]).abs() / actual[ok]
-            result["p50_mape"] = float(err.mean())
-    if "pred_p99_ms" in iterations.columns:
-        ok = iterations["pred_p99_ms"].notna()
+            result["p50_mape"] = float((np.abs(actual[ok] - p50[ok]) / actual[ok]).mean())
+    if "pred_p99_ms" in iterations:
+        p99 = _num(iterations, "pred_p99_ms")
+        ok = ~np.isnan(p99)
         if ok.any():
-            margin = iterations.get("margin_ms", pd.Series(0.0, index=iterations.index))
-            bound = iterations["pred_p99_ms"][ok] + margin[ok].fillna(0.0)
+            margin = _num(iterations, "margin_ms") if "margin_ms" in iterations else 0 * p99
+            bound = p99[ok] + np.nan_to_num(margin[ok], nan=0.0)
             result["p99_coverage"] = float((actual[ok] <= bound).mean())
     return result
 
 
 def summarize(
-    requests: pd.DataFrame,
-    iterations: pd.DataFrame | None = None,
+    requests: Frame,
+    iterations: Frame | None = None,
     slos: Sequence[str] = SLO_NAMES,
 ) -> dict[str, Any]:
     """The headline numbers of one run (keys in the module docstring and docs/workloads.md).
 
+    ``requests``/``iterations``: pandas frames or a run's numpy columns (:data:`Frame`).
     Undefined values are None (no energy meter, no good request to divide by, no
     iterations frame), never NaN, so the dict serialises as plain JSON. A run with
     several SLO classes also gets ``by_class`` (see :func:`summarize_by_class`), one with
     several TPOT SLOs ``by_tpot_slo`` (see :func:`summarize_by_tpot_slo`).
     """
-    out = request_outcomes(requests, slos)
-    n = len(out)
+    out = outcome_columns(requests, slos)
+    n = out["good"].size
     n_good = int(out["good"].sum())
     n_finished = int(out["finished"].sum())
-    window_s = _window_s(out, slos)
+    window_s = _window_s(requests, slos)
     goodput = n_good / window_s if n_good and window_s > 0 else 0.0
-    censored_ttft = _censored_ttft(out)
+    censored_ttft = _present(_censored_ttft(requests, out["ttft_ms"]))
 
     energy = _energy(iterations)
-    tokens = float(out["tokens_out"].sum())
+    tokens = float(np.nansum(_num(requests, "tokens_out")))
     have_iters = iterations is not None
-    if have_iters:
+    decision = np.zeros(0)
+    if iterations is not None:
         _require(iterations, ("duration_ms", "decision_us"), "iterations")
-    decision = iterations["decision_us"].dropna() if have_iters else pd.Series(dtype=float)
+        decision = _present(_num(iterations, "decision_us"))
     summary = {
         "requests": n,
         "finished": n_finished,
@@ -190,21 +264,21 @@ def summarize(
         "goodput": goodput,
         "attainment": n_good / n if n else 0.0,
         "p99_ttft_ms": _p99(censored_ttft),
-        "mean_ttft_ms": float(censored_ttft.mean()) if censored_ttft.notna().any() else None,
-        "p99_tpot_ms": _p99(out["tpot_p99_ms"]),
+        "mean_ttft_ms": float(censored_ttft.mean()) if censored_ttft.size else None,
+        "p99_tpot_ms": _p99(_num(requests, "tpot_p99_ms")),
         "energy_j": energy,
         "energy_per_good_request_j": energy / n_good if energy is not None and n_good else None,
         "energy_per_output_token_j": energy / tokens if energy is not None and tokens else None,
-        "iterations": len(iterations) if have_iters else None,
-        "recomputes": int(out["recomputes"].sum()),
-        "parks": int(out["parks"].sum()),
-        "rejected": int(_rejected(out).sum()),
-        "decision_us_median": float(decision.median()) if len(decision) else None,
+        "iterations": _rows(iterations, "duration_ms") if have_iters else None,
+        "recomputes": int(np.nansum(_num(requests, "recomputes"))),
+        "parks": int(np.nansum(_num(requests, "parks"))),
+        "rejected": int(_rejected(requests, n).sum()),
+        "decision_us_median": float(np.median(decision)) if decision.size else None,
         "online": _online(iterations),
     }
-    if "slo_class" in out.columns and out["slo_class"].nunique() > 1:
+    if "slo_class" in requests and len(_groups(requests["slo_class"])) > 1:
         summary["by_class"] = summarize_by_class(requests, slos)
-    if out["tpot_slo_ms"].nunique() > 1:
+    if len(_groups(_num(requests, "tpot_slo_ms"))) > 1:
         summary["by_tpot_slo"] = summarize_by_tpot_slo(requests, slos)
     return summary
 
@@ -255,7 +329,7 @@ def _is_number(v: Any) -> bool:
 
 
 def summarize_by_class(
-    requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES
+    requests: Frame, slos: Sequence[str] = SLO_NAMES
 ) -> dict[str, dict[str, Any]]:
     """Per ``slo_class``: requests, good, attainment, goodput, P99 TTFT and P99 TPOT.
 
@@ -264,19 +338,20 @@ def summarize_by_class(
     """
     slos = _check_slos(slos)
     _require(requests, ("slo_class",), "requests")
-    out = request_outcomes(requests, slos)
-    window_s = _window_s(out, slos)
-    out["ttft_censored_ms"] = _censored_ttft(out)
+    out = outcome_columns(requests, slos)
+    window_s = _window_s(requests, slos)
+    censored = _censored_ttft(requests, out["ttft_ms"])
+    tpot = _num(requests, "tpot_p99_ms")
     result: dict[str, dict[str, Any]] = {}
-    for name, rows in out.groupby("slo_class", sort=True):
-        n_good = int(rows["good"].sum())
+    for name, rows in _groups(requests["slo_class"]):
+        n_good = int(out["good"][rows].sum())
         result[str(name)] = {
-            "requests": len(rows),
+            "requests": rows.size,
             "good": n_good,
-            "attainment": n_good / len(rows),
+            "attainment": n_good / rows.size,
             "goodput": n_good / window_s if n_good and window_s > 0 else 0.0,
-            "p99_ttft_ms": _p99(rows["ttft_censored_ms"]),
-            "p99_tpot_ms": _p99(rows["tpot_p99_ms"]),
+            "p99_ttft_ms": _p99(censored[rows]),
+            "p99_tpot_ms": _p99(tpot[rows]),
         }
     return result
 
@@ -287,7 +362,7 @@ def tpot_slo_key(tpot_slo_ms: float) -> str:
 
 
 def summarize_by_tpot_slo(
-    requests: pd.DataFrame, slos: Sequence[str] = SLO_NAMES
+    requests: Frame, slos: Sequence[str] = SLO_NAMES
 ) -> dict[str, dict[str, Any]]:
     """Per TPOT SLO (key: :func:`tpot_slo_key`, ascending): the tenants of one tier.
 
@@ -297,17 +372,18 @@ def summarize_by_tpot_slo(
     requests; None when none was good).
     """
     slos = _check_slos(slos)
-    out = request_outcomes(requests, slos)
-    window_s = _window_s(out, slos)
-    total_good = int(out["good"].sum())
+    out = outcome_columns(requests, slos)
+    window_s = _window_s(requests, slos)
+    good, n = out["good"], out["good"].size
+    total_good = int(good.sum())
     result: dict[str, dict[str, Any]] = {}
-    for value, rows in out.groupby("tpot_slo_ms", sort=True):
-        n_good = int(rows["good"].sum())
+    for value, rows in _groups(_num(requests, "tpot_slo_ms")):
+        n_good = int(good[rows].sum())
         result[tpot_slo_key(float(value))] = {
-            "requests": len(rows),
-            "share": len(rows) / len(out),
-            "attainment": n_good / len(rows),
-            "tpot_attainment": float(rows["tpot_met"].mean()),
+            "requests": rows.size,
+            "share": rows.size / n,
+            "attainment": n_good / rows.size,
+            "tpot_attainment": float(out["tpot_met"][rows].mean()),
             "goodput": n_good / window_s if n_good and window_s > 0 else 0.0,
             "goodput_share": n_good / total_good if total_good else None,
         }

@@ -1,4 +1,9 @@
-"""A finished run: the requests and iterations frames (schemas in docs/engine.md).
+"""A finished run: its requests and iterations as columns (schemas in docs/engine.md).
+
+A run keeps plain numpy columns; the pandas frames (``RunResult.requests``,
+``RunResult.iterations``) are built on first use. The simulate path (metrics,
+run folder) reads the columns, so a simulated run never imports pandas (a third
+of a short ``servecal simulate``'s wall time).
 
 Per-request TPOT statistics come from the iteration end times: a request's tokens
 are emitted at the ends of the iterations of its streaks, so its inter-token gaps
@@ -8,12 +13,12 @@ are differences of those end times. Computed once here, never per iteration.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import TAIL_QUANTILE
@@ -21,53 +26,104 @@ from servecal.sched.live import LiveRequest, Phase
 from servecal.sched.request import Request
 
 if TYPE_CHECKING:
+    import pandas as pd
+
     from servecal.sched.engine import Engine
 
-#: Columns of the requests frame, in order.
-REQUEST_COLUMNS = (
-    "rid",
-    "arrival_ms",
-    "prompt_tokens",
-    "output_tokens",
-    "ttft_slo_ms",
-    "tpot_slo_ms",
-    "slo_class",
-    "first_token_ms",
-    "completion_ms",
-    "tokens_out",
-    "tpot_p99_ms",
-    "tpot_mean_ms",
-    "tpot_max_ms",
-    "recomputes",
-    "parks",
-    "slo_exception",
-    "rejected",
-)
+#: Columns of the requests frame, in order, with their dtypes.
+REQUEST_DTYPES: dict[str, Any] = {
+    "rid": np.int64,
+    "arrival_ms": float,
+    "prompt_tokens": np.int64,
+    "output_tokens": np.int64,
+    "ttft_slo_ms": float,
+    "tpot_slo_ms": float,
+    "slo_class": object,
+    "first_token_ms": float,
+    "completion_ms": float,
+    "tokens_out": np.int64,
+    "tpot_p99_ms": float,
+    "tpot_mean_ms": float,
+    "tpot_max_ms": float,
+    "recomputes": np.int64,
+    "parks": np.int64,
+    "slo_exception": bool,
+    "rejected": bool,
+}
+REQUEST_COLUMNS = tuple(REQUEST_DTYPES)
+
+#: A run's columns: name → one value per request (or per iteration), in order.
+Columns = Mapping[str, np.ndarray]
 
 
-@dataclass(frozen=True)
+def column(values: Any) -> np.ndarray:
+    """One column from a list: float (None → NaN) when every value is a number or
+    None, else objects (strings, mixed)."""
+    try:
+        return np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        return np.asarray(values, dtype=object)
+
+
+def request_columns(rows: Mapping[str, list[Any]]) -> dict[str, np.ndarray]:
+    """The requests' columns from :func:`append_request_row`'s lists (known dtypes)."""
+    return {name: np.asarray(rows[name], dtype=REQUEST_DTYPES[name]) for name in REQUEST_COLUMNS}
+
+
+def columns_of(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A frame's columns as numpy arrays."""
+    return {str(name): frame[name].to_numpy() for name in frame.columns}
+
+
+def frame_of(columns: Columns) -> pd.DataFrame:
+    """A pandas frame of ``columns`` (pandas is imported here, on first use)."""
+    import pandas as pd
+
+    return pd.DataFrame(dict(columns))
+
+
+@dataclass(frozen=True, eq=False)
 class RunResult:
-    """One finished run, whatever ran it: the requests and iterations frames, the
-    policy's ``plan_calls``, where energy came from, the backend's own ``counters``
-    (e.g. the operator-level driver's wake-ups and blocking times) and the
-    observers' summaries. All of it goes into the run folder."""
+    """One finished run, whatever ran it: the requests' and the iterations' columns,
+    the policy's ``plan_calls``, where energy came from, the backend's own
+    ``counters`` (e.g. the operator-level driver's wake-ups and blocking times) and
+    the observers' summaries. All of it goes into the run folder."""
 
-    requests: pd.DataFrame
-    iterations: pd.DataFrame
+    request_columns: Columns
+    iteration_columns: Columns
     plan_calls: int
     energy_source: str
     counters: dict[str, Any] = field(default_factory=dict)
     observers: dict[str, Any] = field(default_factory=dict)
 
+    @classmethod
+    def from_frames(
+        cls, requests: pd.DataFrame, iterations: pd.DataFrame, **rest: Any
+    ) -> RunResult:
+        """A run whose backend built pandas frames (kept as its frames)."""
+        result = cls(columns_of(requests), columns_of(iterations), **rest)
+        result.__dict__.update(requests=requests, iterations=iterations)
+        return result
+
+    @cached_property
+    def requests(self) -> pd.DataFrame:
+        """The requests frame (``REQUEST_COLUMNS``), built on first use."""
+        return frame_of(self.request_columns)
+
+    @cached_property
+    def iterations(self) -> pd.DataFrame:
+        """The iterations frame, built on first use."""
+        return frame_of(self.iteration_columns)
+
     @property
     def recomputes(self) -> int:
         """Recompute preemptions over the run (KV freed, prefill redone)."""
-        return int(self.requests["recomputes"].sum())
+        return int(np.sum(self.request_columns["recomputes"]))
 
     @property
     def parks(self) -> int:
         """Times requests were parked (KV and progress kept), over the run."""
-        return int(self.requests["parks"].sum())
+        return int(np.sum(self.request_columns["parks"]))
 
 
 def p99(values: np.ndarray) -> float:
@@ -178,7 +234,7 @@ def _logged(n: int, query: Callable[[], Any]) -> np.ndarray:
         return np.full(n, np.nan)
 
 
-def _iterations(engine: Engine) -> pd.DataFrame:
+def _iterations(engine: Engine) -> dict[str, np.ndarray]:
     from servecal.sched.engine import ITERATION_COLUMNS, ROW_COLUMNS
 
     log = engine.log
@@ -196,24 +252,24 @@ def _iterations(engine: Engine) -> pd.DataFrame:
         cols["pred_p50_ms"] = _logged(n, lambda: p.predict(*args, q=0.5))
         cols["pred_p99_ms"] = _logged(n, lambda: p.predict(*args, q=TAIL_QUANTILE))
         cols["margin_ms"] = _logged(n, lambda: p.margin(*args))
-    frame = pd.DataFrame({name: cols[name] for name in ITERATION_COLUMNS})
+    columns = {name: cols[name] for name in ITERATION_COLUMNS}
     for key, values in log.extra.items():
-        frame[key] = values + [None] * (n - len(values))
-    return frame
+        columns[key] = column(values + [None] * (n - len(values)))
+    return columns
 
 
 def build_result(engine: Engine) -> RunResult:
-    """Assemble the frames of ``engine``'s run."""
+    """Assemble the columns of ``engine``'s run."""
     iterations = _iterations(engine)
-    requests = pd.DataFrame(_request_rows(engine))
+    requests = request_columns(_request_rows(engine))
     summaries: dict[str, Any] = {}
     for obs in engine.observers:
         summary = getattr(obs, "summary", None)
         if callable(summary):
             summaries[type(obs).__name__] = summary()
     return RunResult(
-        requests=requests,
-        iterations=iterations,
+        request_columns=requests,
+        iteration_columns=iterations,
         plan_calls=engine.state.plan_calls,
         energy_source=getattr(engine.executor, "energy_source", "none"),
         observers=summaries,

@@ -28,6 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from servecal.costmodels.arrow_numpy import write_parquet
 from servecal.costmodels.atomic import temporary_folder
 from servecal.costmodels.folders import folder_lock, make_folder
 from servecal.sched.result import RunResult
@@ -66,8 +67,9 @@ def write_run(
     make_folder(target.parent)
     tmp = temporary_folder(target.parent, target.name)
     try:
-        result.iterations.to_parquet(tmp / "iterations.parquet", index=False)
-        result.requests.to_parquet(tmp / "requests.parquet", index=False)
+        # numpy → Parquet without pandas (costmodels.arrow_numpy); nulls as pandas writes them
+        write_parquet(dict(result.iteration_columns), tmp / "iterations.parquet")
+        write_parquet(dict(result.request_columns), tmp / "requests.parquet")
         doc = {
             "schema": "servecal.run/1",
             "config": config,

@@ -249,24 +249,22 @@ class SampledTruth:
     @classmethod
     def load(cls, path: str | Path) -> SampledTruth:
         """Read a samples file (Parquet or CSV, docs/design.md "Samples"); bad file: InputError."""
-        from servecal.costmodels.samples import POINT_COLUMNS, read_samples
+        from servecal.costmodels.samples import POINT_COLUMNS, read_sample_columns
 
-        frame = read_samples(path).frame
-        if frame.empty:
-            raise InputError(f"{path}: no sample rows")
+        columns = read_sample_columns(path)
         # Group rows by grid point in numpy, not with a pandas groupby (a tenth of the
         # time: this runs at every simulate's start). The sort is stable, so each
         # point's rows keep the file's order; points come out sorted, as groupby's.
-        keys = frame[list(POINT_COLUMNS)].to_numpy(dtype=float)
+        keys = np.column_stack([columns[c].astype(float) for c in POINT_COLUMNS])
         order = np.lexsort(keys.T[::-1])
         keys = keys[order]
         starts = np.flatnonzero(np.r_[True, (keys[1:] != keys[:-1]).any(axis=1)])
         points = keys[starts]
 
         def per_point(column: str) -> tuple[np.ndarray, ...]:
-            return tuple(np.split(frame[column].to_numpy(dtype=float)[order], starts[1:]))
+            return tuple(np.split(columns[column].astype(float)[order], starts[1:]))
 
-        energy = per_point("energy_j") if frame["energy_j"].notna().all() else None
+        energy = per_point("energy_j") if not np.isnan(columns["energy_j"]).any() else None
         return cls(str(path), points, per_point("ms"), energy)
 
     @property

@@ -309,7 +309,7 @@ class RunLog:
             {"rid": np.int64, "tokens_out": np.int64, "recomputes": np.int64, "parks": np.int64}
         )
         summary = summarize(frame, iterations)
-        result = RunResult(
+        result = RunResult.from_frames(
             requests=frame,
             iterations=iterations,
             plan_calls=len(iterations),

@@ -149,14 +149,14 @@ def summarize(spec: RunSpec, result: RunResult) -> dict[str, Any]:
     """The one metrics implementation (judged on ``spec.slos``) plus the run's counters:
     ``plan_calls``, ``slo_exceptions``, ``tpot_attainment`` (TPOT alone, when judged)
     and the backend's own (``RunResult.counters``)."""
-    from servecal.sched.metrics import request_outcomes
+    from servecal.sched.metrics import outcome_columns
     from servecal.sched.metrics import summarize as metrics_summary
 
-    summary = metrics_summary(result.requests, result.iterations, slos=spec.slos)
+    requests = result.request_columns
+    summary = metrics_summary(requests, result.iteration_columns, slos=spec.slos)
     if "tpot" in spec.slos:  # TPOT alone (the margin experiment): P99 gap met D_i
-        outcomes = request_outcomes(result.requests, spec.slos)
-        summary["tpot_attainment"] = float(outcomes["tpot_met"].mean())
+        summary["tpot_attainment"] = float(outcome_columns(requests, spec.slos)["tpot_met"].mean())
     summary["plan_calls"] = result.plan_calls
-    summary["slo_exceptions"] = int(result.requests["slo_exception"].sum())
+    summary["slo_exceptions"] = int(np.sum(requests["slo_exception"]))
     summary.update(result.counters)
     return summary

@@ -17,14 +17,19 @@ import math
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 
 from servecal.costmodels.predictor import TAIL_QUANTILE, Predictor
 from servecal.sched.engine import ITERATION_COLUMNS
 from servecal.sched.executor import Executor
 from servecal.sched.flowprefill.state import Job
 from servecal.sched.request import Request
-from servecal.sched.result import REQUEST_COLUMNS, RunResult, append_request_row, p99
+from servecal.sched.result import (
+    REQUEST_COLUMNS,
+    RunResult,
+    append_request_row,
+    p99,
+    request_columns,
+)
 
 if TYPE_CHECKING:
     from servecal.sched.flowprefill.driver import _Segment
@@ -135,7 +140,7 @@ class Recorder:
         self._end = now
 
     # -- the run -----------------------------------------------------------------------------
-    def _requests_frame(self) -> pd.DataFrame:
+    def _request_columns(self) -> dict[str, np.ndarray]:
         ends = np.asarray(self._decode_ends, dtype=float)
         rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
         for req in self._requests:
@@ -161,7 +166,7 @@ class Recorder:
                 slo_exception=False,
                 rejected=req.rid in self._rejected,
             )
-        return pd.DataFrame(rows)
+        return request_columns(rows)
 
     @property
     def blocking_ms(self) -> np.ndarray:
@@ -183,18 +188,20 @@ class Recorder:
         }
 
     def result(self) -> RunResult:
-        cols = self._cols
-        iterations = pd.DataFrame({k: np.asarray(v, dtype=object) for k, v in cols.items()})
-        for key in ("n_decode", "chunk", "n_prefills", "ops_from", "ops_to"):
-            iterations[key] = iterations[key].astype(np.int64)
-        iterations["parked"] = iterations["parked"].astype(bool)
-        iterations["rids"] = iterations["rids"].astype(str)
-        ints = {"n_decode", "chunk", "n_prefills", "ops_from", "ops_to", "parked", "rids"}
-        for key in set(cols) - ints:
-            iterations[key] = iterations[key].astype(float)
+        ints = ("n_decode", "chunk", "n_prefills", "ops_from", "ops_to")
+        iterations: dict[str, np.ndarray] = {}
+        for key, values in self._cols.items():
+            if key in ints:
+                iterations[key] = np.asarray(values, dtype=np.int64)
+            elif key == "parked":
+                iterations[key] = np.asarray(values, dtype=bool)
+            elif key == "rids":
+                iterations[key] = np.asarray([str(v) for v in values], dtype=object)
+            else:
+                iterations[key] = np.asarray(values, dtype=float)
         return RunResult(
-            requests=self._requests_frame(),
-            iterations=iterations,
+            request_columns=self._request_columns(),
+            iteration_columns=iterations,
             plan_calls=self.wakeups,
             energy_source=self._energy_source,
             counters=self.counters(),

@@ -14,10 +14,11 @@ changes; a file without arrival times gets Poisson arrivals at ``rate``.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
-import pandas as pd
 
+from servecal.costmodels.arrow_numpy import read_parquet, to_numpy
 from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
 from servecal.sched.workloads.arrivals import PoissonArrivals
@@ -33,16 +34,37 @@ _FORMATS = (
 )
 
 
-def _read_table(path: Path) -> pd.DataFrame:
+def _read_table(path: Path) -> Any:
+    """The file as a pyarrow table (read and converted without pandas, see
+    :mod:`servecal.costmodels.arrow_numpy`; pyarrow's CSV reader also parses the
+    Azure timestamps)."""
+    import pyarrow.csv
+
     if not path.is_file():
         raise InputError(f"{path}: trace file not found")
     try:
         if path.suffix == ".parquet":
-            return pd.read_parquet(path)
-        return pd.read_csv(path)
+            return read_parquet(path)
+        return pyarrow.csv.read_csv(path)
     except Exception as exc:  # any parser failure is the file's fault: one line
         detail = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise InputError(f"{path}: cannot read as a trace ({detail})") from None
+
+
+def _numbers(column: Any) -> np.ndarray:
+    """A column as floats; NaN where a value is missing or not a number."""
+    import pyarrow as pa
+
+    if pa.types.is_integer(column.type) or pa.types.is_floating(column.type):
+        return to_numpy(column).astype(float)
+    return np.array([_number(v) for v in column.to_pylist()], dtype=float)
+
+
+def _number(value: Any) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return np.nan
 
 
 #: Longest prompt or output a trace may give (tokens): beyond it a length is an error,
@@ -50,33 +72,49 @@ def _read_table(path: Path) -> pd.DataFrame:
 MAX_TRACE_TOKENS = 10**9
 
 
-def _lengths(frame: pd.DataFrame, column: str, path: Path) -> np.ndarray:
-    values = pd.to_numeric(frame[column], errors="coerce")
-    bad = values.isna() | (values < 1) | (values > MAX_TRACE_TOKENS)
-    bad |= values != np.floor(values)
+def _lengths(table: Any, column: str, path: Path) -> np.ndarray:
+    values = _numbers(table.column(column))
+    with np.errstate(invalid="ignore"):
+        bad = np.isnan(values) | (values < 1) | (values > MAX_TRACE_TOKENS)
+        bad |= values != np.floor(values)
     if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = int(np.flatnonzero(bad)[0])
         raise InputError(
             f"{path}: column {column}, line {row + 2}: expected a whole number in "
-            f"[1, {MAX_TRACE_TOKENS:.0e}], got {frame[column].iloc[row]!r}"
+            f"[1, {MAX_TRACE_TOKENS:.0e}], got {table.column(column)[row].as_py()!r}"
         )
-    return values.to_numpy(dtype=np.int64)
+    return values.astype(np.int64)
 
 
-def _arrival_seconds(frame: pd.DataFrame, column: str, kind: str, path: Path) -> np.ndarray:
-    if kind == "datetime":
-        parsed = pd.to_datetime(frame[column], errors="coerce")
-        seconds = (parsed - parsed.min()).dt.total_seconds()
-    else:
-        seconds = pd.to_numeric(frame[column], errors="coerce")
-    bad = seconds.isna() | (seconds < 0) | ~np.isfinite(seconds.to_numpy(dtype=float))
+def _timestamps_s(column: Any) -> np.ndarray:
+    """Seconds since the earliest time; NaN where not a time. A column pyarrow read
+    as timestamps (none missing) is converted here; anything else goes through
+    pandas' parser, which reads more formats."""
+    import pyarrow as pa
+
+    if pa.types.is_timestamp(column.type) and column.null_count == 0:
+        per_second = {"s": 1.0, "ms": 1e3, "us": 1e6, "ns": 1e9}[column.type.unit]
+        ticks = to_numpy(column)  # whole ticks (int64): exact differences
+        return (ticks - ticks.min()) / per_second if ticks.size else ticks.astype(float)
+    import pandas as pd
+
+    parsed = pd.to_datetime(pd.Series(column.to_pylist(), dtype=object), errors="coerce")
+    return (parsed - parsed.min()).dt.total_seconds().to_numpy(dtype=float)
+
+
+def _arrival_seconds(table: Any, column: str, kind: str, path: Path) -> np.ndarray:
+    values = table.column(column)
+    seconds = _timestamps_s(values) if kind == "datetime" else _numbers(values)
+    bad = ~np.isfinite(seconds)
+    with np.errstate(invalid="ignore"):
+        bad |= seconds < 0
     if bad.any():
-        row = int(np.flatnonzero(bad.to_numpy())[0])
+        row = int(np.flatnonzero(bad)[0])
         raise InputError(
             f"{path}: column {column}, line {row + 2}: not a valid arrival time: "
-            f"{frame[column].iloc[row]!r}"
+            f"{values[row].as_py()!r}"
         )
-    return seconds.to_numpy(dtype=float)
+    return seconds
 
 
 def _rescale(arrival_s: np.ndarray, rate: float | None, path: Path) -> np.ndarray:
@@ -122,28 +160,29 @@ def load_trace(
         raise InputError(f"SLOs must be > 0 ms, got TPOT {tpot_slo_ms}, TTFT {ttft_slo_ms}")
     if n_requests is not None and n_requests < 1:
         raise InputError(f"n_requests must be >= 1, got {n_requests}")
-    frame = _read_table(path)
-    fmt = next((f for f in _FORMATS if f[0] in frame.columns and f[1] in frame.columns), None)
+    table = _read_table(path)
+    names = table.column_names
+    fmt = next((f for f in _FORMATS if f[0] in names and f[1] in names), None)
     if fmt is None:
-        found = ",".join(map(str, frame.columns))
+        found = ",".join(map(str, names))
         raise InputError(
             f"{path}: no known trace columns (want TIMESTAMP,ContextTokens,GeneratedTokens "
             f"or prompt_tokens,output_tokens[,arrival_s]); found {found}"
         )
-    if frame.empty:
+    if table.num_rows == 0:
         raise InputError(f"{path}: trace has no rows")
     prompt_col, output_col, arrival_col, kind = fmt
-    prompt = _lengths(frame, prompt_col, path)
-    output = _lengths(frame, output_col, path)
+    prompt = _lengths(table, prompt_col, path)
+    output = _lengths(table, output_col, path)
 
-    if arrival_col is not None and arrival_col in frame.columns:
-        arrival_s = _arrival_seconds(frame, arrival_col, kind, path)
+    if arrival_col is not None and arrival_col in names:
+        arrival_s = _arrival_seconds(table, arrival_col, kind, path)
         order = np.argsort(arrival_s, kind="stable")[:n_requests]
         arrival_ms = _rescale(arrival_s[order], rate, path)
     else:
         if rate is None:
             raise InputError(f"{path}: trace has no arrival times; give a rate")
-        order = np.arange(len(frame))[:n_requests]
+        order = np.arange(table.num_rows)[:n_requests]
         arrival_ms = PoissonArrivals().times_ms(rate, rng, n_requests=order.size)
     prompt, output = clip_to_context(prompt[order], output[order], context_limit)
 
