@@ -215,9 +215,10 @@ def _engine_in(pythonpath: Path | None, requests: int) -> tuple[float, float, in
 
 
 #: Imported one after another in a fresh process by :func:`startup_floor`: the libraries
-#: ``servecal simulate`` cannot run without, in the order the command pulls them in.
-STARTUP_MODULES = ("numpy", "pyarrow", "pyarrow.parquet", "pandas", "typer", "pydantic",
-                   "servecal.cli")  # fmt: skip
+#: ``servecal simulate`` cannot run without, in the order the command pulls them in
+#: (pydantic: typer >= 0.29 builds every command-line parameter with it). pandas is
+#: not among them: a simulated run never imports it (a test checks).
+STARTUP_MODULES = ("numpy", "pyarrow", "pyarrow.parquet", "typer", "pydantic", "servecal.cli")
 
 
 def _cached_bytecode_env() -> dict[str, str]:
@@ -236,7 +237,12 @@ def startup_floor() -> dict[str, float]:
         "import json, time\n"
         "out = {}\n"
         f"for m in {STARTUP_MODULES!r}:\n"
-        "    c = time.process_time(); __import__(m); out[m] = time.process_time() - c\n"
+        "    c = time.process_time()\n"
+        "    try:\n"
+        "        __import__(m)\n"
+        "    except ImportError:\n"
+        "        continue\n"
+        "    out[m] = time.process_time() - c\n"
         "print(json.dumps(out))"
     )
     env = _cached_bytecode_env()
@@ -249,11 +255,15 @@ def startup_floor() -> dict[str, float]:
     return {"interpreter": bare, **json.loads(done.stdout)}
 
 
-def _timed(command: list[str], env: dict[str, str]) -> tuple[float, float, str]:
-    """(wall s, CPU s, stdout) of one fresh process running ``command``."""
+def _timed(command: list[str], env: dict[str, str], cwd: Path) -> tuple[float, float, str]:
+    """(wall s, CPU s, stdout) of one fresh process running ``command`` in ``cwd``.
+
+    Never in the repository root: ``python -m servecal`` puts the working folder first
+    on ``sys.path``, so there the root's ``servecal/`` would shadow ``PYTHONPATH`` and
+    a baseline revision would run this tree's command-line code."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
-    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env)
+    done = subprocess.run(command, check=True, capture_output=True, text=True, env=env, cwd=cwd)
     wall = time.perf_counter() - t0
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return (
@@ -290,7 +300,7 @@ def whole_run(
         for k in range(runs + 1):
             for label, env in envs.items() if k % 2 == 0 else reversed(envs.items()):
                 shutil.rmtree(work / "run", ignore_errors=True)
-                wall, cpu, out = _timed(command, env)
+                wall, cpu, out = _timed(command, env, cwd=work)
                 if not k:  # run 0 only writes the bytecode caches
                     continue
                 n = int(float(json.loads(out)["iterations"]))

@@ -16,7 +16,7 @@ scalar iteration costs no numpy call.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
+from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -168,59 +168,58 @@ class NearestPoint:
     Nearness is Euclidean in ``log1p`` of ``(n_decode, chunk, ctx, prefix)``. That
     distance is a sum over the axes, and measured points lie on a grid (a few values
     per axis), so the nearest grid *cell* is the nearest value on each axis on its
-    own: a bisection per axis (answers cached per value). When that cell was
-    measured it is the nearest point; when it was not (an infeasible or unmeasured
-    cell) a scan over every point answers, once per distinct shape. Built once per
-    truth, so a run's iterations cost a few dictionary look-ups each.
+    own. Shapes are whole token counts, so each axis keeps, per midpoint between two
+    of its values (in ``log1p``), the smallest count past it: the nearest value is
+    one C bisection of the count, no logarithm (the same answer as comparing
+    ``log1p``, exactly). When that cell was measured it is the nearest point; when it
+    was not (an infeasible or unmeasured cell) a scan over every point answers, once
+    per distinct shape. Built once per truth.
     """
 
     def __init__(self, points: np.ndarray) -> None:
         self._coords = np.log1p(np.asarray(points, dtype=float))
-        self._mids: list[list[float]] = []
-        self._values: list[list[float]] = []
-        for axis in range(self._coords.shape[1]):
-            logs = sorted(set(self._coords[:, axis].tolist()))
-            self._values.append(logs)
-            self._mids.append([(a + b) / 2 for a, b in zip(logs, logs[1:], strict=False)])
-        self._axis_cache: list[dict[float, int]] = [{} for _ in self._mids]
-        self._cell: dict[tuple[int, ...], int] = {}
+        values = [sorted(set(self._coords[:, a].tolist())) for a in range(self._coords.shape[1])]
+        self._past = [
+            [_first_count_past((lo + hi) / 2) for lo, hi in zip(v, v[1:], strict=False)]
+            for v in values
+        ]
+        self._sizes = [len(v) for v in values]
+        self._cell: dict[int, int] = {}
         for i, row in enumerate(self._coords.tolist()):
-            key = tuple(self._values[a].index(v) for a, v in enumerate(row))
+            key = self._key(*(values[a].index(x) for a, x in enumerate(row)))
             self._cell.setdefault(key, i)
-        self._scanned: dict[tuple[float, ...], int] = {}
+        self._scanned: dict[tuple[int, ...], int] = {}
 
-    def _on_axis(self, axis: int, value: float) -> int:
-        """The nearest value's index on ``axis`` (a cache miss of :meth:`index`)."""
-        k = self._axis_cache[axis][value] = bisect_left(self._mids[axis], math.log1p(value))
-        return k
+    def _key(self, a: int, b: int, c: int, d: int) -> int:
+        _, nb, nc, nd = self._sizes
+        return ((a * nb + b) * nc + c) * nd + d
 
-    def index(self, n_decode: float, chunk: float, ctx: float, prefix: float) -> int:
-        """Row of ``points`` nearest to the shape."""
-        # the per-axis cache look-ups written out: this runs once per simulated
-        # iteration, and a method call per axis was a tenth of the engine's step
-        by_n, by_chunk, by_ctx, by_prefix = self._axis_cache
-        a = by_n.get(n_decode)
-        if a is None:
-            a = self._on_axis(0, n_decode)
-        b = by_chunk.get(chunk)
-        if b is None:
-            b = self._on_axis(1, chunk)
-        c = by_ctx.get(ctx)
-        if c is None:
-            c = self._on_axis(2, ctx)
-        d = by_prefix.get(prefix)
-        if d is None:
-            d = self._on_axis(3, prefix)
-        cell = (a, b, c, d)
-        i = self._cell.get(cell)
+    def index(self, n_decode: int, chunk: int, ctx: int, prefix: int) -> int:
+        """Row of ``points`` nearest to the shape (whole token counts)."""
+        # written out, no loop or helper: this runs once per simulated iteration
+        by_n, by_chunk, by_ctx, by_prefix = self._past
+        _, nb, nc, nd = self._sizes
+        key = ((bisect_right(by_n, n_decode) * nb + bisect_right(by_chunk, chunk)) * nc
+               + bisect_right(by_ctx, ctx)) * nd + bisect_right(by_prefix, prefix)  # fmt: skip
+        i = self._cell.get(key)
         if i is not None:
             return i
-        key = (n_decode, chunk, ctx, prefix)
-        i = self._scanned.get(key)
+        shape = (n_decode, chunk, ctx, prefix)
+        i = self._scanned.get(shape)
         if i is None:
-            q = np.log1p(np.asarray(key, dtype=float))
-            i = self._scanned[key] = int(np.argmin(((self._coords - q) ** 2).sum(axis=1)))
+            q = np.log1p(np.asarray(shape, dtype=float))
+            i = self._scanned[shape] = int(np.argmin(((self._coords - q) ** 2).sum(axis=1)))
         return i
+
+
+def _first_count_past(mid: float) -> int:
+    """The smallest whole count ``k >= 0`` with ``log1p(k) > mid``."""
+    k = max(0, math.floor(math.expm1(mid)))
+    while math.log1p(k) <= mid:
+        k += 1
+    while k > 0 and math.log1p(k - 1) > mid:
+        k -= 1
+    return k
 
 
 @dataclass(frozen=True)
@@ -287,7 +286,7 @@ class _SampledExecutor:
     def execute(
         self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
     ) -> tuple[float, float | None]:
-        i = self._index(n_decode, chunk, int(round(ctx)), int(round(prefix)))
+        i = self._index(n_decode, chunk, round(ctx), round(prefix))
         rows = self._ms[i]
         _, u = self._draws.next()
         j = min(int(u * len(rows)), len(rows) - 1)

@@ -111,3 +111,24 @@ def test_bootstrap_without_energy_and_bad_files(tmp_path):
     with pytest.raises(InputError):
         load_truth(f"samples:{bad}")
     assert math.isfinite(ex.execute(1, 1, 0.0, 0.0, 0.0)[0])
+
+
+def test_nearest_point_is_the_brute_force_nearest_in_log1p_space():
+    """Per-axis integer thresholds give exactly the argmin over all points (measured
+    cells), and unmeasured cells fall back to that scan."""
+    from servecal.sched.truth import NearestPoint
+
+    rng = np.random.default_rng(3)
+    axes = ([0, 1, 8, 64, 256], [0, 128, 512, 2048, 8192], [0, 1000, 4000, 32000], [0, 512])
+    grid = np.array(np.meshgrid(*axes, indexing="ij")).reshape(4, -1).T
+    points = grid[rng.random(len(grid)) < 0.7]  # some cells were never measured
+    nearest = NearestPoint(points)
+    logs = np.log1p(points.astype(float))
+    shapes = [tuple(int(rng.integers(0, 2 * max(a) + 2)) for a in axes) for _ in range(3000)]
+    shapes += [tuple(int(v) for v in p) for p in points]  # on the grid itself
+    for shape in shapes:
+        want = np.argmin(((logs - np.log1p(np.asarray(shape, float))) ** 2).sum(axis=1))
+        got = nearest.index(*shape)
+        assert np.allclose(logs[got], logs[want]) or np.isclose(
+            ((logs[got] - np.log1p(shape)) ** 2).sum(), ((logs[want] - np.log1p(shape)) ** 2).sum()
+        ), shape
