@@ -72,7 +72,7 @@ class _InFlight:
     def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: Sequence[Any],
                  skipped: Sequence[Any], first: Sequence[Any], pred_ms: float,
                  stopped: Sequence[str], preempted: Sequence[str]) -> None:  # fmt: skip
-        self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
+        self.row = row  # STEP_FIELDS, start, duration_ms and raw_ms to fill (None: no log)
         self.sched_end = sched_end
         self.fast = fast  # every decoding request ran (then emitted/skipped are empty)
         self.emitted = emitted  # otherwise: the decoding requests that ran ...
@@ -81,6 +81,11 @@ class _InFlight:
         self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
         self.stopped = stopped  # ids of ``skipped`` (for the log)
         self.preempted = preempted  # ids vLLM preempted while scheduling it
+
+
+#: A synchronous step without a run folder in which every decode ran and no prefill
+#: ended: all it will do is move every due time (shared, never changed).
+_EVERY_DECODE = _InFlight(None, _NAN, True, _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)
 
 
 class SLOWeaveScheduler(Scheduler):
@@ -337,7 +342,8 @@ class SLOWeaveScheduler(Scheduler):
             )  # fmt: skip
         else:  # nothing to prefill: vLLM schedules its decodes untouched
             chunk, budget, budget_ms = DECODE_ONLY
-        decision_us = (clock() - t0) * 1e6  # on the plug-in's clock
+        # the decision's own time, for the run folder (on the plug-in's clock)
+        decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN
         try:
             if budget is not None and budget < cap:
                 self.max_num_scheduled_tokens = budget
@@ -368,27 +374,34 @@ class SLOWeaveScheduler(Scheduler):
         nst = out.num_scheduled_tokens
         tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
         new_reqs = out.scheduled_new_reqs
+        log = self._sw_log
         if (
             tok is not None
             and not preempted
             and len(nst) == n + 1
-            and total == n * self._sw_tokens_per_decode + tok
+            and total == n + tok
             and len(partial) <= 1
-            and (
-                not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == prompts[0].request_id)
-            )
+            and (not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id))
             and self._sw_tokens_per_decode == 1
         ):
-            req = prompts[0]
-            # prefix: what the prompt had computed before this step (vLLM has added tok)
-            row = [
-                start, _NAN, n, tok, 1, ctx, float(req.num_computed_tokens - tok),
-                decision_us, budget_ms, chunk, _NAN if budget is None else budget, _NAN,
-            ]  # fmt: skip
-            step = _InFlight(
-                row, (clock() - self._sw_perf0) * 1000.0, True, _NONE, _NONE,
-                _NONE if req.is_prefill_chunk else prompts, _NAN, _NONE, _NONE,
-            )  # fmt: skip
+            # what the prompt had computed before this step (vLLM has added tok; a
+            # prefix-cache hit of a prompt just admitted was added too)
+            prefix = first.num_computed_tokens - tok
+            done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
+            if log is None and not done and not self._sw_async:
+                step = _EVERY_DECODE  # nothing of its own to keep
+            else:
+                row = None  # the log's row: only with a run folder
+                if log is not None:
+                    row = [
+                        start, _NAN, n, tok, 1, ctx, float(prefix), decision_us, budget_ms,
+                        chunk, _NAN if budget is None else budget, _NAN,
+                    ]  # fmt: skip
+                step = _InFlight(
+                    row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True, _NONE,
+                    _NONE, done, _NAN, _NONE, _NONE,
+                )  # fmt: skip
+            shape = (n, tok, prefix)
         elif (
             not prompts
             and not preempted
@@ -398,17 +411,24 @@ class SLOWeaveScheduler(Scheduler):
             and self._sw_tokens_per_decode == 1
         ):
             # decodes only (nothing to prefill): every decode ran
-            row = [start, _NAN, n, 0, 0, ctx, 0.0, decision_us, budget_ms, chunk, _NAN, _NAN]
-            step = _InFlight(row, (clock() - self._sw_perf0) * 1000.0, True,
-                             _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)  # fmt: skip
+            if log is None and not self._sw_async:
+                step = _EVERY_DECODE
+            else:
+                row = None
+                if log is not None:
+                    row = [start, _NAN, n, 0, 0, ctx, 0.0, decision_us, budget_ms, chunk, _NAN,
+                           _NAN]  # fmt: skip
+                step = _InFlight(row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True,
+                                 _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)  # fmt: skip
+            shape = (n, 0, 0.0)
         else:
             step = self._sw_sort_out(
                 out, start, n, ctx, n_before, partial, prompts, decision_us,
                 (chunk, budget, budget_ms),
             )  # fmt: skip
+            shape = (step.row[2], step.row[3], step.row[6])
         if self._sw_async:  # the next step is planned before this one's tokens exist
-            row = step.row
-            step.pred_ms = float(self._sw_table.predict(row[2], row[3], ctx, row[6]))
+            step.pred_ms = float(self._sw_table.predict(shape[0], shape[1], ctx, shape[2]))
             self._sw_busy_until = start + step.pred_ms
             self._sw_apply(step, self._sw_busy_until)
         self._sw_inflight[id(out)] = step
@@ -499,14 +519,14 @@ class SLOWeaveScheduler(Scheduler):
         now = self._sw_ms()
         step = self._sw_inflight.pop(id(scheduler_output), None)
         if step is not None:
-            start = max(step.sched_end, self._sw_last_update)
-            row = step.row
-            row[0] = start
-            row[1] = now - start
-            row[11] = now - step.sched_end
             self._sw_apply(step, now)
             log = self._sw_log
             if log is not None:
+                start = max(step.sched_end, self._sw_last_update)
+                row = step.row
+                row[0] = start
+                row[1] = now - start
+                row[11] = now - step.sched_end
                 k = log.step(tuple(row))
                 for req in step.first:
                     log.started(req.request_id, k)
