@@ -15,8 +15,8 @@ and the vectorised :meth:`Multilinear.many` give the same floats bit for bit):
    side pair;
 2. *chunk*: on each blended row, ``R[k] + t_c·(R[k+1] − R[k])``;
 3. *sum*: over the four (ctx, prefix) side pairs, ctx outer, each weighted by
-   ``w_ctx·w_prefix``, accumulated from 0. On a grid value an axis's second side
-   has weight 0 (and repeats the first side's cell): it adds exactly ``+0.0``.
+   ``w_ctx·w_prefix``, accumulated from 0. On a grid value (or clamped to an
+   edge) an axis's second side has weight 0: it adds exactly ``+0.0``.
 
 Why this keeps the table's promises: the grids are non-decreasing along every
 axis and every weight is non-negative, so the interpolated value is
@@ -126,8 +126,8 @@ class Multilinear:
 
     @staticmethod
     def _sides(axis: Sequence[float], x: float, stride: int) -> tuple[Sides, bool]:
-        """:func:`axis_position` as (offset, weight) pairs (inlined: a call per axis
-        per query is a noticeable share of a scalar query)."""
+        """:func:`axis_position` as (offset, weight) pairs: one on a grid value, two
+        between (``n_decode``'s sides, cached per value with its blended rows)."""
         if x <= axis[0]:
             return ((0, 1.0),), x < axis[0]
         last = len(axis) - 1
@@ -150,50 +150,43 @@ class Multilinear:
 
     def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
         """Whether the query is clamped, and the weighted blended rows of its four
-        (ctx, prefix) side pairs (steps 1 and 3), ctx outer. On a grid value (or past
-        an edge) an axis's second side repeats the first's cell with weight 0.
+        (ctx, prefix) side pairs (steps 1 and 3), ctx outer. On a grid value an axis's
+        second side has weight 0; past an edge (or on the last value) it repeats the
+        first side's cell, with weight 0.
 
-        The ctx and prefix sides are :meth:`_sides` written out: this runs every
-        scheduler step with a new mean context, after the scheduler's own work has
-        pushed it out of the CPU's caches, where each call costs several times more."""
+        The ctx and prefix sides are written out (one bisection each, no call): this
+        runs every scheduler step with a new mean context, after the scheduler's own
+        work has pushed it out of the CPU's caches, where each call and branch costs
+        several times more."""
         entry = grid.by_n.get(n)
         if entry is None:
             entry = self.start_n(grid, n)
         n_sides, out, rows = entry
         # ctx: cells y0 (weight u0) and y1 (u1), stride |prefix|
         axis = self.axes[1]
-        y1, u0, u1 = 0, 1.0, 0.0
-        if ctx <= axis[0]:
-            y0 = 0
-            out = out or ctx < axis[0]
-        elif ctx >= axis[-1]:
-            y0 = (len(axis) - 1) * self.shape[2]
-            out = out or ctx > axis[-1]
-        else:
-            i = bisect_right(axis, ctx) - 1
-            lo = axis[i]
-            y0 = i * self.shape[2]
-            if ctx != lo:
-                t = (ctx - lo) / (axis[i + 1] - lo)
-                u0, y1, u1 = 1.0 - t, y0 + self.shape[2], t
-        if not u1:
-            y1 = y0
+        i = bisect_right(axis, ctx)
+        if 0 < i < len(axis):  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
+            x = axis[i - 1]
+            u1 = (ctx - x) / (axis[i] - x)
+            u0 = 1.0 - u1
+            y0 = (i - 1) * self.shape[2]
+            y1 = y0 + self.shape[2]
+        else:  # at or past the last value, or before the first: that edge alone
+            y0 = y1 = 0 if i == 0 else (i - 1) * self.shape[2]
+            u0, u1 = 1.0, 0.0
+            out = out or ctx < axis[0] or ctx > axis[-1]
         # prefix: cells z0 (weight v0) and z1 (v1), stride 1
         axis = self.axes[2]
-        v0, v1 = 1.0, 0.0
-        if prefix <= axis[0]:
-            z0 = 0
-            out = out or prefix < axis[0]
-        elif prefix >= axis[-1]:
-            z0 = len(axis) - 1
-            out = out or prefix > axis[-1]
+        z1 = bisect_right(axis, prefix)
+        if 0 < z1 < len(axis):
+            z0 = z1 - 1
+            x = axis[z0]
+            v1 = (prefix - x) / (axis[z1] - x)
+            v0 = 1.0 - v1
         else:
-            z0 = bisect_right(axis, prefix) - 1
-            lo = axis[z0]
-            if prefix != lo:
-                t = (prefix - lo) / (axis[z0 + 1] - lo)
-                v0, v1 = 1.0 - t, t
-        z1 = z0 + 1 if v1 else z0
+            z0 = z1 = 0 if z1 == 0 else z1 - 1
+            v0, v1 = 1.0, 0.0
+            out = out or prefix < axis[0] or prefix > axis[-1]
         cell = y0 + z0
         r0 = rows[cell] or grid.blend(rows, n_sides, cell)
         cell = y0 + z1

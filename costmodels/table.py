@@ -527,37 +527,28 @@ class CostTable:
             entry = lin.start_n(blend, n_decode)
         n_sides, out, rows = entry
         axis = lin.axes[1]  # ctx: cells y0 (weight u0) and y1 (u1), stride |prefix|
-        y1, u0, u1 = 0, 1.0, 0.0
-        if ctx <= axis[0]:
-            y0 = 0
-            out = out or ctx < axis[0]
-        elif ctx >= axis[-1]:
-            y0 = (len(axis) - 1) * lin.shape[2]
-            out = out or ctx > axis[-1]
-        else:
-            i = bisect_right(axis, ctx) - 1
-            x = axis[i]
-            y0 = i * lin.shape[2]
-            if ctx != x:
-                t = (ctx - x) / (axis[i + 1] - x)
-                u0, y1, u1 = 1.0 - t, y0 + lin.shape[2], t
-        if not u1:
-            y1 = y0
+        i = bisect_right(axis, ctx)
+        if 0 < i < len(axis):  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
+            x = axis[i - 1]
+            u1 = (ctx - x) / (axis[i] - x)
+            u0 = 1.0 - u1
+            y0 = (i - 1) * lin.shape[2]
+            y1 = y0 + lin.shape[2]
+        else:  # at or past the last value, or before the first: that edge alone
+            y0 = y1 = 0 if i == 0 else (i - 1) * lin.shape[2]
+            u0, u1 = 1.0, 0.0
+            out = out or ctx < axis[0] or ctx > axis[-1]
         axis = lin.axes[2]  # prefix: cells z0 (weight v0) and z1 (v1), stride 1
-        v0, v1 = 1.0, 0.0
-        if prefix <= axis[0]:
-            z0 = 0
-            out = out or prefix < axis[0]
-        elif prefix >= axis[-1]:
-            z0 = len(axis) - 1
-            out = out or prefix > axis[-1]
-        else:
-            z0 = bisect_right(axis, prefix) - 1
+        z1 = bisect_right(axis, prefix)
+        if 0 < z1 < len(axis):
+            z0 = z1 - 1
             x = axis[z0]
-            if prefix != x:
-                t = (prefix - x) / (axis[z0 + 1] - x)
-                v0, v1 = 1.0 - t, t
-        z1 = z0 + 1 if v1 else z0
+            v1 = (prefix - x) / (axis[z1] - x)
+            v0 = 1.0 - v1
+        else:
+            z0 = z1 = 0 if z1 == 0 else z1 - 1
+            v0, v1 = 1.0, 0.0
+            out = out or prefix < axis[0] or prefix > axis[-1]
         r0 = rows[y0 + z0] or blend.blend(rows, n_sides, y0 + z0)
         r1 = rows[y0 + z1] or blend.blend(rows, n_sides, y0 + z1)
         r2 = rows[y1 + z0] or blend.blend(rows, n_sides, y1 + z0)
