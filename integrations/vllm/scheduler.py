@@ -527,7 +527,7 @@ class SLOWeaveScheduler(Scheduler):
                 row[0] = start
                 row[1] = now - start
                 row[11] = now - step.sched_end
-                k = log.step(tuple(row))
+                k = log.step(row)  # the step is done with it
                 for req in step.first:
                     log.started(req.request_id, k)
                 for rid in step.stopped:
