@@ -403,21 +403,25 @@ class SLOWeaveScheduler(Scheduler):
                 )  # fmt: skip
             shape = (n, tok, prefix)
         elif (
-            not prompts
+            tok is None
+            and len(prompts) <= 1
+            and len(partial) <= len(prompts)
             and not preempted
             and not new_reqs
             and len(nst) == n
             and total == n
             and self._sw_tokens_per_decode == 1
         ):
-            # decodes only (nothing to prefill): every decode ran
+            # decodes only (nothing to prefill, or SLOWeave's chunk was 0): every decode ran
             if log is None and not self._sw_async:
                 step = _EVERY_DECODE
             else:
                 row = None
                 if log is not None:
-                    row = [start, _NAN, n, 0, 0, ctx, 0.0, decision_us, budget_ms, chunk, _NAN,
-                           _NAN]  # fmt: skip
+                    row = [
+                        start, _NAN, n, 0, 0, ctx, 0.0, decision_us, budget_ms, chunk,
+                        _NAN if budget is None else budget, _NAN,
+                    ]  # fmt: skip
                 step = _InFlight(row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True,
                                  _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)  # fmt: skip
             shape = (n, 0, 0.0)
