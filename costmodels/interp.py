@@ -33,7 +33,7 @@ though, so step 1's rows are cached per ``(n_decode, row)`` (:class:`BlendedGrid
 a query then costs a bisection on ctx and prefix, four row look-ups and a few
 multiply-adds (:meth:`Multilinear.corners`, written out as straight-line code: it
 runs right after a scheduler's own step, where every Python call and branch costs
-several times what it does in a loop), and ``max_chunk`` bisects the column values
+several times what it does in a loop), and ``max_chunk`` walks the column values
 of those four rows instead of re-blending up to eight corners at every probe.
 """
 

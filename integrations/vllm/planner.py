@@ -1,7 +1,8 @@
 """One vLLM step's SLOWeave decision, from numbers the scheduler reads off its queues.
 
-Plain Python (no vLLM): the vLLM scheduler gathers a :class:`StepState`, and
-:func:`plan_step` turns it into the step's token budget through
+Plain Python (no vLLM): the vLLM scheduler reads the numbers of a
+:class:`StepState` off its queues, and :func:`plan_chunk` (:func:`plan_step` on a
+``StepState``) turns them into the step's token budget through
 :func:`servecal.sched.policies.sloweave.deadline_chunk`, the same function the
 engine's SLOWeave policy decides with.
 

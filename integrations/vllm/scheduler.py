@@ -2,7 +2,7 @@
 
 Each ``schedule()``: read the decode count, their mean context and earliest
 deadline (last token + TPOT SLO), and the prompt vLLM would prefill next; ask
-SLOWeave (:func:`~servecal.integrations.vllm.planner.plan_step`, through the same
+SLOWeave (:func:`~servecal.integrations.vllm.planner.plan_chunk`, through the same
 ``deadline_chunk`` as the engine policy) for the chunk; set the step's token cap
 to decodes + chunk for this one call; let vLLM's own scheduler do the rest. The
 cap is restored before ``schedule()`` returns, whatever happens.
@@ -288,9 +288,9 @@ class SLOWeaveScheduler(Scheduler):
         as a preemption), due times come from :class:`DueTimes` in O(exceptions), and
         the decision itself is one table ``max_chunk``. It runs right after vLLM's
         previous step has pushed it out of the CPU's caches, where its cost grows with
-        every Python call it makes: the usual cases are written out inline, the
-        helpers (:meth:`_sw_partials`, :meth:`_sw_next_prompts`,
-        :meth:`_sw_sort_out`) take the rest (docs/vllm.md, "Overhead").
+        every Python operation it executes: the usual cases are written out inline,
+        the helpers (:meth:`_sw_partials`, :meth:`_sw_next_prompts`,
+        :meth:`_sw_sort_out`) take the rest (docs/vllm.md, "Cost").
         """
         clock = self._sw_clock
         t0 = clock()
@@ -369,8 +369,9 @@ class SLOWeaveScheduler(Scheduler):
             return out
         # what vLLM actually scheduled: the step's log row, and whose tokens it makes.
         # Usually (checked by token and request counts, no pass over the decodes):
-        # every decode ran, the one prompt planned for got its tokens, nothing was
-        # preempted or admitted beyond it; otherwise _sw_sort_out works it out.
+        # every decode ran, and the one prompt planned for got its tokens or none,
+        # nothing was preempted or admitted beyond it; otherwise _sw_sort_out works
+        # it out request by request.
         nst = out.num_scheduled_tokens
         tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
         new_reqs = out.scheduled_new_reqs
