@@ -13,14 +13,25 @@ the same random queries, in one run:
 Also times the scalar ``predict`` (P50, P99) and ``margin`` calls the engine makes
 every iteration. Prints median µs per call and the speed-up ratio.
 
-    python benchmarks/max_chunk.py [--queries 300]
+``--engine-like N`` (default 2,000) also asks a calibrated table (``--table``,
+default the fitted A100 table in ``sched/data``) the way the engine and the vLLM
+plug-in do: a few decode counts and prefixes that repeat, a float mean context
+that moves every time, budgets around the bound of a random chunk. With
+``--baseline REV`` the same queries go to the ``CostTable`` of git revision
+``REV`` too, on the same table file, in the same process (the answers must agree):
+
+    python benchmarks/max_chunk.py [--queries 300] [--engine-like 2000] [--baseline REV]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import sys
+import tempfile
 import time
 import warnings
+from pathlib import Path
 
 import numpy as np
 
@@ -28,6 +39,12 @@ from servecal.costmodels.fit import fit_cost_table
 from servecal.costmodels.gbm import GBMQuantileRegressor
 from servecal.costmodels.predictor import largest_fitting
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
+from servecal.costmodels.table import CostTable
+
+sys.path.insert(0, str(Path(__file__).parent))
+from revision import package_at  # noqa: E402
+
+A100 = Path(__file__).resolve().parents[1] / "sched" / "data" / "device_a100_fitted.json"
 
 N_DECODE = [0, 1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128]
 CHUNK = [0, 16, 32, 64, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096]
@@ -48,8 +65,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--engine-like", type=int, default=2000)
+    parser.add_argument("--table", default=str(A100))
+    parser.add_argument("--baseline", default=None, help="also CostTable at this git revision")
     args = parser.parse_args()
     rng = np.random.default_rng(args.seed)
+    if args.engine_like:
+        engine_like(args)
 
     frame = SyntheticTruth().draw(grid_points(N_DECODE, CHUNK), repeats=20, rng=rng)
     X = frame[["n_decode", "chunk", "ctx", "prefix"]].to_numpy(float)
@@ -91,6 +113,42 @@ def main() -> None:
     print(f"ratio (probe search / table):          {t_probe / t_table:9.0f}x")
     print(f"CostTable.predict q=0.5 / q=0.99:      {t_p50:9.2f} / {t_p99:.2f} µs/call")
     print(f"CostTable.margin:                      {t_margin:9.2f} µs/call")
+
+
+def engine_like(args: argparse.Namespace) -> None:
+    """``max_chunk`` and ``predict`` on engine-like queries (and at ``--baseline``)."""
+    rng = np.random.default_rng(args.seed + 1)
+    tables = {"now": CostTable.load(args.table)}
+    if args.baseline:
+        folder = Path(tempfile.mkdtemp())
+        module = importlib.import_module(f"{package_at(args.baseline, folder)}.costmodels.table")
+        tables[args.baseline] = module.CostTable.load(args.table)
+    table = tables["now"]
+    axes = table.axes
+    ns = rng.choice(np.arange(1, max(axes["n_decode"]) + 1), 4).tolist()
+    prefixes = rng.choice(np.arange(0, max(axes["prefix"]) + 1), 3).tolist()
+    queries, asks = [], []
+    for _ in range(args.engine_like):
+        n, prefix = int(rng.choice(ns)), int(rng.choice(prefixes))
+        ctx = float(rng.uniform(0, max(axes["ctx"])))
+        chunk = int(rng.integers(1, LIMIT))
+        bound = table.predict(n, chunk, ctx, prefix, q=0.99) + table.margin(n, chunk, ctx, prefix)
+        queries.append((n, ctx, prefix, float(bound * rng.uniform(0.9, 1.1)), LIMIT))
+        asks.append((n, chunk, ctx, prefix))
+    answers = {}
+    print(f"engine-like queries: {len(queries)} on {Path(args.table).name} ({table})")
+    for name, t in tables.items():  # a first pass fills each table's blended-row caches
+        answers[name] = [t.max_chunk(*q) for q in queries]
+        for q in asks:
+            t.predict(*q, q=0.99)
+    for name, t in tables.items():
+        mc = median_us(t.max_chunk, queries)
+        pr = median_us(lambda n, c, x, p, t=t: t.predict(n, c, x, p, 0.99), asks)
+        print(f"  CostTable.max_chunk at {name:>8}:    {mc:9.2f} µs/call (median)")
+        print(f"  CostTable.predict q=0.99 at {name:>8}: {pr:6.2f} µs/call (median)")
+    if args.baseline:
+        same = answers["now"] == answers[args.baseline]
+        print(f"  answers identical to {args.baseline}: {same}")
 
 
 if __name__ == "__main__":

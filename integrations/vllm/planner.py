@@ -1,7 +1,8 @@
 """One vLLM step's SLOWeave decision, from numbers the scheduler reads off its queues.
 
-Plain Python (no vLLM): the vLLM scheduler gathers a :class:`StepState`, and
-:func:`plan_step` turns it into the step's token budget through
+Plain Python (no vLLM): the vLLM scheduler reads the numbers of a
+:class:`StepState` off its queues, and :func:`plan_chunk` (:func:`plan_step` on a
+``StepState``) turns them into the step's token budget through
 :func:`servecal.sched.policies.sloweave.deadline_chunk`, the same function the
 engine's SLOWeave policy decides with.
 
@@ -59,17 +60,36 @@ class StepPlan(NamedTuple):
 DECODE_ONLY = StepPlan(0, None, math.nan)
 
 
-def plan_step(state: StepState, predictor: Predictor, config: SLOWeaveConfig) -> StepPlan:
-    """SLOWeave's chunk for ``state`` and the token budget that gives vLLM exactly it."""
-    if state.next_remaining <= 0:
+def plan_chunk(
+    predictor: Predictor,
+    config: SLOWeaveConfig,
+    now_ms: float,
+    n_decode: int,
+    decode_tokens: int,
+    ctx: float,
+    earliest_deadline_ms: float,
+    next_prefix: int,
+    next_remaining: int,
+    token_cap: int,
+    next_waited_ms: float = 0.0,
+) -> tuple[int, int | None, float]:
+    """:func:`plan_step` on the numbers themselves (:class:`StepState`'s fields, in its
+    order) and as a plain ``(chunk, token_budget, budget_ms)``: what the vLLM
+    scheduler calls every step, with no tuple class built around either side."""
+    if next_remaining <= 0:
         return DECODE_ONLY
-    room = state.token_cap - state.decode_tokens
-    limit = max(0, min(config.c_max, state.next_remaining, room))
+    room = token_cap - decode_tokens
+    limit = max(0, min(config.c_max, next_remaining, room))
     # no decode running: no deadline binds (budget inf)
     chunk, budget, _aged = deadline_chunk(
-        predictor, config, state.n_decode, state.ctx, state.next_prefix, limit,
-        state.now_ms, state.earliest_deadline_ms, state.next_waited_ms,
+        predictor, config, n_decode, ctx, next_prefix, limit,
+        now_ms, earliest_deadline_ms, next_waited_ms,
     )  # fmt: skip
-    tokens = min(state.token_cap, state.decode_tokens + chunk)
+    tokens = min(token_cap, decode_tokens + chunk)
     # a zero budget would stop vLLM from scheduling anything, even the decodes
-    return StepPlan(chunk, tokens if tokens > 0 else None, budget)
+    return chunk, tokens if tokens > 0 else None, budget
+
+
+def plan_step(state: StepState, predictor: Predictor, config: SLOWeaveConfig) -> StepPlan:
+    """SLOWeave's chunk for ``state`` and the token budget that gives vLLM exactly it."""
+    return StepPlan._make(plan_chunk(predictor, config, *state))

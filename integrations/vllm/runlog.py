@@ -10,10 +10,10 @@ schema (:data:`servecal.sched.engine.ITERATION_COLUMNS`, plus ``planned_chunk``,
 The folder is rewritten whole (atomically, through :func:`write_run`) every
 ``flush_every`` steps and at shutdown. The writing runs on a background thread
 from a snapshot, so the serving loop only pays for copying its buffers. Per step
-the loop adds one row (preallocated numpy blocks) and one step end time; a
-request's tokens are kept as streaks of consecutive steps, so a step costs nothing
-per decoding request, and its TPOT statistics are derived from the step end times
-when the folder is written. Predictions are not computed per step either: each
+the loop appends one row (to a list: numpy blocks are made every 256 rows) and one
+step end time; a request's tokens are kept as streaks of consecutive steps, so a
+step costs nothing per decoding request, and its TPOT statistics are derived from
+the step end times when the folder is written. Predictions are not computed per step either: each
 write asks the table, vectorised, about the rows it has not seen, and a finished
 request's row is built once. Each write still rewrites the whole folder, O(run
 length), on the writer thread (which shares the GIL with the serving loop): 0.8 s
@@ -26,7 +26,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -54,32 +54,36 @@ STEP_FIELDS = (
     "raw_ms",
 )
 _INT_FIELDS = ("n_decode", "chunk", "n_prefills", "planned_chunk")
-_BLOCK = 4096
+_BATCH = 256  # rows kept as Python lists before they become a numpy block
 
 
 class _Rows:
-    """Append-only float rows in preallocated blocks (no per-step Python objects kept)."""
+    """Append-only float rows: the serving loop appends the row itself (one list
+    append, no numpy per step: in place after vLLM's step a numpy row assignment
+    costs tens of µs); every ``_BATCH`` rows they become one numpy block."""
 
     def __init__(self, width: int) -> None:
         self._width = width
-        self._full: list[np.ndarray] = []
-        self._block = np.empty((_BLOCK, width))
+        self._blocks: list[np.ndarray] = []
+        self._pending: list[Any] = []
         self._n = 0
 
-    def append(self, row: tuple[float, ...]) -> None:
-        if self._n == _BLOCK:
-            self._full.append(self._block)
-            self._block = np.empty((_BLOCK, self._width))
-            self._n = 0
-        self._block[self._n] = row
-        self._n += 1
+    def append(self, row: Any) -> None:
+        """Add ``row`` (a sequence of ``width`` floats, not changed afterwards)."""
+        pending = self._pending
+        pending.append(row)
+        if len(pending) >= _BATCH:
+            self._blocks.append(np.array(pending, dtype=float).reshape(-1, self._width))
+            self._n += len(pending)
+            self._pending = []
 
     def __len__(self) -> int:
-        return len(self._full) * _BLOCK + self._n
+        return self._n + len(self._pending)
 
     def snapshot(self) -> np.ndarray:
         """All rows so far, as one array (a copy: the writer may keep it)."""
-        return np.concatenate([*self._full, self._block[: self._n]])
+        tail = np.array(self._pending, dtype=float).reshape(-1, self._width)
+        return np.concatenate([*self._blocks, tail])
 
 
 class _Track:
@@ -204,8 +208,9 @@ class RunLog:
         self.flushes = 0
 
     # -- the serving loop's side (cheap) ------------------------------------------------
-    def step(self, row: tuple[float, ...]) -> int:
-        """Log one executed step (fields in :data:`STEP_FIELDS` order); its index."""
+    def step(self, row: Sequence[float]) -> int:
+        """Log one executed step (fields in :data:`STEP_FIELDS` order, not changed
+        afterwards); its index."""
         index = len(self._ends)
         self._rows.append(row)
         self._ends.append(row[0] + row[1])

@@ -2,7 +2,7 @@
 
 Each ``schedule()``: read the decode count, their mean context and earliest
 deadline (last token + TPOT SLO), and the prompt vLLM would prefill next; ask
-SLOWeave (:func:`~servecal.integrations.vllm.planner.plan_step`, through the same
+SLOWeave (:func:`~servecal.integrations.vllm.planner.plan_chunk`, through the same
 ``deadline_chunk`` as the engine policy) for the chunk; set the step's token cap
 to decodes + chunk for this one call; let vLLM's own scheduler do the rest. The
 cap is restored before ``schedule()`` returns, whatever happens.
@@ -46,7 +46,7 @@ from servecal.integrations.vllm.config import (
 )
 from servecal.integrations.vllm.due import DueTimes
 from servecal.integrations.vllm.kvsum import RunningKV
-from servecal.integrations.vllm.planner import StepState, plan_step
+from servecal.integrations.vllm.planner import DECODE_ONLY, plan_chunk
 from servecal.integrations.vllm.tables import check_model, load_table
 from servecal.sched.policies.sloweave import SLOWeaveConfig
 
@@ -54,6 +54,7 @@ from servecal.sched.policies.sloweave import SLOWeaveConfig
 logger = init_logger("vllm.servecal")
 
 _INF = math.inf
+_NAN = math.nan
 _NONE: tuple[()] = ()  # shared empty sequence: no allocation per step
 _computed = attrgetter("num_computed_tokens")
 
@@ -71,7 +72,7 @@ class _InFlight:
     def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: Sequence[Any],
                  skipped: Sequence[Any], first: Sequence[Any], pred_ms: float,
                  stopped: Sequence[str], preempted: Sequence[str]) -> None:  # fmt: skip
-        self.row = row  # STEP_FIELDS with start, duration_ms and raw_ms still to fill
+        self.row = row  # STEP_FIELDS, start, duration_ms and raw_ms to fill (None: no log)
         self.sched_end = sched_end
         self.fast = fast  # every decoding request ran (then emitted/skipped are empty)
         self.emitted = emitted  # otherwise: the decoding requests that ran ...
@@ -80,6 +81,11 @@ class _InFlight:
         self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
         self.stopped = stopped  # ids of ``skipped`` (for the log)
         self.preempted = preempted  # ids vLLM preempted while scheduling it
+
+
+#: A synchronous step without a run folder in which every decode ran and no prefill
+#: ended: all it will do is move every due time (shared, never changed).
+_EVERY_DECODE = _InFlight(None, _NAN, True, _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)
 
 
 class SLOWeaveScheduler(Scheduler):
@@ -142,6 +148,8 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_aging = self._sw_sloweave.aging_ms is not None
         self._sw_inflight: dict[int, _InFlight] = {}
         self._sw_clock = time.perf_counter  # seconds; tests drive a fake one
+        # vLLM keeps the running requests still prefilling in a set (see _sw_partials)
+        self._sw_inflight_prefills = hasattr(self, "_inflight_prefills")
         self._sw_perf0 = self._sw_clock()
         self._sw_last_update = -_INF
         self._sw_busy_until = -_INF  # async: when the GPU frees up (predicted)
@@ -241,7 +249,7 @@ class SLOWeaveScheduler(Scheduler):
         return super()._handle_stopped_request(request)
 
     # -- the step --------------------------------------------------------------------------
-    def _sw_partials(self, running: list[Any]) -> list[Any]:
+    def _sw_partials(self, running: list[Any]) -> Sequence[Any]:
         """Running requests still prefilling (at most a few), in vLLM's order.
 
         vLLM keeps them in ``_inflight_prefills``; reading it spares a pass over
@@ -251,15 +259,17 @@ class SLOWeaveScheduler(Scheduler):
         if inflight is None:
             return [r for r in running if r.is_prefill_chunk]
         if len(inflight) <= 1:
-            return list(inflight)
+            return list(inflight) if inflight else _NONE
         return [r for r in running if r in inflight]
 
-    def _sw_next_prompts(self, partial: list[Any], n_running: int) -> list[Any]:
+    def _sw_next_prompts(self, partial: Sequence[Any], n_running: int) -> Sequence[Any]:
         """The prompts vLLM would prefill next, in its order: running ones still
         prefilling, then the waiting queues (KV holders first), while a slot is free.
         One prompt, or up to ``max_prefills`` with ``multi_prefill``."""
         k = self._sw_prompts
-        found = partial[:k]
+        if len(partial) >= k:  # the usual case: the prompt being chunked
+            return partial if len(partial) == k else partial[:k]
+        found = list(partial)
         free = self.max_num_running_reqs - n_running
         for queue in (getattr(self, "kv_holding_waiting", None), self.waiting):
             if len(found) >= k or free <= 0:
@@ -276,20 +286,42 @@ class SLOWeaveScheduler(Scheduler):
         Nothing here passes over the running requests: their KV sum is kept between
         steps by :class:`RunningKV` (a recount only after what it does not model, such
         as a preemption), due times come from :class:`DueTimes` in O(exceptions), and
-        the decision itself is one table ``max_chunk``.
+        the decision itself is one table ``max_chunk``. It runs right after vLLM's
+        previous step has pushed it out of the CPU's caches, where its cost grows with
+        every Python operation it executes: the usual cases are written out inline,
+        the helpers (:meth:`_sw_partials`, :meth:`_sw_next_prompts`,
+        :meth:`_sw_sort_out`) take the rest (docs/vllm.md, "Cost").
         """
-        t0 = time.perf_counter()
-        now = (self._sw_clock() - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
+        clock = self._sw_clock
+        t0 = clock()
+        now = (t0 - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
         running = self.running
         n_before = len(running)
-        partial = self._sw_partials(running)
+        inflight = self._inflight_prefills if self._sw_inflight_prefills else None
+        if inflight is not None and len(inflight) <= 1:  # _sw_partials, inline
+            partial = list(inflight) if inflight else _NONE
+        else:
+            partial = self._sw_partials(running)
         n = n_before - len(partial)
-        kv = self._sw_kv.total(running)
+        kv_book = self._sw_kv
+        if kv_book.valid and n_before == len(kv_book.members):  # RunningKV.total, inline
+            kv = kv_book.kv
+        else:
+            kv = kv_book.total(running)
         if partial:
-            kv -= sum(map(_computed, partial))
-        prompts = self._sw_next_prompts(partial, n_before)
+            kv -= (
+                partial[0].num_computed_tokens
+                if len(partial) == 1
+                else sum(map(_computed, partial))
+            )
+        ctx = kv / n if n else 0.0
+        if len(partial) == self._sw_prompts:  # _sw_next_prompts, inline: the prompt(s) in work
+            prompts = partial
+        else:
+            prompts = self._sw_next_prompts(partial, n_before)
+        cap = self.max_num_scheduled_tokens
         if prompts:
             first = prompts[0]
             prefix = first.num_computed_tokens
@@ -299,21 +331,22 @@ class SLOWeaveScheduler(Scheduler):
                 remaining = sum([r.num_tokens - r.num_computed_tokens for r in prompts])
             # the prompt's wait matters only to the aging rule
             waited = max(0.0, time.time() - first.arrival_time) * 1000.0 if self._sw_aging else 0.0
-            deadline = self._sw_due.earliest(n)
-        else:
-            prefix = remaining = 0
-            waited = 0.0
-            deadline = _INF
-        cap = self.max_num_scheduled_tokens
-        state = StepState(
-            start, n, n * self._sw_tokens_per_decode, kv / n if n else 0.0, deadline,
-            prefix, max(0, remaining), cap, waited,
-        )  # fmt: skip
-        plan = plan_step(state, self._sw_table, self._sw_sloweave)
-        decision_us = (time.perf_counter() - t0) * 1e6
+            due = self._sw_due
+            if n and not due.apart and not due.decoding_own:  # DueTimes.earliest, inline
+                deadline = due.bulk + due.slo
+            else:
+                deadline = due.earliest(n)
+            chunk, budget, budget_ms = plan_chunk(
+                self._sw_table, self._sw_sloweave, start, n, n * self._sw_tokens_per_decode,
+                ctx, deadline, prefix, remaining, cap, waited,
+            )  # fmt: skip
+        else:  # nothing to prefill: vLLM schedules its decodes untouched
+            chunk, budget, budget_ms = DECODE_ONLY
+        # the decision's own time, for the run folder (on the plug-in's clock)
+        decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN
         try:
-            if plan.token_budget is not None and plan.token_budget < cap:
-                self.max_num_scheduled_tokens = plan.token_budget
+            if budget is not None and budget < cap:
+                self.max_num_scheduled_tokens = budget
                 try:
                     out = super().schedule(*args, **kwargs)
                 finally:
@@ -321,40 +354,104 @@ class SLOWeaveScheduler(Scheduler):
             else:
                 out = super().schedule(*args, **kwargs)
         except BaseException:
-            self._sw_kv.invalidate()
+            kv_book.invalidate()
             raise
-        if out.preempted_req_ids:
-            self._sw_kv.invalidate()
+        total = out.total_num_scheduled_tokens
+        preempted = out.preempted_req_ids
+        if preempted:
+            kv_book.invalidate()
+        elif kv_book.valid:
+            if len(self.running) == n_before:  # RunningKV.scheduled, inline: none admitted
+                kv_book.kv += total
+            else:
+                kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens, total)
+        if total <= 0:
+            return out
+        # what vLLM actually scheduled: the step's log row, and whose tokens it makes.
+        # Usually (checked by token and request counts, no pass over the decodes):
+        # every decode ran, and the one prompt planned for got its tokens or none,
+        # nothing was preempted or admitted beyond it; otherwise _sw_sort_out works
+        # it out request by request.
+        nst = out.num_scheduled_tokens
+        tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
+        new_reqs = out.scheduled_new_reqs
+        log = self._sw_log
+        if (
+            tok is not None
+            and not preempted
+            and len(nst) == n + 1
+            and total == n + tok
+            and len(partial) <= 1
+            and (not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id))
+            and self._sw_tokens_per_decode == 1
+        ):
+            # what the prompt had computed before this step (vLLM has added tok; a
+            # prefix-cache hit of a prompt just admitted was added too)
+            prefix = first.num_computed_tokens - tok
+            done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
+            if log is None and not done and not self._sw_async:
+                step = _EVERY_DECODE  # nothing of its own to keep
+            else:
+                row = None  # the log's row: only with a run folder
+                if log is not None:
+                    row = [
+                        start, _NAN, n, tok, 1, ctx, float(prefix), decision_us, budget_ms,
+                        chunk, _NAN if budget is None else budget, _NAN,
+                    ]  # fmt: skip
+                step = _InFlight(
+                    row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True, _NONE,
+                    _NONE, done, _NAN, _NONE, _NONE,
+                )  # fmt: skip
+            shape = (n, tok, prefix)
+        elif (
+            tok is None
+            and len(prompts) <= 1
+            and len(partial) <= len(prompts)
+            and not preempted
+            and not new_reqs
+            and len(nst) == n
+            and total == n
+            and self._sw_tokens_per_decode == 1
+        ):
+            # decodes only (nothing to prefill, or SLOWeave's chunk was 0): every decode ran
+            if log is None and not self._sw_async:
+                step = _EVERY_DECODE
+            else:
+                row = None
+                if log is not None:
+                    row = [
+                        start, _NAN, n, 0, 0, ctx, 0.0, decision_us, budget_ms, chunk,
+                        _NAN if budget is None else budget, _NAN,
+                    ]  # fmt: skip
+                step = _InFlight(row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True,
+                                 _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)  # fmt: skip
+            shape = (n, 0, 0.0)
         else:
-            self._sw_kv.scheduled(
-                self.running, n_before, out.num_scheduled_tokens, out.total_num_scheduled_tokens
-            )
-        if out.total_num_scheduled_tokens > 0:
-            self._sw_record(out, state, plan, n_before, partial, prompts, decision_us)
+            step = self._sw_sort_out(
+                out, start, n, ctx, n_before, partial, prompts, decision_us,
+                (chunk, budget, budget_ms),
+            )  # fmt: skip
+            shape = (step.row[2], step.row[3], step.row[6])
+        if self._sw_async:  # the next step is planned before this one's tokens exist
+            step.pred_ms = float(self._sw_table.predict(shape[0], shape[1], ctx, shape[2]))
+            self._sw_busy_until = start + step.pred_ms
+            self._sw_apply(step, self._sw_busy_until)
+        self._sw_inflight[id(out)] = step
         return out
 
-    def _sw_record(self, out: Any, state: StepState, plan: Any, n_before: int,
-                   partial: list[Any], prompts: list[Any], decision_us: float) -> None:  # fmt: skip
-        """What vLLM actually scheduled: the step's log row, and whose tokens it makes.
-
-        Fast path (every decode ran, only the prompts SLOWeave planned for were
-        prefilled, nothing preempted), checked by token and request counts: no pass
-        over the decodes. Otherwise they are sorted out one by one, from vLLM's
-        running list as it was before scheduling (``n_before`` long): vLLM only
-        appends admitted requests to it, or removes preempted ones, and never both in
-        one step.
-        """
+    def _sw_sort_out(self, out: Any, start: float, n: int, ctx: float, n_before: int,
+                     partial: Sequence[Any], prompts: Sequence[Any], decision_us: float,
+                     plan: tuple[int, int | None, float]) -> _InFlight:  # fmt: skip
+        """What vLLM scheduled, request by request (when :meth:`schedule`'s usual case
+        does not hold): from vLLM's running list as it was before scheduling
+        (``n_before`` long): vLLM only appends admitted requests to it, or removes
+        preempted ones, and never both in one step."""
         nst = out.num_scheduled_tokens
         preempted_ids = getattr(out, "preempted_req_ids", None)
         preempted = list(preempted_ids) if preempted_ids else _NONE
-        n = state.n_decode
-        if len(prompts) == 1:  # the usual case, without building lists to find it
-            tok = nst.get(prompts[0].request_id)
-            prefill, tokens = (prompts, [tok]) if tok is not None else (_NONE, _NONE)
-        else:
-            prefill = [r for r in prompts if r.request_id in nst]
-            tokens = [nst[r.request_id] for r in prefill]
         new_reqs = out.scheduled_new_reqs
+        prefill = [r for r in prompts if r.request_id in nst]
+        tokens = [nst[r.request_id] for r in prefill]
         fast = (
             not preempted
             and self._sw_tokens_per_decode == 1
@@ -390,24 +487,19 @@ class SLOWeaveScheduler(Scheduler):
         # prefill ends: first token
         first = [r for r in prefill if not r.is_prefill_chunk] if prefill else _NONE
         prefix = weighted / chunk if chunk else 0.0
+        planned, budget, budget_ms = plan
         row = [
-            state.now_ms, math.nan, n_sched, chunk, len(prefill), state.ctx, prefix,
-            decision_us, plan.budget_ms, plan.chunk,
-            math.nan if plan.token_budget is None else plan.token_budget, math.nan,
+            start, _NAN, n_sched, chunk, len(prefill), ctx, prefix, decision_us, budget_ms,
+            planned, _NAN if budget is None else budget, _NAN,
         ]  # fmt: skip
         for rid in preempted:  # a preempted request re-prefills: not decoding until then
             req = self.requests.get(rid)
             if req is not None:
                 self._sw_due.left(req)
-        step = _InFlight(
+        return _InFlight(
             row, (self._sw_clock() - self._sw_perf0) * 1000.0, fast, emitted, skipped, first,
-            math.nan, [r.request_id for r in skipped] if skipped else _NONE, preempted,
+            _NAN, [r.request_id for r in skipped] if skipped else _NONE, preempted,
         )  # fmt: skip
-        if self._sw_async:  # the next step is planned before this one's tokens exist
-            step.pred_ms = float(self._sw_table.predict(n_sched, chunk, state.ctx, prefix))
-            self._sw_busy_until = state.now_ms + step.pred_ms
-            self._sw_apply(step, self._sw_busy_until)
-        self._sw_inflight[id(out)] = step
 
     def _sw_apply(self, step: _InFlight, token_ms: float) -> None:
         """``step``'s tokens come out at ``token_ms``: move the due times."""
@@ -432,15 +524,15 @@ class SLOWeaveScheduler(Scheduler):
         now = self._sw_ms()
         step = self._sw_inflight.pop(id(scheduler_output), None)
         if step is not None:
-            start = max(step.sched_end, self._sw_last_update)
-            row = step.row
-            row[0] = start
-            row[1] = now - start
-            row[11] = now - step.sched_end
             self._sw_apply(step, now)
             log = self._sw_log
             if log is not None:
-                k = log.step(tuple(row))
+                start = max(step.sched_end, self._sw_last_update)
+                row = step.row
+                row[0] = start
+                row[1] = now - start
+                row[11] = now - step.sched_end
+                k = log.step(row)  # the step is done with it
                 for req in step.first:
                     log.started(req.request_id, k)
                 for rid in step.stopped:

@@ -99,8 +99,9 @@ def deadline_chunk(
     if n_decode == 0:
         return limit, math.inf, False
     budget = max(0.0, earliest_deadline_ms - now_ms)
+    # positional (q, use_margin): a call with keywords takes the interpreter's slow path
     c = predictor.max_chunk(
-        n_decode, ctx, prefix, budget, limit, q=config.quantile, use_margin=config.use_margin
+        n_decode, ctx, prefix, budget, limit, config.quantile, config.use_margin
     )
     if (
         c < config.aging_chunk

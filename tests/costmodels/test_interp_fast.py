@@ -154,3 +154,73 @@ def test_a_full_cache_is_cleared_without_changing_answers(monkeypatch) -> None:
             for c in (0, 100, 256):
                 want = reference(table, grid, n, c, ctx, 100)
                 assert table.predict(n, c, ctx, 100) == want == table.predict(n, c, ctx, 100)
+
+
+def edge_values(axis: list[int], rng: np.random.Generator, integer: bool) -> list[float]:
+    """Query coordinates at and around an axis: below and above it (clamped), on each
+    grid value, a hair either side of one, and between values."""
+    lo, hi = axis[0], axis[-1]
+    values = [lo - 7, hi + 9, *axis]
+    if not integer:
+        values += [math.nextafter(float(v), -math.inf) for v in axis[:2]]
+        values += [math.nextafter(float(v), math.inf) for v in axis[-2:]]
+    values += (rng.uniform(lo, hi, 4) if not integer else rng.integers(lo, hi + 1, 4)).tolist()
+    return [max(v, 0) if integer else v for v in values]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(table=tables(), data=st.data())
+def test_max_chunk_is_the_largest_chunk_the_vectorised_predict_allows(table, data) -> None:
+    """max_chunk's straight-line search (segment walk from the last answer's segment,
+    the line test, the exact settle) against a brute force over the vectorised
+    ``predict`` (+ ``margin``) of every chunk up to the limit: clamped and on-grid
+    coordinates, budgets exactly on a chunk's bound and one ulp either side of it,
+    zero, negative, infinite and NaN budgets; queries in a sequence (each starts from
+    the segment the one before ended in), and again on a fresh copy of the table."""
+    q, use_margin = data.draw(st.sampled_from([(0.5, False), (0.99, False), (0.99, True),
+                                               (0.5, True)]))  # fmt: skip
+    assume(q == 0.99 or not use_margin or table.margin_info.rho >= 0)
+    rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
+    ax = table.axes
+    ns = edge_values(list(ax["n_decode"]), rng, integer=True)
+    ctxs = edge_values(list(ax["ctx"]), rng, integer=False)
+    prefixes = edge_values(list(ax["prefix"]), rng, integer=True)
+    top = max(ax["chunk"]) + 40
+    queries = []
+    for _ in range(12):
+        n, ctx, p = (int(rng.choice(ns)), float(rng.choice(ctxs)), int(rng.choice(prefixes)))
+        limit = int(rng.integers(0, top + 1))
+        chunks = np.arange(limit + 1)
+        costs = table.predict(np.full(limit + 1, n), chunks, np.full(limit + 1, ctx),
+                              np.full(limit + 1, p), q=q)  # fmt: skip
+        if use_margin:
+            costs = costs + table.margin(np.full(limit + 1, n), chunks, np.full(limit + 1, ctx),
+                                         np.full(limit + 1, p))  # fmt: skip
+        on = float(costs[int(rng.integers(0, limit + 1))])
+        for budget in (on, math.nextafter(on, -math.inf), math.nextafter(on, math.inf),
+                       float(rng.uniform(0, 1.2 * costs.max() + 1e-9)), 0.0, -1.0, math.inf,
+                       math.nan):  # fmt: skip
+            fits = np.flatnonzero(costs[1:] <= budget)
+            queries.append(((n, ctx, p, budget, limit), int(fits[-1]) + 1 if fits.size else 0))
+    order = rng.permutation(len(queries))
+    fresh = CostTable(ax, {qq: table.values(qq) for qq in table.quantiles}, table.margin_info)
+    for i in order:  # shuffled: each query starts from another's segment
+        args, brute = queries[i]
+        assert table.max_chunk(*args, q=q, use_margin=use_margin) == brute, args
+    for args, brute in queries:
+        assert fresh.max_chunk(*args, q=q, use_margin=use_margin) == brute, args
+
+
+def test_max_chunk_counts_a_clamped_query_once() -> None:
+    axes = {"n_decode": [1, 16], "ctx": [0, 1024], "prefix": [0, 512], "chunk": [0, 64, 256]}
+    grid = make_monotone(np.random.default_rng(2).gamma(2.0, 2.0, (2, 2, 2, 3)))
+    table = CostTable(axes, {0.5: grid})
+    table.max_chunk(8, 100.0, 0, 1e9, 200, q=0.5, use_margin=False)  # inside, limit inside
+    assert table.out_of_domain == 0
+    for args in ((40, 100.0, 0), (8, 2000.0, 0), (8, 100.0, 600), (0, 100.0, 0)):
+        before = table.out_of_domain
+        table.max_chunk(*args, 5.0, 200, q=0.5, use_margin=False)
+        assert table.out_of_domain == before + 1, args
+    before = table.out_of_domain
+    assert table.max_chunk(8, 100.0, 0, 1e9, 300, q=0.5, use_margin=False) == 300  # past the top
+    assert table.out_of_domain == before + 1

@@ -43,9 +43,13 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def pair(root: Path, async_scheduling: bool):
-    settings = {"table": str(root / "table.json"), "tpot_slo_ms": 6.0, "check_model": False}
-    args = K.engine_args(root / "model", settings, async_scheduling=async_scheduling, seqs=24)
-    kept, plain = K.build(args, num_blocks=90), K.build(args, num_blocks=90)  # 1440 KV tokens
+    built = []
+    for name in ("kept", "plain"):  # each logs a run folder of its own (the rows compared)
+        settings = {"table": str(root / "table.json"), "tpot_slo_ms": 6.0, "check_model": False,
+                    "run_dir": str(root / f"run-{name}-{async_scheduling}")}  # fmt: skip
+        args = K.engine_args(root / "model", settings, async_scheduling=async_scheduling, seqs=24)
+        built.append(K.build(args, num_blocks=90))  # 1440 KV tokens
+    kept, plain = built
     plain._sw_kv = RunningKV(trusted=False)  # the old path: a pass every step
     clocks = [K.FakeClock(), K.FakeClock()]
     for s, clock in zip((kept, plain), clocks, strict=True):
@@ -99,3 +103,5 @@ def test_kept_sum_is_exact_and_decisions_match_the_recount(root: Path, async_sch
     assert made > 80 and aborted > 5 and preempted > 0 and checked == 500
     assert kept._sw_kv.recounts < checked / 3  # the kept sum answered most steps
     assert plain._sw_kv.recounts == checked
+    for s in (kept, plain):
+        s.shutdown()
