@@ -223,7 +223,9 @@ def _online(iterations: Frame | None) -> dict[str, float | None]:
         p99 = _num(iterations, "pred_p99_ms")
         ok = ~np.isnan(p99)
         if ok.any():
-            margin = _num(iterations, "margin_ms") if "margin_ms" in iterations else 0 * p99
+            margin = (
+                _num(iterations, "margin_ms") if "margin_ms" in iterations else np.zeros_like(p99)
+            )
             bound = p99[ok] + np.nan_to_num(margin[ok], nan=0.0)
             result["p99_coverage"] = float((actual[ok] <= bound).mean())
     return result
@@ -252,7 +254,6 @@ def summarize(
 
     energy = _energy(iterations)
     tokens = float(np.nansum(_num(requests, "tokens_out")))
-    have_iters = iterations is not None
     decision = np.zeros(0)
     if iterations is not None:
         _require(iterations, ("duration_ms", "decision_us"), "iterations")
@@ -269,7 +270,7 @@ def summarize(
         "energy_j": energy,
         "energy_per_good_request_j": energy / n_good if energy is not None and n_good else None,
         "energy_per_output_token_j": energy / tokens if energy is not None and tokens else None,
-        "iterations": _rows(iterations, "duration_ms") if have_iters else None,
+        "iterations": None if iterations is None else _rows(iterations, "duration_ms"),
         "recomputes": int(np.nansum(_num(requests, "recomputes"))),
         "parks": int(np.nansum(_num(requests, "parks"))),
         "rejected": int(_rejected(requests, n).sum()),
@@ -277,9 +278,9 @@ def summarize(
         "online": _online(iterations),
     }
     if "slo_class" in requests and len(_groups(requests["slo_class"])) > 1:
-        summary["by_class"] = summarize_by_class(requests, slos)
+        summary["by_class"] = _by_class(requests, out, window_s)
     if len(_groups(_num(requests, "tpot_slo_ms"))) > 1:
-        summary["by_tpot_slo"] = summarize_by_tpot_slo(requests, slos)
+        summary["by_tpot_slo"] = _by_tpot_slo(requests, out, window_s)
     return summary
 
 
@@ -336,10 +337,13 @@ def summarize_by_class(
     Every class's goodput uses the whole run's window, so the classes' goodputs add
     up to the run's goodput; TTFTs are censored at the end of the whole run.
     """
-    slos = _check_slos(slos)
     _require(requests, ("slo_class",), "requests")
-    out = outcome_columns(requests, slos)
-    window_s = _window_s(requests, slos)
+    return _by_class(requests, outcome_columns(requests, slos), _window_s(requests, slos))
+
+
+def _by_class(
+    requests: Frame, out: dict[str, np.ndarray], window_s: float
+) -> dict[str, dict[str, Any]]:
     censored = _censored_ttft(requests, out["ttft_ms"])
     tpot = _num(requests, "tpot_p99_ms")
     result: dict[str, dict[str, Any]] = {}
@@ -371,9 +375,12 @@ def summarize_by_tpot_slo(
     up to the run's goodput) and ``goodput_share`` (the tier's part of all good
     requests; None when none was good).
     """
-    slos = _check_slos(slos)
-    out = outcome_columns(requests, slos)
-    window_s = _window_s(requests, slos)
+    return _by_tpot_slo(requests, outcome_columns(requests, slos), _window_s(requests, slos))
+
+
+def _by_tpot_slo(
+    requests: Frame, out: dict[str, np.ndarray], window_s: float
+) -> dict[str, dict[str, Any]]:
     good, n = out["good"], out["good"].size
     total_good = int(good.sum())
     result: dict[str, dict[str, Any]] = {}
