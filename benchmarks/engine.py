@@ -1,15 +1,20 @@
 """Engine speed: SLOWeave's decision time, whole-engine iterations per second, and a
 whole ``servecal simulate`` command (startup included).
 
-Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000]
-[--baseline REV] [--table TABLE.json] [--whole-run TRACE.csv PROFILE_DIR]``.
+Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000] [--table-path-only]
+[--table-path-baseline REV] [--baseline REV] [--table TABLE.json]
+[--whole-run TRACE.csv PROFILE_DIR]``.
 
 * ``--baseline REV``: the whole-engine case is also measured on the code of git
   revision ``REV`` (extracted to a temporary folder, run in a subprocess), alternating
   with this tree's, best of ``--runs`` each: the ratio says whether a change made the
   engine slower, measured in one run on one machine.
 * ``--table TABLE.json``: the same engine case planned with SLOWeave-P50 on a cost
-  table and on the analytic formula (the table path must be as fast).
+  table and on the analytic formula.
+* Always (alone with ``--table-path-only``): the table path's own cost, SLOWeave-P50
+  on the formula vs on the formula compiled into a cost table, the same plans, in
+  pairs of fresh processes (issue #20: the table path must be as fast);
+  ``--table-path-baseline REV`` measures the same on revision ``REV``'s code.
 * ``--whole-run TRACE PROFILE``: issue #20's case (best of ``--runs`` fresh processes;
   ``--whole-run-baseline REV`` times the same command on revision ``REV`` too).
   ``servecal import aiconfigurator PROFILE --model llama-3-8b``, ``servecal fit``,
@@ -37,6 +42,7 @@ ratios are measured side by side.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -46,6 +52,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -196,20 +203,117 @@ def formula_table():
     return compile_predictor(AnalyticPredictor(), FORMULA_AXES)
 
 
-def table_vs_formula(table, requests: int, runs: int) -> None:
-    """Best of ``runs`` whole-engine SLOWeave-P50 runs planned on ``table`` and on the
-    formula, alternating; prints iterations per second and the ratio."""
+def planner(plan_on: str):
+    """The predictor a run plans on: ``formula`` (the analytic formula), ``compiled``
+    (the formula compiled into a table, :func:`formula_table`), or a table file."""
+    if plan_on == "formula":
+        return AnalyticPredictor()
+    if plan_on == "compiled":
+        return formula_table()
+    from servecal.costmodels import CostTable
+
+    return CostTable.load(plan_on)
+
+
+#: Runs per planner in one table-path worker, interleaved (table, formula, formula,
+#: table, ...): a slow moment of a shared machine then hits both alike, where whole
+#: processes back to back (as for --baseline) gave pair ratios of 0.5-1.5x here.
+INTERLEAVED_RUNS = 8
+
+
+def _plan_on_worker(plan_on: str, requests: int, counted_runs: int | None = None) -> None:
+    """A table-path worker: :data:`INTERLEAVED_RUNS` SLOWeave-P50 runs planning on
+    ``plan_on`` and as many on the formula, interleaved, each on a newly loaded
+    predictor (a table's caches start empty, as in a new command: their filling is
+    part of what planning on a table costs); JSON out: the best of each.
+
+    With ``counted_runs`` (0 or 1, under :func:`instructions_per_run`'s cachegrind):
+    two ``plan_on`` predictors loaded first, then that many runs, nothing printed."""
     from servecal.sched.policies import make_policy
 
-    on_table, on_formula = (0.0, 0.0, 0), (0.0, 0.0, 0)
-    for _ in range(runs):
-        on_table = max(on_table, iterations_per_s(make_policy("sloweave-p50"), requests,
-                                                  predictor=table))  # fmt: skip
-        on_formula = max(on_formula, iterations_per_s(make_policy("sloweave-p50"), requests))
-    for label, r in (("cost table", on_table), ("formula", on_formula)):
-        print(f"  {label:<14} {r[0]:>14,.0f} {r[1]:>13,.0f} {r[2]:>11}")
-    print(f"  ratio          {on_table[0] / on_formula[0]:>13.2f}x "
-          f"{on_table[1] / on_formula[1]:>12.2f}x")  # fmt: skip
+    if counted_runs is not None:
+        predictors = [planner(plan_on) for _ in range(2)]
+        gc.collect()
+        for predictor in predictors[:counted_runs]:
+            iterations_per_s(make_policy("sloweave-p50"), requests, predictor=predictor)
+        return
+    best: dict[str, tuple[float, float, int]] = {}
+    for k in range(INTERLEAVED_RUNS):
+        for on in (plan_on, "formula") if k % 2 == 0 else ("formula", plan_on):
+            predictor = planner(on)  # untimed: loading is not planning
+            # nor is collecting what loading left: otherwise the run pays for the
+            # garbage of building the table (~10 ms of a ~70 ms run), not for planning
+            gc.collect()
+            run = iterations_per_s(make_policy("sloweave-p50"), requests, predictor=predictor)
+            best[on] = max(best.get(on, run), run)
+    print(json.dumps([best[plan_on], best["formula"]]))
+
+
+#: cachegrind's summary lines: instructions executed, level-1 and last-level data misses
+CACHEGRIND_COUNTS = {"I   refs:": "instructions", "D1  misses:": "D1 misses",
+                     "LLd misses:": "LL data misses"}  # fmt: skip
+
+
+def _cachegrind(plan_on: str, requests: int, runs: int, env: dict[str, str]) -> dict[str, int]:
+    """cachegrind's counts for one worker process doing ``runs`` runs (see
+    :func:`_plan_on_worker`)."""
+    done = subprocess.run(
+        ["valgrind", "--tool=cachegrind", "--cache-sim=yes", "--cachegrind-out-file=/dev/null",
+         sys.executable, __file__, "--plan-on-worker", plan_on, "--requests", str(requests),
+         "--counted-runs", str(runs)],
+        capture_output=True, text=True, check=True, env=env,
+    )  # fmt: skip
+    counts = {}
+    for line in done.stderr.splitlines():
+        text = line.split("==", 2)[-1].strip()
+        for key, name in CACHEGRIND_COUNTS.items():
+            if text.startswith(key):
+                counts[name] = int(text[len(key) :].split()[0].replace(",", ""))
+    return counts
+
+
+def instructions_per_run(
+    plan_on: str, requests: int, pythonpath: Path | None = None
+) -> dict[str, int]:
+    """What one SLOWeave-P50 run planning on ``plan_on`` executes, counted by valgrind's
+    cachegrind (instructions, simulated cache misses): a process that loads two
+    predictors and runs on one, less one that loads them and runs on none. Counts do
+    not depend on what else the machine is doing (fixed hash seed; a different seed
+    moved them by up to ~3% here), which wall time on a shared machine does (±20%)."""
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)
+    with ThreadPoolExecutor(2) as pool:  # the two processes at once: valgrind is slow
+        base, one = pool.map(lambda n: _cachegrind(plan_on, requests, n, env), (0, 1))
+    return {name: one[name] - base[name] for name in one}
+
+
+def table_vs_formula(
+    plan_on: str, requests: int, processes: int, pythonpath: Path | None = None
+) -> None:
+    """SLOWeave-P50 planning on ``plan_on`` (see :func:`planner`) vs on the formula:
+    ``processes`` fresh worker processes, each interleaving the two
+    (:func:`_plan_on_worker`); prints the best of each and the median of the
+    processes' ratios. With ``pythonpath`` (a tree from :func:`_tree_at`) both run
+    on that code."""
+    env = dict(os.environ)
+    if pythonpath is not None:
+        env["PYTHONPATH"] = str(pythonpath)  # found before the editable install
+    on_table, on_formula, ratios = [], [], []
+    for _ in range(processes):
+        out = subprocess.run(
+            [sys.executable, __file__, "--plan-on-worker", plan_on, "--requests", str(requests)],
+            capture_output=True, text=True, check=True, env=env,
+        )  # fmt: skip
+        table, formula = json.loads(out.stdout)
+        on_table.append(table)
+        on_formula.append(formula)
+        ratios.append(table[1] / formula[1])
+    for label, runs in (("cost table", on_table), ("formula", on_formula)):
+        best = max(runs)
+        print(f"  {label:<14} {best[0]:>14,.0f} {best[1]:>13,.0f} {best[2]:>11}  (best)")
+    print(f"  median ratio {statistics.median(ratios):>30.2f}x  (CPU time; per process: "
+          + ", ".join(f"{r:.2f}" for r in ratios) + ")")  # fmt: skip
 
 
 def _tree_at(rev: str, into: Path) -> Path:
@@ -350,6 +454,35 @@ def whole_run(
         shutil.rmtree(work, ignore_errors=True)
 
 
+def table_path(args: argparse.Namespace) -> None:
+    """The table path's own cost, on this tree (and on ``--table-path-baseline``'s)."""
+    pairs = max(args.runs, 5)
+    print(f"\nThe table path's own cost: SLOWeave-P50 on the analytic formula vs on the "
+          f"formula compiled into a cost table (analytic truth; the same plans, so the "
+          f"ratio is what planning on a table costs, its caches' filling included); "
+          f"{pairs} fresh processes, each the best of {INTERLEAVED_RUNS} runs of either, "
+          "interleaved, each run on a newly compiled table")  # fmt: skip
+    table_vs_formula("compiled", args.requests, pairs)
+    with tempfile.TemporaryDirectory() as tmp:
+        rev = args.table_path_baseline
+        old_tree = _tree_at(rev, Path(tmp)) if rev else None
+        if old_tree is not None:
+            print(f"  the same on revision {rev}:")
+            table_vs_formula("compiled", args.requests, pairs, pythonpath=old_tree)
+        if not args.instructions:
+            return
+        print("  per run, counted by valgrind's cachegrind (one process each way; "
+              "compiled table / formula):")  # fmt: skip
+        for label, tree in (("this tree", None), (rev, old_tree)):
+            if label is None:
+                continue
+            table = instructions_per_run("compiled", args.requests, tree)
+            formula = instructions_per_run("formula", args.requests, tree)
+            print(f"  {label:<12} " + ", ".join(
+                f"{name} {table[name] / 1e6:,.1f}M / {formula[name] / 1e6:,.1f}M = "
+                f"{table[name] / formula[name]:.3f}x" for name in table))  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2000, help="plan calls per size")
@@ -362,12 +495,35 @@ def main() -> None:
     parser.add_argument("--whole-run-baseline", metavar="REV",
                         help="also time --whole-run's command on revision REV's code")  # fmt: skip
     parser.add_argument("--engine-only", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--plan-on-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--counted-runs", type=int, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="also count the table path's instructions with valgrind",
+    )
+    parser.add_argument(
+        "--table-path-only",
+        action="store_true",
+        help="only the table path's own cost (and --table-path-baseline)",
+    )
+    parser.add_argument(
+        "--table-path-baseline",
+        metavar="REV",
+        help="also measure the table path's own cost on revision REV",
+    )
     args = parser.parse_args()
+    if args.plan_on_worker:
+        _plan_on_worker(args.plan_on_worker, args.requests, args.counted_runs)
+        return
     if args.engine_only:  # a --baseline worker: best of a few runs, JSON out
         runs = [iterations_per_s(SLOWeave(), args.requests) for _ in range(RUNS_PER_WORKER)]
         print(json.dumps([max(r[0] for r in runs), max(r[1] for r in runs), runs[0][2]]))
         return
 
+    if args.table_path_only:
+        table_path(args)
+        return
     print("SLOWeave decision time, µs per plan call (one prompt waiting):")
     print("median of wall time per call / mean CPU time per call")
     print(f"{'active':>8} {'heap+max_chunk':>16} {'naive':>16} {'naive/heap':>12}")
@@ -431,16 +587,13 @@ def main() -> None:
             print(f"  {label:<14} {best[0]:>14,.0f} {best[1]:>13,.0f} {best[2]:>11}  (best)")
         print(f"  median ratio   {statistics.median(wall_ratio):>13.2f}x "
               f"{statistics.median(cpu_ratio):>12.2f}x")  # fmt: skip
+    pairs = max(args.runs, 5)
     if args.table:
-        from servecal.costmodels import CostTable
-
-        print("\nSLOWeave-P50 planning on the cost table vs on the analytic formula "
-              "(not the same plans: the table is another machine's)")  # fmt: skip
-        table_vs_formula(CostTable.load(args.table), args.requests, args.runs)
-    print("\nThe table path's own cost: SLOWeave-P50 on the analytic formula vs on the "
-          "formula compiled into a cost table (analytic truth; the same plans, so the "
-          "ratio is what planning on a table costs)")  # fmt: skip
-    table_vs_formula(formula_table(), args.requests, args.runs)
+        print(f"\nSLOWeave-P50 planning on the cost table vs on the analytic formula "
+              f"(not the same plans: the table is another machine's); {pairs} fresh "
+              "processes")  # fmt: skip
+        table_vs_formula(str(Path(args.table).resolve()), args.requests, pairs)
+    table_path(args)
     if args.whole_run:
         with tempfile.TemporaryDirectory() as tmp:
             rev = args.whole_run_baseline

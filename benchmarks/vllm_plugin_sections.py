@@ -45,11 +45,14 @@ SCHEDULE_MARKS = {
 }
 #: CostTable.max_chunk: the same, inside the decision.
 MAX_CHUNK_MARKS = {
-    "lin = self._lin": "max_chunk: grid and margin",
-    "entry = blend.by_n.get(n_decode)": "max_chunk: ctx and prefix sides",
-    "r0 = rows[y0 + z0] or blend.blend(rows, n_sides, y0 + z0)": "max_chunk: the four rows",
-    "rho = self._rho if use_margin else 0.0": "max_chunk: segment walk",
-    "self._hint = max(k, 0)": "max_chunk: line (and settle)",
+    "query = self._queries.get((q, use_margin, n_decode))": "max_chunk: cache entry",
+    "values, rho, out, a, b, dn, l0 = query": "max_chunk: prefix and ctx sides",
+    "cols, last = self._cols, self._last": "max_chunk: first column",
+    "return limit": "back through deadline_chunk, plan_chunk",
+    "if not v1:  # the four terms below, the second prefix side's weighing 0": (
+        "max_chunk: segment walk"
+    ),
+    "fit = cols[k] if k >= 0 else 0": "max_chunk: line (and settle)",
     "if out or answer > cols[last]:": "back through deadline_chunk, plan_chunk",
 }
 STAMPS: list[tuple[str, int]] = []

@@ -29,12 +29,14 @@ rounding.
 **Why this order: speed.** The engine and the vLLM plug-in ask the scalar path every
 step with the decodes' *mean* context, which is a new number almost every time, so
 nothing keyed on the whole query is ever reused. ``n_decode`` and the prefix repeat,
-though, so step 1's rows are cached per ``(n_decode, row)`` (:class:`BlendedGrid`):
-a query then costs a bisection on ctx and prefix, four row look-ups and a few
-multiply-adds (:meth:`Multilinear.corners`, written out as straight-line code: it
-runs right after a scheduler's own step, where every Python call and branch costs
-several times what it does in a loop), and ``max_chunk`` walks the column values
-of those four rows instead of re-blending up to eight corners at every probe.
+though, so :meth:`Multilinear.corners` (``predict``'s scalar path) caches step 1's
+rows per ``(n_decode, row)`` (:class:`BlendedGrid`): a query then costs a bisection
+on ctx and prefix, four row look-ups and a few multiply-adds, written out as
+straight-line code (it runs right after a scheduler's own step, where every Python
+call and branch costs several times what it does in a loop). ``CostTable.max_chunk``
+reads only one or two chunk columns on its usual path, so it blends the two
+``n_decode`` sides inline at just those values (:data:`Query`, one entry per
+``n_decode`` value) instead of filling rows it would mostly not read.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ CACHE_SIZE = 4096
 Sides = tuple[tuple[int, float], ...]
 #: ``(out, w0, r0, w1, r1, w2, r2, w3, r3)``: whether the query was clamped, and the
 #: four weighted blended rows of step 3, in its order (:meth:`Multilinear.corners`).
+#: ``(values, out, a, b, dn, lo)``: one ``n_decode`` value on the flat grid ``values``
+#: (:meth:`Multilinear.query`): whether it is clamped; its sides' weights ``a``, ``b``,
+#: the flat offset ``lo`` of the low side and ``dn`` from there to the high side.
+#: Step 1 at flat position ``p`` of a low-side row is ``0 + a·values[p] +
+#: b·values[p + dn]``.
+Query = tuple[Sequence[float], bool, float, float, int, int]
 Corners = tuple[
     bool, float, list[float], float, list[float], float, list[float], float, list[float]
 ]
@@ -104,10 +112,16 @@ class BlendedGrid:
     def blend(self, rows: list[list[float] | None], n_sides: Sides, cell: int) -> list[float]:
         """Step 1 for one (ctx, prefix) cell, kept in ``rows``."""
         values, width = self.values, self.width
-        row = [0.0] * width
-        for base, w in n_sides:
-            start = base + cell * width
-            row = [s + w * x for s, x in zip(row, values[start : start + width], strict=True)]
+        # one or two sides; ``0 + w·lo (+ w'·hi)``, column by column, in this order
+        (base, w), *hi = n_sides
+        start = base + cell * width
+        if not hi:
+            row = [0.0 + w * x for x in values[start : start + width]]
+        else:
+            base, w_hi = hi[0]
+            top = base + cell * width
+            lo, hi = values[start : start + width], values[top : top + width]
+            row = [0.0 + w * x + w_hi * y for x, y in zip(lo, hi, strict=True)]
         rows[cell] = row
         return row
 
@@ -147,6 +161,17 @@ class Multilinear:
         sides, out = self._sides(self.axes[0], n, self.strides[0])
         entry = grid.by_n[n] = (sides, out, [None] * grid.cells)
         return entry
+
+    def query(self, values: Sequence[float], n: float) -> Query:
+        """What the queries of one ``n_decode`` value share on the flat grid ``values``
+        (kept by ``CostTable.max_chunk``, which blends the two sides of only the
+        values it reads): see :data:`Query`. With one side (on a grid value, or
+        clamped), the second side is the first, with weight 0."""
+        sides, out = self._sides(self.axes[0], n, self.strides[0])
+        if len(sides) == 1:
+            return (values, out, sides[0][1], 0.0, 0, sides[0][0])
+        (lo, a), (hi, b) = sides
+        return (values, out, a, b, hi - lo, lo)
 
     def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
         """Whether the query is clamped, and the weighted blended rows of its four

@@ -34,6 +34,7 @@ from numpy.typing import ArrayLike
 from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.interp import (
+    CACHE_SIZE,
     BlendedGrid,
     Multilinear,
     axis_position,
@@ -114,6 +115,45 @@ def _plain(*xs: Any) -> tuple[int | float, ...]:
     return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
 
 
+def _sides_by_position(
+    axis: Sequence[int], stride: int
+) -> tuple[list[float], list[tuple[int, int, float, float]]]:
+    """An axis as floats, and for each ``bisect_right`` position on it the flat offsets
+    of the two sides (equal at and past the edges), the lower value and the step from
+    it to the upper (0.0 at the edges): :meth:`CostTable.max_chunk`'s look-up."""
+    values = [float(v) for v in axis]
+    edge = (len(values) - 1) * stride
+    inner = [
+        ((i - 1) * stride, i * stride, values[i - 1], values[i] - values[i - 1])
+        for i in range(1, len(values))
+    ]
+    return values, [(0, 0, 0.0, 0.0), *inner, (edge, edge, 0.0, 0.0)]
+
+
+class _ChunkSearch:
+    """What :meth:`CostTable.max_chunk` reads at every call, in slots (a table's own
+    attributes are too many for the interpreter's quick instance-attribute path):
+    the axes' look-ups (:func:`_sides_by_position`), the chunk columns, the cache of
+    :meth:`CostTable._start_query` entries and the segment of the last crossing."""
+
+    __slots__ = ("prefix_first", "prefix_axis", "prefix_cells", "ctx_axis", "ctx_cells",
+                 "cols", "probe_cols", "fcols", "last", "queries", "mode", "hint")  # fmt: skip
+
+    def __init__(self, axes: Sequence[list[int]], shape: tuple[int, ...]) -> None:
+        width = shape[3]
+        self.ctx_axis, self.ctx_cells = _sides_by_position(axes[1], shape[2] * width)
+        self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], width)
+        self.prefix_first = self.prefix_axis[0]
+        self.cols, self.last = axes[3], len(axes[3]) - 1
+        self.probe_cols = self.cols[:-1]  # bisect_left on it: a column index <= last
+        self.fcols = [float(c) for c in self.cols]
+        # (q, use_margin) -> n_decode -> an entry of CostTable._start_query; and the
+        # last call's (q, use_margin, its entries)
+        self.queries: dict[tuple[float, bool], dict[float, tuple]] = {}
+        self.mode: tuple[float, bool, dict[float, tuple]] = (math.nan, False, {})
+        self.hint = 0  # the chunk segment of the last crossing (where a walk starts)
+
+
 class CostTable:
     """Monotone quantile grid with margin, energy and provenance (see module docstring)."""
 
@@ -173,7 +213,6 @@ class CostTable:
         self._check_monotone()
         self._prepare_fast_path()
         self._out_of_domain = 0
-        self._hint = 0  # max_chunk: the chunk segment of its last answer (where to start)
 
     # ------------------------------------------------------------------ checks
     def _check_monotone(self) -> None:
@@ -212,6 +251,17 @@ class CostTable:
         # the linear rule's scalar path: each flat grid with its blended-row cache
         blend = self._lin.grid if self._lin is not None else lambda values: None
         self._blend: dict[float, BlendedGrid | None] = {q: blend(v) for q, v in self._flat.items()}
+        # max_chunk's straight-line search, by (quantile, with margin): the flat grid
+        # and the margin's factor (0.0 without); absent under round-up and for P50 +
+        # the P99's margin (two grids), which take the general path
+        self._searches: dict[tuple[float, bool], tuple[list[float], float]] = {}
+        if self._lin is not None:
+            for q, values in self._flat.items():
+                self._searches[(q, False)] = (values, 0.0)
+            if self._margin is not None:
+                tail_q = self._margin.quantile
+                self._searches[(tail_q, True)] = (self._flat[tail_q], rho)
+        self._search = _ChunkSearch(self._ax_lists, self._shape)
         self._eblend = blend(self._eflat) if self._eflat is not None else None
 
     # -------------------------------------------------------------- properties
@@ -475,11 +525,13 @@ class CostTable:
 
         Exactly consistent with :meth:`predict`/:meth:`margin` for every integer chunk.
         Under the linear rule the bound is piecewise linear in the chunk with breaks
-        at the chunk axis's values, non-decreasing exactly (:mod:`.interp`): find the
-        segment between two chunk columns where the bound crosses the budget (the four
-        weighted rows' column sums, as :meth:`predict` adds them up; the walk starts
-        from the segment of the previous call, which the next scheduler step usually
-        shares), solve the line there, and settle the integer. The settle is exact
+        at the chunk axis's values, non-decreasing exactly (:mod:`.interp`). First
+        the bound at the column the limit reaches (or at the segment of the last
+        crossing, if lower): when it fits, so does the limit, and that is the
+        answer (one evaluation: the usual case while decodes leave room). Otherwise
+        find the segment between two chunk columns where the bound crosses the
+        budget (the four weighted rows' column sums, as :meth:`predict` adds them
+        up), solve the line there, and settle the integer. The settle is exact
         with :meth:`predict`'s own arithmetic; it is skipped when the line clears the
         budget on both sides by far more than the rounding of either (see
         :data:`_LINE_SLACK`), which leaves no other answer.
@@ -490,86 +542,111 @@ class CostTable:
         This runs at every step of a scheduler (the engine's SLOWeave, the vLLM
         plug-in), right after the scheduler's own work has pushed it out of the CPU's
         caches, where its cost grows with every Python operation it executes: so the
-        linear rule is written out here in straight-line code, the four weighted
-        rows (:meth:`.interp.Multilinear.corners`, inline) as locals, the same float
-        operations in the same order as :func:`.interp.corner_value`
-        (``tests/costmodels/test_interp_fast.py`` checks the answers against the
-        vectorised :meth:`predict`, at and around every boundary).
+        linear rule is written out here in straight-line code (as many interpreter
+        instructions per call as the analytic formula's closed form, fewer on the
+        usual path), with the same float operations in the same order as
+        :func:`.interp.corner_value`: the ``n_decode`` sides blended (step 1) only
+        at the values it reads, from one cache entry per ``n_decode`` value (filling
+        row caches instead cost a short run ~10%), the prefix's and ctx's sides
+        looked up by one bisection each (a prompt's first chunk, prefix 0, by one
+        comparison). ``tests/costmodels/test_interp_fast.py`` checks the answers
+        against the vectorised :meth:`predict`, at and around every boundary.
         """
         if type(limit) is not int:
             limit = int(limit)
         if limit < 1:
             return 0
-        py = _PY_SCALARS  # _scalar_kind(...) != 1, inline
-        if not (
-            type(n_decode) in py
-            and type(ctx) in py
-            and type(prefix) in py
-            and type(budget_ms) in py
-        ):
-            n_decode, ctx, prefix, budget_ms = _plain(n_decode, ctx, prefix, budget_ms)
-        lin = self._lin
-        if lin is None:
-            return self._max_chunk_round_up(n_decode, ctx, prefix, budget_ms, limit, q, use_margin)
-        blend = self._blend.get(q)
-        if blend is None:
-            blend = self._blend.get(float(q)) if float(q) in self._q else None
-            if blend is None:
-                raise self._missing(float(q))
-        if use_margin:
-            if self._margin is None:
-                raise self._no_margin()
-            if q != self._margin.quantile:  # P50 + the P99's margin: two grids
-                return self._max_chunk_two_grids(n_decode, ctx, prefix, budget_ms, limit, q, blend)
-        # -- Multilinear.corners(blend, n_decode, ctx, prefix), inline ----------------
-        entry = blend.by_n.get(n_decode)
-        if entry is None:
-            entry = lin.start_n(blend, n_decode)
-        n_sides, out, rows = entry
-        axis = lin.axes[1]  # ctx: cells y0 (weight u0) and y1 (u1), stride |prefix|
+        # ctx and the budget as Python floats: a numpy float32 would compute (and
+        # compare) in single precision; n_decode and prefix only key the cache here
+        if type(ctx) is not float or type(budget_ms) is not float:
+            ctx, budget_ms = float(ctx), float(budget_ms)
+        search = self._search  # (its fields are slots: quick to read)
+        # the entries of the last call's quantile and flag (a scheduler keeps them)
+        mode_q, mode_margin, queries = search.mode
+        query = queries.get(n_decode) if q == mode_q and use_margin == mode_margin else None
+        if query is None:  # a new n_decode, or another quantile and flag
+            query = self._start_query(n_decode, q, use_margin)
+            if query is None:  # round-up rule, P50 + the P99's margin, or no such grid
+                return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
+                                             use_margin)  # fmt: skip
+        values, rho, out, a, b, dn, l0 = query
+        # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
+        # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
+        if prefix == search.prefix_first:  # a prompt's first chunk (prefix 0): that row
+            v1 = 0.0
+        else:
+            axis = search.prefix_axis
+            i = bisect_right(axis, prefix)
+            z0, z1, x, span = search.prefix_cells[i]
+            l1, l0 = l0 + z1, l0 + z0
+            if z0 != z1:  # between two values (v1 is 0.0 on the lower one)
+                v1 = (prefix - x) / span
+                v0 = 1.0 - v1
+            else:  # past the last value, or before the first: that edge alone
+                v1 = 0.0
+                out = out or prefix < axis[0] or prefix > axis[-1]
+        axis = search.ctx_axis  # ctx: rows y0 (weight u0) and y1 (u1), flat offsets
         i = bisect_right(axis, ctx)
-        if 0 < i < len(axis):  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
-            x = axis[i - 1]
-            u1 = (ctx - x) / (axis[i] - x)
+        y0, y1, x, span = search.ctx_cells[i]
+        if y0 != y1:  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
+            u1 = (ctx - x) / span
             u0 = 1.0 - u1
-            y0 = (i - 1) * lin.shape[2]
-            y1 = y0 + lin.shape[2]
         else:  # at or past the last value, or before the first: that edge alone
-            y0 = y1 = 0 if i == 0 else (i - 1) * lin.shape[2]
             u0, u1 = 1.0, 0.0
             out = out or ctx < axis[0] or ctx > axis[-1]
-        axis = lin.axes[2]  # prefix: cells z0 (weight v0) and z1 (v1), stride 1
-        z1 = bisect_right(axis, prefix)
-        if 0 < z1 < len(axis):
-            z0 = z1 - 1
-            x = axis[z0]
-            v1 = (prefix - x) / (axis[z1] - x)
-            v0 = 1.0 - v1
-        else:
-            z0 = z1 = 0 if z1 == 0 else z1 - 1
-            v0, v1 = 1.0, 0.0
-            out = out or prefix < axis[0] or prefix > axis[-1]
-        r0 = rows[y0 + z0] or blend.blend(rows, n_sides, y0 + z0)
-        r1 = rows[y0 + z1] or blend.blend(rows, n_sides, y0 + z1)
-        r2 = rows[y1 + z0] or blend.blend(rows, n_sides, y1 + z0)
-        r3 = rows[y1 + z1] or blend.blend(rows, n_sides, y1 + z1)
-        w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
-        # -- the segment: cols[k] fits, cols[k + 1] does not --------------------------
-        # the bound at chunk column k: corner_value(..., k, 0.0) (+ margin), inline
-        rho = self._rho if use_margin else 0.0
-        cols = self._ax_lists[3]
-        last = len(cols) - 1
-        k = self._hint if self._hint < last else last
-        f_lo = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
-        if use_margin:
-            f_lo = f_lo + rho * f_lo
+        # the four (ctx, prefix) rows' low-side offsets; row r's blended value at
+        # column j (step 1, inline) is 0.0 + a * values[r + j] + b * values[r + dn + j]
+        p0, p2 = l0 + y0, l0 + y1
+        # -- the bound at chunk column k: corner_value(..., k, 0.0) + margin (rho 0.0
+        # when none: f + 0.0 * f is f, values being finite), inline. Start at the first
+        # column the limit reaches, or lower at the segment of the last crossing: the
+        # bound is non-decreasing in the chunk, so when that column fits, the limit
+        # does, in one evaluation (the usual answer while decodes leave room)
+        k = bisect_left(search.probe_cols, limit)  # (at most the last column)
+        if search.hint < k:
+            k = search.hint
+        if v1:  # the prefix between two values
+            p1, p3 = l1 + y0, l1 + y1
+            w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
+            f_lo = (
+                0.0
+                + w0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
+                + w1 * (0.0 + a * values[p1 + k] + b * values[p1 + dn + k])
+                + w2 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
+                + w3 * (0.0 + a * values[p3 + k] + b * values[p3 + dn + k])
+            )
+        else:  # on a prefix value (a prompt's first chunk: 0) or clamped: the second
+            # side weighs 0 (v0 is 1.0) and its terms add exactly +0.0
+            f_lo = (
+                0.0
+                + u0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
+                + u1 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
+            )
+        f_lo = f_lo + rho * f_lo
+        cols = search.cols
+        if f_lo <= budget_ms and limit <= cols[k]:
+            if out:
+                self._out_of_domain += 1
+            return limit
+        last = search.last
+        # -- walk to the segment where the bound crosses the budget: the four rows
+        # blended (step 1) column by column as the walk reads them
+        if not v1:  # the four terms below, the second prefix side's weighing 0
+            p1, p3 = p0, p2
+            w0, w1, w2, w3 = u0, 0.0, u1, 0.0
+        q0, q1, q2, q3 = p0 + dn, p1 + dn, p2 + dn, p3 + dn  # the high n_decode side
         f_top = math.inf
-        if f_lo <= budget_ms:  # walk up while the next column fits too
-            while k < last:
+        if f_lo <= budget_ms:  # walk up while the next column fits too (and is needed)
+            while k < last and cols[k] < limit:
                 j = k + 1
-                f = 0.0 + w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j]
-                if use_margin:
-                    f = f + rho * f
+                f = (
+                    0.0
+                    + w0 * (0.0 + a * values[p0 + j] + b * values[q0 + j])
+                    + w1 * (0.0 + a * values[p1 + j] + b * values[q1 + j])
+                    + w2 * (0.0 + a * values[p2 + j] + b * values[q2 + j])
+                    + w3 * (0.0 + a * values[p3 + j] + b * values[q3 + j])
+                )
+                f = f + rho * f
                 if f > budget_ms:
                     f_top = f
                     break
@@ -578,22 +655,28 @@ class CostTable:
             f_top = f_lo
             while k > 0:
                 k -= 1
-                f = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
-                if use_margin:
-                    f = f + rho * f
+                f = (
+                    0.0
+                    + w0 * (0.0 + a * values[p0 + k] + b * values[q0 + k])
+                    + w1 * (0.0 + a * values[p1 + k] + b * values[q1 + k])
+                    + w2 * (0.0 + a * values[p2 + k] + b * values[q2 + k])
+                    + w3 * (0.0 + a * values[p3 + k] + b * values[q3 + k])
+                )
+                f = f + rho * f
                 if f <= budget_ms:
                     f_lo = f
                     break
                 f_top = f
             else:
                 k = -1  # not even column 0 fits: the least the bound can be
-        self._hint = max(k, 0)
         fit = cols[k] if k >= 0 else 0
         if k < 0:
+            search.hint = 0
             answer = 0
         elif limit <= fit or k == last:  # (beyond the last column the bound is constant)
             answer = limit
         else:  # the crossing in (fit, top): bound(fit) <= budget < bound(top)
+            search.hint = k
             top = cols[k + 1]
             fail = top if top <= limit else limit + 1  # known not to fit, or not allowed
             slope = (f_top - f_lo) / (top - fit)
@@ -606,13 +689,20 @@ class CostTable:
             ):
                 answer = c
             else:  # settle exactly, with predict's arithmetic at t = (c - x0) / span of
-                # the way from column k to k + 1: each row as its value a there and the
-                # step d to the next column
-                x0 = lin.axes[3][k]
-                span = lin.axes[3][k + 1] - x0
+                # the way from column k to k + 1: each row as its blended value a there
+                # and the step d to the next column
+                fcols = search.fcols
+                x0 = fcols[k]
+                span = fcols[k + 1] - x0
                 j = k + 1
-                a0, a1, a2, a3 = r0[k], r1[k], r2[k], r3[k]
-                d0, d1, d2, d3 = r0[j] - a0, r1[j] - a1, r2[j] - a2, r3[j] - a3
+                a0 = 0.0 + a * values[p0 + k] + b * values[q0 + k]
+                a1 = 0.0 + a * values[p1 + k] + b * values[q1 + k]
+                a2 = 0.0 + a * values[p2 + k] + b * values[q2 + k]
+                a3 = 0.0 + a * values[p3 + k] + b * values[q3 + k]
+                d0 = 0.0 + a * values[p0 + j] + b * values[q0 + j] - a0
+                d1 = 0.0 + a * values[p1 + j] + b * values[q1 + j] - a1
+                d2 = 0.0 + a * values[p2 + j] + b * values[q2 + j] - a2
+                d3 = 0.0 + a * values[p3 + j] + b * values[q3 + j] - a3
                 while fail - fit > 1:  # the largest fitting chunk in [fit, fail)
                     if c <= fit:
                         c = fit + 1
@@ -626,8 +716,7 @@ class CostTable:
                         + w2 * (a2 + t * d2)
                         + w3 * (a3 + t * d3)
                     )
-                    if use_margin:
-                        f = f + rho * f
+                    f = f + rho * f
                     if f <= budget_ms:
                         fit, c = c, c + 1
                     else:
@@ -636,6 +725,45 @@ class CostTable:
         if out or answer > cols[last]:
             self._out_of_domain += 1
         return answer
+
+    def _max_chunk_other(
+        self, n_decode: float, ctx: float, prefix: float, budget_ms: float, limit: int,
+        q: float, use_margin: bool,
+    ) -> int:  # fmt: skip
+        """:meth:`max_chunk` where its straight-line search does not apply: the round-up
+        rule, or planning on one quantile plus another's margin; else the error."""
+        if self._lin is None:
+            return self._max_chunk_round_up(n_decode, ctx, prefix, budget_ms, limit, q, use_margin)
+        blend = self._blend.get(float(q)) if float(q) in self._q else None
+        if blend is None:
+            raise self._missing(float(q))
+        if use_margin and self._margin is None:
+            raise self._no_margin()
+        return self._max_chunk_two_grids(n_decode, ctx, prefix, budget_ms, limit, q, blend)
+
+    def _start_query(self, n_decode: float, q: float, use_margin: bool) -> tuple | None:
+        """:meth:`max_chunk`'s cache entry for ``n_decode`` under ``(q, use_margin)``
+        (made the search's current mode): the flat grid, the margin's factor, then the
+        rest of :meth:`.interp.Multilinear.query`; ``None`` where the straight-line
+        search does not apply (round-up, P50 + the P99's margin, a missing grid or
+        margin: :meth:`_max_chunk_other`)."""
+        key = (q, bool(use_margin))
+        found = self._searches.get(key)
+        if found is None:
+            return None
+        values, rho = found
+        search = self._search
+        queries = search.queries.setdefault(key, {})
+        search.mode = (q, use_margin, queries)
+        entry = queries.get(n_decode)
+        if entry is None:
+            if len(queries) >= CACHE_SIZE:
+                queries.clear()
+            # computed on a Python number: it serves every n_decode equal to this one
+            n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
+            _, *sides = self._lin.query(values, n)
+            entry = queries[n_decode] = (values, rho, *sides)
+        return entry
 
     def _max_chunk_round_up(
         self, n_decode: float, ctx: float, prefix: float, budget_ms: float, limit: int,

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from servecal.costmodels import interp
+from servecal.costmodels import table as table_module
 from servecal.costmodels.grid import make_monotone, uncross
 from servecal.costmodels.table import AXES, CostTable, Margin
 
@@ -224,3 +225,61 @@ def test_max_chunk_counts_a_clamped_query_once() -> None:
     before = table.out_of_domain
     assert table.max_chunk(8, 100.0, 0, 1e9, 300, q=0.5, use_margin=False) == 300  # past the top
     assert table.out_of_domain == before + 1
+
+
+def _brute_max_chunk(table: CostTable, n, ctx, p, budget, limit, q=0.5, use_margin=False) -> int:
+    """The largest chunk in [1, limit] whose vectorised predict (+ margin) fits, else 0."""
+    chunks = np.arange(1, limit + 1)
+    full = np.full(limit, 1.0)
+    costs = table.predict(full * n, chunks, full * ctx, full * p, q=q)
+    if use_margin:
+        costs = costs + table.margin(full * n, chunks, full * ctx, full * p)
+    fits = np.flatnonzero(costs <= budget)
+    return int(fits[-1]) + 1 if fits.size else 0
+
+
+def _small_table() -> CostTable:
+    axes = {"n_decode": [0, 16, 64], "ctx": [0, 1024], "prefix": [0, 512], "chunk": [0, 64, 256]}
+    rng = np.random.default_rng(3)
+    p50 = make_monotone(rng.gamma(2.0, 2.0, (3, 2, 2, 3)))
+    return CostTable(axes, {0.5: p50, 0.99: p50 * 1.5}, Margin(0.99, 0.1, 0.99, 0.99, 10, 100))
+
+
+def test_max_chunk_cache_is_cleared_when_full_without_changing_answers(monkeypatch) -> None:
+    """max_chunk keeps one entry per (quantile, margin flag, n_decode); a full cache
+    is emptied, and answers stay those of the vectorised predict."""
+    monkeypatch.setattr(table_module, "CACHE_SIZE", 3)
+    table = _small_table()
+    for n in range(0, 70, 3):  # more n_decode values than the cache holds
+        for ctx, p in ((10.5, 0), (700.25, 100), (2000.0, 600)):
+            budget = float(table.predict(n, 100, ctx, p))
+            assert table.max_chunk(n, ctx, p, budget, 300, 0.5, False) == _brute_max_chunk(
+                table, n, ctx, p, budget, 300
+            )
+            assert all(len(q) <= 3 for q in table._search.queries.values())
+
+
+def test_max_chunk_takes_numpy_scalars_as_the_python_numbers_they_hold() -> None:
+    """numpy scalars answer as the Python numbers of the same value: a float32 context
+    is not computed with in single precision (budgets exactly on a chunk's bound tell),
+    and an n_decode first asked as a float32 does not leave a cache entry that answers
+    a nearby Python float wrongly."""
+    table, fresh = _small_table(), _small_table()
+    rng = np.random.default_rng(5)
+    for ctx32 in rng.uniform(1.0, 1023.0, 40).astype(np.float32):
+        ctx, c = float(ctx32), int(rng.integers(70, 250))
+        bound = float(fresh.predict(5, c, ctx, 100, q=0.99) + fresh.margin(5, c, ctx, 100))
+        got = table.max_chunk(np.int64(5), ctx32, np.int64(100), np.float64(bound),
+                              np.int64(256), np.float64(0.99), np.bool_(True))  # fmt: skip
+        assert got == _brute_max_chunk(fresh, 5, ctx, 100, bound, 256, 0.99, True) >= c
+    n32 = np.float32(5.3)
+    budget = float(table.predict(float(n32), 150, 300.7, 100, q=0.99)) * 1.1
+    assert table.max_chunk(n32, 300.7, 100, np.float32(budget), 256, 0.99, True) == (
+        _brute_max_chunk(fresh, float(n32), 300.7, 100, float(np.float32(budget)), 256, 0.99,
+                         True)
+    )  # fmt: skip
+    # 5.3 is not float32(5.3): its own entry, its own answer
+    budget = float(table.predict(5.3, 150, 300.7, 100, q=0.99)) * 1.1
+    assert table.max_chunk(5.3, 300.7, 100, budget, 256, 0.99, True) == _brute_max_chunk(
+        fresh, 5.3, 300.7, 100, budget, 256, q=0.99, use_margin=True
+    )
