@@ -249,9 +249,10 @@ def _plan_on_worker(plan_on: str, requests: int, counted_runs: int | None = None
     print(json.dumps([best[plan_on], best["formula"]]))
 
 
-#: cachegrind's summary lines: instructions executed, level-1 and last-level data misses
-CACHEGRIND_COUNTS = {"I   refs:": "instructions", "D1  misses:": "D1 misses",
-                     "LLd misses:": "LL data misses"}  # fmt: skip
+#: cachegrind's summary lines: instructions executed, level-1 instruction misses,
+#: level-1 and last-level data misses
+CACHEGRIND_COUNTS = {"I   refs:": "instructions", "I1  misses:": "I1 misses",
+                     "D1  misses:": "D1 misses", "LLd misses:": "LL data misses"}  # fmt: skip
 
 
 def _cachegrind(plan_on: str, requests: int, runs: int, env: dict[str, str]) -> dict[str, int]:

@@ -115,6 +115,20 @@ def _plain(*xs: Any) -> tuple[int | float, ...]:
     return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
 
 
+def _blend_row(
+    rows: dict[int, list[float]], values: list[float], p: int, dn: int, a: float, b: float,
+    width: int,
+) -> list[float]:  # fmt: skip
+    """Step 1 for the chunk row at flat offset ``p`` of the low ``n_decode`` side (its
+    high side ``dn`` further), weighted ``a`` and ``b``: ``0 + a·lo + b·hi`` column by
+    column (one side: ``b`` is 0 and ``dn`` 0, adding exactly +0.0), kept in ``rows``."""
+    row = rows[p] = [
+        0.0 + a * x + b * y
+        for x, y in zip(values[p : p + width], values[p + dn : p + dn + width], strict=True)
+    ]  # fmt: skip
+    return row
+
+
 def _sides_by_position(
     axis: Sequence[int], stride: int
 ) -> tuple[list[float], list[tuple[int, int, float, float]]]:
@@ -137,7 +151,8 @@ class _ChunkSearch:
     :meth:`CostTable._start_query` entries and the segment of the last crossing."""
 
     __slots__ = ("prefix_first", "prefix_axis", "prefix_cells", "ctx_axis", "ctx_cells",
-                 "cols", "probe_cols", "fcols", "last", "queries", "mode", "hint")  # fmt: skip
+                 "cols", "probe_cols", "fcols", "last", "width", "queries", "mode",
+                 "hint")  # fmt: skip
 
     def __init__(self, axes: Sequence[list[int]], shape: tuple[int, ...]) -> None:
         width = shape[3]
@@ -151,7 +166,11 @@ class _ChunkSearch:
         # last call's (q, use_margin, its entries)
         self.queries: dict[tuple[float, bool], dict[float, tuple]] = {}
         self.mode: tuple[float, bool, dict[float, tuple]] = (math.nan, False, {})
-        self.hint = 0  # the chunk segment of the last crossing (where a walk starts)
+        # a column index: the segment of the last crossing, or higher where a limit
+        # fitted since; a limit no further is probed inline first, else the walk
+        # starts there (at first: the last column, so the limit's is probed)
+        self.hint = self.last
+        self.width = width
 
 
 class CostTable:
@@ -558,8 +577,7 @@ class CostTable:
             return 0
         # ctx and the budget as Python floats: a numpy float32 would compute (and
         # compare) in single precision; n_decode and prefix only key the cache here
-        if type(ctx) is not float or type(budget_ms) is not float:
-            ctx, budget_ms = float(ctx), float(budget_ms)
+        ctx, budget_ms = float(ctx), float(budget_ms)
         search = self._search  # (its fields are slots: quick to read)
         # the entries of the last call's quantile and flag (a scheduler keeps them)
         mode_q, mode_margin, queries = search.mode
@@ -569,7 +587,7 @@ class CostTable:
             if query is None:  # round-up rule, P50 + the P99's margin, or no such grid
                 return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
                                              use_margin)  # fmt: skip
-        values, rho, out, a, b, dn, l0 = query
+        values, rho, out, a, b, dn, l0, rows = query
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
         # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
         if prefix == search.prefix_first:  # a prompt's first chunk (prefix 0): that row
@@ -603,49 +621,59 @@ class CostTable:
         # bound is non-decreasing in the chunk, so when that column fits, the limit
         # does, in one evaluation (the usual answer while decodes leave room)
         k = bisect_left(search.probe_cols, limit)  # (at most the last column)
-        if search.hint < k:
-            k = search.hint
+        cols = search.cols
         if v1:  # the prefix between two values
             p1, p3 = l1 + y0, l1 + y1
             w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
-            f_lo = (
-                0.0
-                + w0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
-                + w1 * (0.0 + a * values[p1 + k] + b * values[p1 + dn + k])
-                + w2 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
-                + w3 * (0.0 + a * values[p3 + k] + b * values[p3 + dn + k])
-            )
-        else:  # on a prefix value (a prompt's first chunk: 0) or clamped: the second
-            # side weighs 0 (v0 is 1.0) and its terms add exactly +0.0
-            f_lo = (
-                0.0
-                + u0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
-                + u1 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
-            )
-        f_lo = f_lo + rho * f_lo
-        cols = search.cols
-        if f_lo <= budget_ms and limit <= cols[k]:
-            if out:
-                self._out_of_domain += 1
-            return limit
-        last = search.last
-        # -- walk to the segment where the bound crosses the budget: the four rows
-        # blended (step 1) column by column as the walk reads them
-        if not v1:  # the four terms below, the second prefix side's weighing 0
+        probed = k <= search.hint
+        if probed:  # the limit reaches no further than where the last walk ended: it
+            # likely fits, so probe its column inline (step 1 at just the values read)
+            if v1:
+                f_lo = (
+                    0.0
+                    + w0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
+                    + w1 * (0.0 + a * values[p1 + k] + b * values[p1 + dn + k])
+                    + w2 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
+                    + w3 * (0.0 + a * values[p3 + k] + b * values[p3 + dn + k])
+                )
+            else:  # on a prefix value (a prompt's first chunk: 0) or clamped: the
+                # second side weighs 0 (v0 is 1.0) and its terms add exactly +0.0
+                f_lo = (
+                    0.0
+                    + u0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
+                    + u1 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
+                )
+            f_lo = f_lo + rho * f_lo
+            if f_lo <= budget_ms and limit <= cols[k]:
+                if out:
+                    self._out_of_domain += 1
+                return limit
+        else:  # beyond: a walk from there is likely (a long prompt's chunk)
+            k = search.hint
+        if not v1:
             p1, p3 = p0, p2
             w0, w1, w2, w3 = u0, 0.0, u1, 0.0
-        q0, q1, q2, q3 = p0 + dn, p1 + dn, p2 + dn, p3 + dn  # the high n_decode side
+        # -- the four rows blended (step 1) in full, kept in the entry by low-side
+        # offset: a walk reads several of their columns, and the next steps walk
+        # the same rows again
+        width = search.width
+        r0 = rows.get(p0) or _blend_row(rows, values, p0, dn, a, b, width)
+        r2 = rows.get(p2) or _blend_row(rows, values, p2, dn, a, b, width)
+        if v1:
+            r1 = rows.get(p1) or _blend_row(rows, values, p1, dn, a, b, width)
+            r3 = rows.get(p3) or _blend_row(rows, values, p3, dn, a, b, width)
+        else:
+            r1, r3 = r0, r2
+        if not probed:  # the bound at column k on the rows (the same floats as inline)
+            f_lo = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
+            f_lo = f_lo + rho * f_lo
+        last = search.last
+        # -- walk to the segment where the bound crosses the budget
         f_top = math.inf
         if f_lo <= budget_ms:  # walk up while the next column fits too (and is needed)
             while k < last and cols[k] < limit:
                 j = k + 1
-                f = (
-                    0.0
-                    + w0 * (0.0 + a * values[p0 + j] + b * values[q0 + j])
-                    + w1 * (0.0 + a * values[p1 + j] + b * values[q1 + j])
-                    + w2 * (0.0 + a * values[p2 + j] + b * values[q2 + j])
-                    + w3 * (0.0 + a * values[p3 + j] + b * values[q3 + j])
-                )
+                f = 0.0 + w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j]
                 f = f + rho * f
                 if f > budget_ms:
                     f_top = f
@@ -655,13 +683,7 @@ class CostTable:
             f_top = f_lo
             while k > 0:
                 k -= 1
-                f = (
-                    0.0
-                    + w0 * (0.0 + a * values[p0 + k] + b * values[q0 + k])
-                    + w1 * (0.0 + a * values[p1 + k] + b * values[q1 + k])
-                    + w2 * (0.0 + a * values[p2 + k] + b * values[q2 + k])
-                    + w3 * (0.0 + a * values[p3 + k] + b * values[q3 + k])
-                )
+                f = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
                 f = f + rho * f
                 if f <= budget_ms:
                     f_lo = f
@@ -674,6 +696,8 @@ class CostTable:
             search.hint = 0
             answer = 0
         elif limit <= fit or k == last:  # (beyond the last column the bound is constant)
+            if k > search.hint:  # the limit fitted this far up: probe up to here inline
+                search.hint = k
             answer = limit
         else:  # the crossing in (fit, top): bound(fit) <= budget < bound(top)
             search.hint = k
@@ -689,20 +713,14 @@ class CostTable:
             ):
                 answer = c
             else:  # settle exactly, with predict's arithmetic at t = (c - x0) / span of
-                # the way from column k to k + 1: each row as its blended value a there
-                # and the step d to the next column
+                # the way from column k to k + 1: each row as its value a there and the
+                # step d to the next column
                 fcols = search.fcols
                 x0 = fcols[k]
                 span = fcols[k + 1] - x0
                 j = k + 1
-                a0 = 0.0 + a * values[p0 + k] + b * values[q0 + k]
-                a1 = 0.0 + a * values[p1 + k] + b * values[q1 + k]
-                a2 = 0.0 + a * values[p2 + k] + b * values[q2 + k]
-                a3 = 0.0 + a * values[p3 + k] + b * values[q3 + k]
-                d0 = 0.0 + a * values[p0 + j] + b * values[q0 + j] - a0
-                d1 = 0.0 + a * values[p1 + j] + b * values[q1 + j] - a1
-                d2 = 0.0 + a * values[p2 + j] + b * values[q2 + j] - a2
-                d3 = 0.0 + a * values[p3 + j] + b * values[q3 + j] - a3
+                a0, a1, a2, a3 = r0[k], r1[k], r2[k], r3[k]
+                d0, d1, d2, d3 = r0[j] - a0, r1[j] - a1, r2[j] - a2, r3[j] - a3
                 while fail - fit > 1:  # the largest fitting chunk in [fit, fail)
                     if c <= fit:
                         c = fit + 1
@@ -762,7 +780,7 @@ class CostTable:
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
             _, *sides = self._lin.query(values, n)
-            entry = queries[n_decode] = (values, rho, *sides)
+            entry = queries[n_decode] = (values, rho, *sides, {})  # {}: blended rows
         return entry
 
     def _max_chunk_round_up(
