@@ -115,18 +115,29 @@ def _plain(*xs: Any) -> tuple[int | float, ...]:
     return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
 
 
-def _blend_row(
-    rows: dict[int, list[float]], values: list[float], p: int, dn: int, a: float, b: float,
-    width: int,
-) -> list[float]:  # fmt: skip
-    """Step 1 for the chunk row at flat offset ``p`` of the low ``n_decode`` side (its
-    high side ``dn`` further), weighted ``a`` and ``b``: ``0 + a·lo + b·hi`` column by
-    column (one side: ``b`` is 0 and ``dn`` 0, adding exactly +0.0), kept in ``rows``."""
-    row = rows[p] = [
-        0.0 + a * x + b * y
-        for x, y in zip(values[p : p + width], values[p + dn : p + dn + width], strict=True)
-    ]  # fmt: skip
-    return row
+def _blend_rows(
+    values: list[float], p0: int, lo: int, dn: int, a: float, b: float, search: _ChunkSearch,
+    between_prefixes: bool,
+) -> tuple[list[float], ...]:  # fmt: skip
+    """Step 1 for the four chunk rows of the (ctx, prefix) box whose first row is at
+    flat offset ``p0`` of the low ``n_decode`` side (at ``lo``; the high side ``dn``
+    further), weighted ``a`` and ``b``: ``0 + a·lo + b·hi`` column by column (one
+    side: ``b`` is 0 and ``dn`` 0, adding exactly +0.0). A row past the last ctx
+    value repeats the first, and so do the second prefix's rows unless
+    ``between_prefixes``: they are read with weight 0 only, so the same four serve
+    every query with that box start and flag."""
+    width, stride = search.width, search.ctx_stride
+    ctx_index, prefix_offset = divmod(p0 - lo, stride)
+    step_ctx = stride if ctx_index + 1 < search.ctx_values else 0
+    more = between_prefixes and prefix_offset // width + 1 < search.prefix_values
+    step_prefix = width if more else 0
+    offsets = (p0, p0 + step_prefix, p0 + step_ctx, p0 + step_ctx + step_prefix)
+    blended: dict[int, list[float]] = {}
+    for p in offsets:
+        if p not in blended:
+            low, high = values[p : p + width], values[p + dn : p + dn + width]
+            blended[p] = [0.0 + a * x + b * h for x, h in zip(low, high, strict=True)]
+    return tuple(blended[p] for p in offsets)
 
 
 def _sides_by_position(
@@ -151,11 +162,13 @@ class _ChunkSearch:
     :meth:`CostTable._start_query` entries and the segment of the last crossing."""
 
     __slots__ = ("prefix_first", "prefix_axis", "prefix_cells", "ctx_axis", "ctx_cells",
-                 "cols", "probe_cols", "fcols", "last", "width", "queries", "mode",
-                 "hint")  # fmt: skip
+                 "cols", "probe_cols", "fcols", "last", "width", "ctx_stride", "ctx_values",
+                 "prefix_values", "queries", "mode", "hint")  # fmt: skip
 
     def __init__(self, axes: Sequence[list[int]], shape: tuple[int, ...]) -> None:
         width = shape[3]
+        self.width, self.ctx_stride = width, shape[2] * width  # flat steps: prefix, ctx
+        self.ctx_values, self.prefix_values = shape[1], shape[2]
         self.ctx_axis, self.ctx_cells = _sides_by_position(axes[1], shape[2] * width)
         self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], width)
         self.prefix_first = self.prefix_axis[0]
@@ -170,7 +183,6 @@ class _ChunkSearch:
         # fitted since; a limit no further is probed inline first, else the walk
         # starts there (at first: the last column, so the limit's is probed)
         self.hint = self.last
-        self.width = width
 
 
 class CostTable:
@@ -587,16 +599,16 @@ class CostTable:
             if query is None:  # round-up rule, P50 + the P99's margin, or no such grid
                 return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
                                              use_margin)  # fmt: skip
-        values, rho, out, a, b, dn, l0, rows = query
+        values, rho, out, a, b, dn, lo, rows = query
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
         # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
         if prefix == search.prefix_first:  # a prompt's first chunk (prefix 0): that row
-            v1 = 0.0
+            l0, v1 = lo, 0.0
         else:
             axis = search.prefix_axis
             i = bisect_right(axis, prefix)
             z0, z1, x, span = search.prefix_cells[i]
-            l1, l0 = l0 + z1, l0 + z0
+            l1, l0 = lo + z1, lo + z0
             if z0 != z1:  # between two values (v1 is 0.0 on the lower one)
                 v1 = (prefix - x) / span
                 v0 = 1.0 - v1
@@ -653,17 +665,15 @@ class CostTable:
         if not v1:
             p1, p3 = p0, p2
             w0, w1, w2, w3 = u0, 0.0, u1, 0.0
-        # -- the four rows blended (step 1) in full, kept in the entry by low-side
-        # offset: a walk reads several of their columns, and the next steps walk
-        # the same rows again
-        width = search.width
-        r0 = rows.get(p0) or _blend_row(rows, values, p0, dn, a, b, width)
-        r2 = rows.get(p2) or _blend_row(rows, values, p2, dn, a, b, width)
-        if v1:
-            r1 = rows.get(p1) or _blend_row(rows, values, p1, dn, a, b, width)
-            r3 = rows.get(p3) or _blend_row(rows, values, p3, dn, a, b, width)
-        else:
-            r1, r3 = r0, r2
+        # -- the four rows blended (step 1) in full, kept in the entry by the first
+        # one's offset (its complement when the prefix lies between two values, and
+        # all four are needed): a walk reads several of their columns, and the next
+        # steps walk the same rows again
+        key = ~p0 if v1 else p0
+        found = rows.get(key)
+        if found is None:
+            found = rows[key] = _blend_rows(values, p0, lo, dn, a, b, search, key < 0)
+        r0, r1, r2, r3 = found
         if not probed:  # the bound at column k on the rows (the same floats as inline)
             f_lo = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
             f_lo = f_lo + rho * f_lo
