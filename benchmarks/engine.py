@@ -472,6 +472,9 @@ def table_path(args: argparse.Namespace) -> None:
             table_vs_formula("compiled", args.requests, pairs, pythonpath=old_tree)
         if not args.instructions:
             return
+        if shutil.which("valgrind") is None:
+            print("  --instructions: valgrind is not installed (apt install valgrind)")
+            return
         print("  per run, counted by valgrind's cachegrind (one process each way; "
               "compiled table / formula):")  # fmt: skip
         for label, tree in (("this tree", None), (rev, old_tree)):
