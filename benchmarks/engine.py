@@ -2,7 +2,7 @@
 whole ``servecal simulate`` command (startup included).
 
 Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000] [--table-path-only]
-[--table-path-baseline REV] [--baseline REV] [--table TABLE.json]
+[--table-path-baseline REV] [--instructions] [--baseline REV] [--table TABLE.json]
 [--whole-run TRACE.csv PROFILE_DIR]``.
 
 * ``--baseline REV``: the whole-engine case is also measured on the code of git
@@ -13,8 +13,10 @@ Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000] [--table-p
   table and on the analytic formula.
 * Always (alone with ``--table-path-only``): the table path's own cost, SLOWeave-P50
   on the formula vs on the formula compiled into a cost table, the same plans, in
-  pairs of fresh processes (issue #20: the table path must be as fast);
-  ``--table-path-baseline REV`` measures the same on revision ``REV``'s code.
+  fresh processes that interleave the two (issue #20: the table path must be as
+  fast); ``--table-path-baseline REV`` measures the same on revision ``REV``'s code,
+  ``--instructions`` counts both paths' instructions and cache misses per run with
+  valgrind's cachegrind.
 * ``--whole-run TRACE PROFILE``: issue #20's case (best of ``--runs`` fresh processes;
   ``--whole-run-baseline REV`` times the same command on revision ``REV`` too).
   ``servecal import aiconfigurator PROFILE --model llama-3-8b``, ``servecal fit``,
@@ -457,19 +459,19 @@ def whole_run(
 
 def table_path(args: argparse.Namespace) -> None:
     """The table path's own cost, on this tree (and on ``--table-path-baseline``'s)."""
-    pairs = max(args.runs, 5)
+    processes = max(args.runs, 5)
     print(f"\nThe table path's own cost: SLOWeave-P50 on the analytic formula vs on the "
           f"formula compiled into a cost table (analytic truth; the same plans, so the "
           f"ratio is what planning on a table costs, its caches' filling included); "
-          f"{pairs} fresh processes, each the best of {INTERLEAVED_RUNS} runs of either, "
+          f"{processes} fresh processes, each the best of {INTERLEAVED_RUNS} runs of either, "
           "interleaved, each run on a newly compiled table")  # fmt: skip
-    table_vs_formula("compiled", args.requests, pairs)
+    table_vs_formula("compiled", args.requests, processes)
     with tempfile.TemporaryDirectory() as tmp:
         rev = args.table_path_baseline
         old_tree = _tree_at(rev, Path(tmp)) if rev else None
         if old_tree is not None:
             print(f"  the same on revision {rev}:")
-            table_vs_formula("compiled", args.requests, pairs, pythonpath=old_tree)
+            table_vs_formula("compiled", args.requests, processes, pythonpath=old_tree)
         if not args.instructions:
             return
         if shutil.which("valgrind") is None:
@@ -591,12 +593,12 @@ def main() -> None:
             print(f"  {label:<14} {best[0]:>14,.0f} {best[1]:>13,.0f} {best[2]:>11}  (best)")
         print(f"  median ratio   {statistics.median(wall_ratio):>13.2f}x "
               f"{statistics.median(cpu_ratio):>12.2f}x")  # fmt: skip
-    pairs = max(args.runs, 5)
+    processes = max(args.runs, 5)
     if args.table:
         print(f"\nSLOWeave-P50 planning on the cost table vs on the analytic formula "
-              f"(not the same plans: the table is another machine's); {pairs} fresh "
+              f"(not the same plans: the table is another machine's); {processes} fresh "
               "processes")  # fmt: skip
-        table_vs_formula(str(Path(args.table).resolve()), args.requests, pairs)
+        table_vs_formula(str(Path(args.table).resolve()), args.requests, processes)
     table_path(args)
     if args.whole_run:
         with tempfile.TemporaryDirectory() as tmp:

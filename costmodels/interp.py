@@ -35,7 +35,7 @@ on ctx and prefix, four row look-ups and a few multiply-adds, written out as
 straight-line code (it runs right after a scheduler's own step, where every Python
 call and branch costs several times what it does in a loop). ``CostTable.max_chunk``
 reads only one or two chunk columns on its usual path, so it blends the two
-``n_decode`` sides inline at just those values (:data:`Query`, one entry per
+``n_decode`` sides inline at just those values (:data:`FlatSides`, one entry per
 ``n_decode`` value) instead of filling rows it would mostly not read.
 """
 
@@ -53,14 +53,14 @@ CACHE_SIZE = 4096
 
 #: One axis's ``(offset, weight)`` pairs: one pair on a grid value, two between.
 Sides = tuple[tuple[int, float], ...]
+#: ``(out, a, b, dn, lo)``: one ``n_decode`` value's place on a flat grid
+#: (:meth:`Multilinear.flat_sides`): whether it is clamped; its sides' weights ``a``,
+#: ``b``, the flat offset ``lo`` of the low side and ``dn`` from there to the high
+#: side. Step 1 at flat position ``p`` of a low-side row is ``0 + a·values[p] +
+#: b·values[p + dn]`` (:func:`blend_row`).
+FlatSides = tuple[bool, float, float, int, int]
 #: ``(out, w0, r0, w1, r1, w2, r2, w3, r3)``: whether the query was clamped, and the
 #: four weighted blended rows of step 3, in its order (:meth:`Multilinear.corners`).
-#: ``(values, out, a, b, dn, lo)``: one ``n_decode`` value on the flat grid ``values``
-#: (:meth:`Multilinear.query`): whether it is clamped; its sides' weights ``a``, ``b``,
-#: the flat offset ``lo`` of the low side and ``dn`` from there to the high side.
-#: Step 1 at flat position ``p`` of a low-side row is ``0 + a·values[p] +
-#: b·values[p + dn]``.
-Query = tuple[Sequence[float], bool, float, float, int, int]
 Corners = tuple[
     bool, float, list[float], float, list[float], float, list[float], float, list[float]
 ]
@@ -77,6 +77,18 @@ def axis_position(axis: Sequence[float], x: float) -> tuple[int, float, bool]:
     i = bisect_right(axis, x) - 1
     lo = axis[i]
     return i, 0.0 if x == lo else (x - lo) / (axis[i + 1] - lo), False
+
+
+def blend_row(
+    values: Sequence[float], start: int, dn: int, a: float, b: float, width: int
+) -> list[float]:
+    """Step 1 for one chunk row: ``0 + a·lo + b·hi`` column by column, the low side's
+    row at flat offset ``start``, the high side's ``dn`` further (one side: ``dn`` 0)."""
+    low = values[start : start + width]
+    if not dn:
+        return [0.0 + a * x for x in low]
+    high = values[start + dn : start + dn + width]
+    return [0.0 + a * x + b * y for x, y in zip(low, high, strict=True)]
 
 
 def corner_value(corners: Corners, k: int, t: float) -> float:
@@ -111,18 +123,9 @@ class BlendedGrid:
 
     def blend(self, rows: list[list[float] | None], n_sides: Sides, cell: int) -> list[float]:
         """Step 1 for one (ctx, prefix) cell, kept in ``rows``."""
-        values, width = self.values, self.width
-        # one or two sides; ``0 + w·lo (+ w'·hi)``, column by column, in this order
-        (base, w), *hi = n_sides
-        start = base + cell * width
-        if not hi:
-            row = [0.0 + w * x for x in values[start : start + width]]
-        else:
-            base, w_hi = hi[0]
-            top = base + cell * width
-            lo, hi = values[start : start + width], values[top : top + width]
-            row = [0.0 + w * x + w_hi * y for x, y in zip(lo, hi, strict=True)]
-        rows[cell] = row
+        (lo, a), *hi = n_sides  # one side, or two
+        dn, b = (hi[0][0] - lo, hi[0][1]) if hi else (0, 0.0)
+        row = rows[cell] = blend_row(self.values, lo + cell * self.width, dn, a, b, self.width)
         return row
 
 
@@ -162,16 +165,15 @@ class Multilinear:
         entry = grid.by_n[n] = (sides, out, [None] * grid.cells)
         return entry
 
-    def query(self, values: Sequence[float], n: float) -> Query:
-        """What the queries of one ``n_decode`` value share on the flat grid ``values``
-        (kept by ``CostTable.max_chunk``, which blends the two sides of only the
-        values it reads): see :data:`Query`. With one side (on a grid value, or
-        clamped), the second side is the first, with weight 0."""
+    def flat_sides(self, n: float) -> FlatSides:
+        """Where ``n_decode`` lies on a flat grid, as ``CostTable.max_chunk`` keeps it
+        (it blends the two sides at only the values it reads): see :data:`FlatSides`.
+        With one side (on a grid value, or clamped), ``dn`` is 0 and ``b`` 0.0."""
         sides, out = self._sides(self.axes[0], n, self.strides[0])
         if len(sides) == 1:
-            return (values, out, sides[0][1], 0.0, 0, sides[0][0])
+            return (out, sides[0][1], 0.0, 0, sides[0][0])
         (lo, a), (hi, b) = sides
-        return (values, out, a, b, hi - lo, lo)
+        return (out, a, b, hi - lo, lo)
 
     def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
         """Whether the query is clamped, and the weighted blended rows of its four
@@ -221,9 +223,6 @@ class Multilinear:
         cell = y1 + z1
         r3 = rows[cell] or grid.blend(rows, n_sides, cell)
         return out, u0 * v0, r0, u0 * v1, r1, u1 * v0, r2, u1 * v1, r3
-
-    def chunk_position(self, chunk: float) -> tuple[int, float, bool]:
-        return axis_position(self.axes[3], chunk)
 
     def at(self, grid: BlendedGrid, n: float, chunk: float, ctx: float, prefix: float) -> float:
         """One scalar value of ``grid`` (clamped silently; see :meth:`corners`)."""

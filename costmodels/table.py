@@ -38,6 +38,7 @@ from servecal.costmodels.interp import (
     BlendedGrid,
     Multilinear,
     axis_position,
+    blend_row,
     corner_value,
 )
 from servecal.costmodels.predictor import PLAN_QUANTILE
@@ -119,11 +120,10 @@ def _blend_rows(
     values: list[float], p0: int, lo: int, dn: int, a: float, b: float, search: _ChunkSearch,
     between_prefixes: bool,
 ) -> tuple[list[float], ...]:  # fmt: skip
-    """Step 1 for the four chunk rows of the (ctx, prefix) box whose first row is at
-    flat offset ``p0`` of the low ``n_decode`` side (at ``lo``; the high side ``dn``
-    further), weighted ``a`` and ``b``: ``0 + a·lo + b·hi`` column by column (one
-    side: ``b`` is 0 and ``dn`` 0, adding exactly +0.0). A row past the last ctx
-    value repeats the first, and so do the second prefix's rows unless
+    """Step 1 (:func:`.interp.blend_row`) for the four chunk rows of the (ctx, prefix)
+    box whose first row is at flat offset ``p0`` of the low ``n_decode`` side (at
+    ``lo``; the high side ``dn`` further), weighted ``a`` and ``b``. A row past the last
+    ctx value repeats the first, and so do the second prefix's rows unless
     ``between_prefixes``: they are read with weight 0 only, so the same four serve
     every query with that box start and flag."""
     width, stride = search.width, search.ctx_stride
@@ -135,8 +135,7 @@ def _blend_rows(
     blended: dict[int, list[float]] = {}
     for p in offsets:
         if p not in blended:
-            low, high = values[p : p + width], values[p + dn : p + dn + width]
-            blended[p] = [0.0 + a * x + b * h for x, h in zip(low, high, strict=True)]
+            blended[p] = blend_row(values, p, dn, a, b, width)
     return tuple(blended[p] for p in offsets)
 
 
@@ -161,11 +160,20 @@ class _ChunkSearch:
     the axes' look-ups (:func:`_sides_by_position`), the chunk columns, the cache of
     :meth:`CostTable._start_query` entries and the segment of the last crossing."""
 
-    __slots__ = ("prefix_first", "prefix_axis", "prefix_cells", "ctx_axis", "ctx_cells",
-                 "cols", "probe_cols", "fcols", "last", "width", "ctx_stride", "ctx_values",
-                 "prefix_values", "queries", "mode", "hint")  # fmt: skip
+    __slots__ = ("grids", "prefix_first", "prefix_axis", "prefix_cells", "ctx_axis",
+                 "ctx_cells", "cols", "probe_cols", "fcols", "last", "width", "ctx_stride",
+                 "ctx_values", "prefix_values", "queries", "mode", "hint")  # fmt: skip
 
-    def __init__(self, axes: Sequence[list[int]], shape: tuple[int, ...]) -> None:
+    def __init__(
+        self,
+        axes: Sequence[list[int]],
+        shape: tuple[int, ...],
+        grids: dict[tuple[float, bool], tuple[list[float], float]],
+    ) -> None:
+        # by (quantile, with margin): the flat grid and the margin's factor (0.0
+        # without); absent under round-up and for P50 + the P99's margin (two grids),
+        # which take CostTable._max_chunk_other
+        self.grids = grids
         width = shape[3]
         self.width, self.ctx_stride = width, shape[2] * width  # flat steps: prefix, ctx
         self.ctx_values, self.prefix_values = shape[1], shape[2]
@@ -282,17 +290,14 @@ class CostTable:
         # the linear rule's scalar path: each flat grid with its blended-row cache
         blend = self._lin.grid if self._lin is not None else lambda values: None
         self._blend: dict[float, BlendedGrid | None] = {q: blend(v) for q, v in self._flat.items()}
-        # max_chunk's straight-line search, by (quantile, with margin): the flat grid
-        # and the margin's factor (0.0 without); absent under round-up and for P50 +
-        # the P99's margin (two grids), which take the general path
-        self._searches: dict[tuple[float, bool], tuple[list[float], float]] = {}
+        # max_chunk's straight-line search: the grids it can search (linear rule)
+        grids: dict[tuple[float, bool], tuple[list[float], float]] = {}
         if self._lin is not None:
-            for q, values in self._flat.items():
-                self._searches[(q, False)] = (values, 0.0)
+            grids = {(q, False): (values, 0.0) for q, values in self._flat.items()}
             if self._margin is not None:
                 tail_q = self._margin.quantile
-                self._searches[(tail_q, True)] = (self._flat[tail_q], rho)
-        self._search = _ChunkSearch(self._ax_lists, self._shape)
+                grids[(tail_q, True)] = (self._flat[tail_q], rho)
+        self._search = _ChunkSearch(self._ax_lists, self._shape, grids)
         self._eblend = blend(self._eflat) if self._eflat is not None else None
 
     # -------------------------------------------------------------- properties
@@ -576,11 +581,12 @@ class CostTable:
         linear rule is written out here in straight-line code (as many interpreter
         instructions per call as the analytic formula's closed form, fewer on the
         usual path), with the same float operations in the same order as
-        :func:`.interp.corner_value`: the ``n_decode`` sides blended (step 1) only
-        at the values it reads, from one cache entry per ``n_decode`` value (filling
-        row caches instead cost a short run ~10%), the prefix's and ctx's sides
-        looked up by one bisection each (a prompt's first chunk, prefix 0, by one
-        comparison). ``tests/costmodels/test_interp_fast.py`` checks the answers
+        :func:`.interp.corner_value`: the probe blends the ``n_decode`` sides
+        (step 1) at only the values it reads (blending whole rows for every new
+        ``n_decode`` cost a short run ~10%); a walk blends the four rows of its box
+        once and keeps them in the ``n_decode`` value's cache entry; the prefix's and
+        ctx's sides are looked up by one bisection each (a prompt's first chunk,
+        prefix 0, by one comparison). ``tests/costmodels/test_interp_fast.py`` checks the answers
         against the vectorised :meth:`predict`, at and around every boundary.
         """
         if type(limit) is not int:
@@ -771,16 +777,17 @@ class CostTable:
 
     def _start_query(self, n_decode: float, q: float, use_margin: bool) -> tuple | None:
         """:meth:`max_chunk`'s cache entry for ``n_decode`` under ``(q, use_margin)``
-        (made the search's current mode): the flat grid, the margin's factor, then the
-        rest of :meth:`.interp.Multilinear.query`; ``None`` where the straight-line
+        (made the search's current mode): the flat grid, the margin's factor,
+        :meth:`.interp.Multilinear.flat_sides`, and the walks' blended rows (filled by
+        :func:`_blend_rows`); ``None`` where the straight-line
         search does not apply (round-up, P50 + the P99's margin, a missing grid or
         margin: :meth:`_max_chunk_other`)."""
+        search = self._search
         key = (q, bool(use_margin))
-        found = self._searches.get(key)
+        found = search.grids.get(key)
         if found is None:
             return None
         values, rho = found
-        search = self._search
         queries = search.queries.setdefault(key, {})
         search.mode = (q, use_margin, queries)
         entry = queries.get(n_decode)
@@ -789,8 +796,8 @@ class CostTable:
                 queries.clear()
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
-            _, *sides = self._lin.query(values, n)
-            entry = queries[n_decode] = (values, rho, *sides, {})  # {}: blended rows
+            entry = (values, rho, *self._lin.flat_sides(n), {})  # {}: a walk's rows
+            queries[n_decode] = entry
         return entry
 
     def _max_chunk_round_up(
