@@ -45,14 +45,13 @@ SCHEDULE_MARKS = {
 }
 #: CostTable.max_chunk: the same, inside the decision.
 MAX_CHUNK_MARKS = {
-    "mode_q, mode_margin, queries = search.mode": "max_chunk: cache entry",
-    "values, rho, out, a, b, dn, lo, rows = query": "max_chunk: prefix and ctx sides",
+    "mode_q, mode_margin, values, rho = search.mode": "max_chunk: grid and n_decode sides",
+    "out, a, b, dn, lo = sides": "max_chunk: prefix and ctx sides",
     "k = bisect_left(search.probe_cols, limit)  # (at most the last column)": (
         "max_chunk: the limit's column (probe)"
     ),
     "return limit": "back through deadline_chunk, plan_chunk",
-    "key = ~p0 if v1 else p0": "max_chunk: the box's rows",
-    "last = search.last": "max_chunk: segment walk",
+    "weights = (w0, w1, w2, w3)": "max_chunk: segment walk",
     "fit = cols[k] if k >= 0 else 0": "max_chunk: line (and settle)",
     "if out or answer > cols[last]:": "back through deadline_chunk, plan_chunk",
 }

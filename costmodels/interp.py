@@ -35,8 +35,9 @@ on ctx and prefix, four row look-ups and a few multiply-adds, written out as
 straight-line code (it runs right after a scheduler's own step, where every Python
 call and branch costs several times what it does in a loop). ``CostTable.max_chunk``
 reads only one or two chunk columns on its usual path, so it blends the two
-``n_decode`` sides inline at just those values (:data:`FlatSides`, one entry per
-``n_decode`` value) instead of filling rows it would mostly not read.
+``n_decode`` sides inline at just those values (:data:`FlatSides`, made at load for
+every integer ``n_decode`` by :meth:`Multilinear.integer_sides`) instead of filling
+rows it would mostly not read.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ from itertools import product
 import numpy as np
 from numpy.typing import ArrayLike
 
-#: Entries kept per cache (axis sides, blended rows); a cache is cleared when full.
+#: Entries kept per cache (axis sides, blended rows or columns); a cache is cleared
+#: when full.
 CACHE_SIZE = 4096
 
 #: One axis's ``(offset, weight)`` pairs: one pair on a grid value, two between.
@@ -174,6 +176,21 @@ class Multilinear:
             return (out, sides[0][1], 0.0, 0, sides[0][0])
         (lo, a), (hi, b) = sides
         return (out, a, b, hi - lo, lo)
+
+    def integer_sides(self) -> dict[float, FlatSides]:
+        """:meth:`flat_sides` of every integer from the ``n_decode`` axis's first value
+        to its last (the same floats: ``t`` computed as :meth:`_sides` does), made in
+        one pass over the axis's intervals."""
+        axis, stride = self.axes[0], self.strides[0]
+        sides: dict[float, FlatSides] = {}
+        for i in range(len(axis) - 1):
+            lo, hi = axis[i], axis[i + 1]
+            sides[int(lo)] = (False, 1.0, 0.0, 0, i * stride)
+            for n in range(int(lo) + 1, int(hi)):
+                t = (n - lo) / (hi - lo)
+                sides[n] = (False, 1.0 - t, t, stride, i * stride)
+        sides[int(axis[-1])] = (False, 1.0, 0.0, 0, (len(axis) - 1) * stride)
+        return sides
 
     def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
         """Whether the query is clamped, and the weighted blended rows of its four

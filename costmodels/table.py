@@ -36,9 +36,9 @@ from servecal.costmodels.errors import InputError
 from servecal.costmodels.interp import (
     CACHE_SIZE,
     BlendedGrid,
+    FlatSides,
     Multilinear,
     axis_position,
-    blend_row,
     corner_value,
 )
 from servecal.costmodels.predictor import PLAN_QUANTILE
@@ -116,27 +116,22 @@ def _plain(*xs: Any) -> tuple[int | float, ...]:
     return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
 
 
-def _blend_rows(
-    values: list[float], p0: int, lo: int, dn: int, a: float, b: float, search: _ChunkSearch,
-    between_prefixes: bool,
-) -> tuple[list[float], ...]:  # fmt: skip
-    """Step 1 (:func:`.interp.blend_row`) for the four chunk rows of the (ctx, prefix)
-    box whose first row is at flat offset ``p0`` of the low ``n_decode`` side (at
-    ``lo``; the high side ``dn`` further), weighted ``a`` and ``b``. A row past the last
-    ctx value repeats the first, and so do the second prefix's rows unless
-    ``between_prefixes``: they are read with weight 0 only, so the same four serve
-    every query with that box start and flag."""
-    width, stride = search.width, search.ctx_stride
-    ctx_index, prefix_offset = divmod(p0 - lo, stride)
-    step_ctx = stride if ctx_index + 1 < search.ctx_values else 0
-    more = between_prefixes and prefix_offset // width + 1 < search.prefix_values
-    step_prefix = width if more else 0
-    offsets = (p0, p0 + step_prefix, p0 + step_ctx, p0 + step_ctx + step_prefix)
-    blended: dict[int, list[float]] = {}
-    for p in offsets:
-        if p not in blended:
-            blended[p] = blend_row(values, p, dn, a, b, width)
-    return tuple(blended[p] for p in offsets)
+def _column(
+    box: list[tuple[float, float, float, float] | None], values: list[float], dn: int,
+    a: float, b: float, rows: tuple[int, int, int, int], j: int,
+) -> tuple[float, float, float, float]:  # fmt: skip
+    """Step 1 (:func:`.interp.blend_row`) at chunk column ``j`` of a box's four rows,
+    given by the flat offsets of their low ``n_decode`` side (the high side ``dn``
+    further), weighted ``a`` and ``b``; kept in ``box`` (:meth:`CostTable.max_chunk`'s
+    walk reads it from there next time)."""
+    p0, p1, p2, p3 = rows
+    column = box[j] = (
+        0.0 + a * values[p0 + j] + b * values[p0 + dn + j],
+        0.0 + a * values[p1 + j] + b * values[p1 + dn + j],
+        0.0 + a * values[p2 + j] + b * values[p2 + dn + j],
+        0.0 + a * values[p3 + j] + b * values[p3 + dn + j],
+    )
+    return column
 
 
 def _sides_by_position(
@@ -157,36 +152,43 @@ def _sides_by_position(
 class _ChunkSearch:
     """What :meth:`CostTable.max_chunk` reads at every call, in slots (a table's own
     attributes are too many for the interpreter's quick instance-attribute path):
-    the axes' look-ups (:func:`_sides_by_position`), the chunk columns, the cache of
-    :meth:`CostTable._start_query` entries and the segment of the last crossing."""
+    the axes' look-ups (:func:`_sides_by_position`), the chunk columns, every
+    ``n_decode`` value's sides on the flat grid (:data:`.interp.FlatSides`: each integer
+    on the axis's range made at load, others as they come), the grid of the last
+    call's quantile and margin flag, and the segment of the last crossing."""
 
     __slots__ = ("grids", "prefix_first", "prefix_axis", "prefix_cells", "ctx_axis",
-                 "ctx_cells", "cols", "probe_cols", "fcols", "last", "width", "ctx_stride",
-                 "ctx_values", "prefix_values", "queries", "mode", "hint")  # fmt: skip
+                 "ctx_cells", "cols", "probe_cols", "fcols", "last", "n_sides", "n_other",
+                 "mode", "boxes", "hint")  # fmt: skip
 
     def __init__(
         self,
-        axes: Sequence[list[int]],
-        shape: tuple[int, ...],
+        lin: Multilinear,
         grids: dict[tuple[float, bool], tuple[list[float], float]],
     ) -> None:
         # by (quantile, with margin): the flat grid and the margin's factor (0.0
         # without); absent under round-up and for P50 + the P99's margin (two grids),
         # which take CostTable._max_chunk_other
         self.grids = grids
-        width = shape[3]
-        self.width, self.ctx_stride = width, shape[2] * width  # flat steps: prefix, ctx
-        self.ctx_values, self.prefix_values = shape[1], shape[2]
-        self.ctx_axis, self.ctx_cells = _sides_by_position(axes[1], shape[2] * width)
-        self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], width)
+        axes, strides = lin.axes, lin.strides
+        self.ctx_axis, self.ctx_cells = _sides_by_position(axes[1], strides[1])
+        self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], strides[2])
         self.prefix_first = self.prefix_axis[0]
-        self.cols, self.last = axes[3], len(axes[3]) - 1
+        self.cols = [int(c) for c in axes[3]]
+        self.last = len(self.cols) - 1
         self.probe_cols = self.cols[:-1]  # bisect_left on it: a column index <= last
-        self.fcols = [float(c) for c in self.cols]
-        # (q, use_margin) -> n_decode -> an entry of CostTable._start_query; and the
-        # last call's (q, use_margin, its entries)
-        self.queries: dict[tuple[float, bool], dict[float, tuple]] = {}
-        self.mode: tuple[float, bool, dict[float, tuple]] = (math.nan, False, {})
+        self.fcols = axes[3]
+        # n_decode -> its sides: a few hundred integers at load (a scheduler asks
+        # integers, and a run asks most of them: making each on first use cost a
+        # short run ~1%); any other value in n_other, emptied when full
+        self.n_sides = lin.integer_sides()
+        self.n_other: dict[float, FlatSides] = {}
+        # the last call's (q, use_margin), its grid and its walks' columns by box
+        # ((n_decode, first row, ctx side's row) -> column -> the four rows' values
+        # there), and
+        # those of every (q, use_margin) asked (CostTable._set_mode)
+        self.mode: tuple[float, bool, list[float], float, dict] = (math.nan, False, [], 0.0, {})
+        self.boxes: dict[tuple[float, bool], dict[tuple[float, int], list]] = {}
         # a column index: the segment of the last crossing, or higher where a limit
         # fitted since; a limit no further is probed inline first, else the walk
         # starts there (at first: the last column, so the limit's is probed)
@@ -297,7 +299,8 @@ class CostTable:
             if self._margin is not None:
                 tail_q = self._margin.quantile
                 grids[(tail_q, True)] = (self._flat[tail_q], rho)
-        self._search = _ChunkSearch(self._ax_lists, self._shape, grids)
+        self._search_lin = self._lin or Multilinear(self._axes)
+        self._search = _ChunkSearch(self._search_lin, grids)
         self._eblend = blend(self._eflat) if self._eflat is not None else None
 
     # -------------------------------------------------------------- properties
@@ -583,11 +586,15 @@ class CostTable:
         usual path), with the same float operations in the same order as
         :func:`.interp.corner_value`: the probe blends the ``n_decode`` sides
         (step 1) at only the values it reads (blending whole rows for every new
-        ``n_decode`` cost a short run ~10%); a walk blends the four rows of its box
-        once and keeps them in the ``n_decode`` value's cache entry; the prefix's and
-        ctx's sides are looked up by one bisection each (a prompt's first chunk,
-        prefix 0, by one comparison). ``tests/costmodels/test_interp_fast.py`` checks the answers
-        against the vectorised :meth:`predict`, at and around every boundary.
+        ``n_decode`` cost a short run ~10%); a walk blends the four rows at each
+        column it reads and keeps that column in its box's entry (a new box is
+        walked for two columns in most calls; the vLLM plug-in's long prompt walks the
+        same box step after step); the sides of every integer ``n_decode`` are made
+        at load (a scheduler asks integers: making each on first use cost a short
+        run ~1%); the prefix's and ctx's sides are looked up by one bisection each
+        (a prompt's first chunk, prefix 0, by one comparison).
+        ``tests/costmodels/test_interp_fast.py`` checks the answers against the
+        vectorised :meth:`predict`, at and around every boundary.
         """
         if type(limit) is not int:
             limit = int(limit)
@@ -597,15 +604,18 @@ class CostTable:
         # compare) in single precision; n_decode and prefix only key the cache here
         ctx, budget_ms = float(ctx), float(budget_ms)
         search = self._search  # (its fields are slots: quick to read)
-        # the entries of the last call's quantile and flag (a scheduler keeps them)
-        mode_q, mode_margin, queries = search.mode
-        query = queries.get(n_decode) if q == mode_q and use_margin == mode_margin else None
-        if query is None:  # a new n_decode, or another quantile and flag
-            query = self._start_query(n_decode, q, use_margin)
-            if query is None:  # round-up rule, P50 + the P99's margin, or no such grid
+        # the grid of the last call's quantile and flag (a scheduler keeps them)
+        mode_q, mode_margin, values, rho, boxes = search.mode
+        if q != mode_q or use_margin != mode_margin:
+            if not self._set_mode(q, use_margin):  # round-up rule, P50 + the P99's
+                # margin, or no such grid
                 return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
                                              use_margin)  # fmt: skip
-        values, rho, out, a, b, dn, lo, rows = query
+            _, _, values, rho, boxes = search.mode
+        sides = search.n_sides.get(n_decode)
+        if sides is None:  # not an integer in the n_decode axis's range
+            sides = self._other_n_sides(n_decode)
+        out, a, b, dn, lo = sides
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
         # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
         if prefix == search.prefix_first:  # a prompt's first chunk (prefix 0): that row
@@ -662,34 +672,38 @@ class CostTable:
                     + u1 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
                 )
             f_lo = f_lo + rho * f_lo
-            if f_lo <= budget_ms and limit <= cols[k]:
-                if out:
+            if f_lo <= budget_ms:  # so does the limit (past the last column: constant)
+                if out or limit > cols[k]:
                     self._out_of_domain += 1
                 return limit
         else:  # beyond: a walk from there is likely (a long prompt's chunk)
             k = search.hint
-        if not v1:
-            p1, p3 = p0, p2
-            w0, w1, w2, w3 = u0, 0.0, u1, 0.0
-        # -- the four rows blended (step 1) in full, kept in the entry by the first
-        # one's offset (its complement when the prefix lies between two values, and
-        # all four are needed): a walk reads several of their columns, and the next
-        # steps walk the same rows again
-        key = ~p0 if v1 else p0
-        found = rows.get(key)
-        if found is None:
-            found = rows[key] = _blend_rows(values, p0, lo, dn, a, b, search, key < 0)
-        r0, r1, r2, r3 = found
-        if not probed:  # the bound at column k on the rows (the same floats as inline)
-            f_lo = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
+        # -- the walk, one column at a time on the four rows' values there (step 1),
+        # kept per column in the box's entry: made where first read (a new box is
+        # walked for two columns in most calls), read again by the next steps' walks
+        if v1:
+            rows = (p0, p1, p2, p3)
+        else:
+            rows, w0, w1, w2, w3 = (p0, p0, p2, p2), u0, 0.0, u1, 0.0
+        # the box: n_decode, the first row and the ctx side's (past the ctx axis's
+        # edges the same as the first's); ~: the prefix between two values (all four)
+        key = (n_decode, ~p0 if v1 else p0, p2)
+        box = boxes.get(key)
+        if box is None:
+            if len(boxes) >= CACHE_SIZE:
+                boxes.clear()
+            box = boxes[key] = [None] * len(cols)
+        if not probed:
+            r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
+            f_lo = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
             f_lo = f_lo + rho * f_lo
         last = search.last
-        # -- walk to the segment where the bound crosses the budget
         f_top = math.inf
         if f_lo <= budget_ms:  # walk up while the next column fits too (and is needed)
             while k < last and cols[k] < limit:
                 j = k + 1
-                f = 0.0 + w0 * r0[j] + w1 * r1[j] + w2 * r2[j] + w3 * r3[j]
+                r0, r1, r2, r3 = box[j] or _column(box, values, dn, a, b, rows, j)
+                f = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
                 f = f + rho * f
                 if f > budget_ms:
                     f_top = f
@@ -699,7 +713,8 @@ class CostTable:
             f_top = f_lo
             while k > 0:
                 k -= 1
-                f = 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
+                r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
+                f = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
                 f = f + rho * f
                 if f <= budget_ms:
                     f_lo = f
@@ -734,9 +749,9 @@ class CostTable:
                 fcols = search.fcols
                 x0 = fcols[k]
                 span = fcols[k + 1] - x0
-                j = k + 1
-                a0, a1, a2, a3 = r0[k], r1[k], r2[k], r3[k]
-                d0, d1, d2, d3 = r0[j] - a0, r1[j] - a1, r2[j] - a2, r3[j] - a3
+                a0, a1, a2, a3 = box[k] or _column(box, values, dn, a, b, rows, k)
+                b0, b1, b2, b3 = box[k + 1] or _column(box, values, dn, a, b, rows, k + 1)
+                d0, d1, d2, d3 = b0 - a0, b1 - a1, b2 - a2, b3 - a3
                 while fail - fit > 1:  # the largest fitting chunk in [fit, fail)
                     if c <= fit:
                         c = fit + 1
@@ -775,30 +790,30 @@ class CostTable:
             raise self._no_margin()
         return self._max_chunk_two_grids(n_decode, ctx, prefix, budget_ms, limit, q, blend)
 
-    def _start_query(self, n_decode: float, q: float, use_margin: bool) -> tuple | None:
-        """:meth:`max_chunk`'s cache entry for ``n_decode`` under ``(q, use_margin)``
-        (made the search's current mode): the flat grid, the margin's factor,
-        :meth:`.interp.Multilinear.flat_sides`, and the walks' blended rows (filled by
-        :func:`_blend_rows`); ``None`` where the straight-line
-        search does not apply (round-up, P50 + the P99's margin, a missing grid or
-        margin: :meth:`_max_chunk_other`)."""
+    def _set_mode(self, q: float, use_margin: bool) -> bool:
+        """Make ``(q, use_margin)`` :meth:`max_chunk`'s current mode (its flat grid, the
+        margin's factor, 0.0 without, and its walks' columns); false where the
+        straight-line search does not apply (round-up, P50 + the P99's margin, a
+        missing grid or margin: :meth:`_max_chunk_other`)."""
         search = self._search
         key = (q, bool(use_margin))
         found = search.grids.get(key)
-        if found is None:
-            return None
-        values, rho = found
-        queries = search.queries.setdefault(key, {})
-        search.mode = (q, use_margin, queries)
-        entry = queries.get(n_decode)
-        if entry is None:
-            if len(queries) >= CACHE_SIZE:
-                queries.clear()
+        if found is not None:
+            search.mode = (q, use_margin, *found, search.boxes.setdefault(key, {}))
+        return found is not None
+
+    def _other_n_sides(self, n_decode: float) -> FlatSides:
+        """:meth:`max_chunk`'s sides of an ``n_decode`` made at load for no integer
+        (a fraction, or past the axis), kept until :data:`.interp.CACHE_SIZE` of them."""
+        others = self._search.n_other
+        sides = others.get(n_decode)
+        if sides is None:
+            if len(others) >= CACHE_SIZE:
+                others.clear()
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
-            entry = (values, rho, *self._lin.flat_sides(n), {})  # {}: a walk's rows
-            queries[n_decode] = entry
-        return entry
+            sides = others[n_decode] = self._search_lin.flat_sides(n)
+        return sides
 
     def _max_chunk_round_up(
         self, n_decode: float, ctx: float, prefix: float, budget_ms: float, limit: int,

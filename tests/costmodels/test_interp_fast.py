@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from servecal.costmodels import interp
 from servecal.costmodels import table as table_module
 from servecal.costmodels.grid import make_monotone, uncross
+from servecal.costmodels.interp import Multilinear
 from servecal.costmodels.table import AXES, CostTable, Margin
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -246,17 +247,31 @@ def _small_table() -> CostTable:
 
 
 def test_max_chunk_cache_is_cleared_when_full_without_changing_answers(monkeypatch) -> None:
-    """max_chunk keeps one entry per (quantile, margin flag, n_decode); a full cache
-    is emptied, and answers stay those of the vectorised predict."""
+    """max_chunk makes the sides of every integer n_decode on the axis's range at load
+    and keeps those of other values (fractions, past the axis) as they come, and its
+    walks' columns per box; each cache is emptied when full, and answers stay those
+    of the vectorised predict."""
     monkeypatch.setattr(table_module, "CACHE_SIZE", 3)
     table = _small_table()
-    for n in range(0, 70, 3):  # more n_decode values than the cache holds
+    for n in [x + 0.5 for x in range(0, 70, 3)] + [70, 90, 64.0, 16]:
         for ctx, p in ((10.5, 0), (700.25, 100), (2000.0, 600)):
             budget = float(table.predict(n, 100, ctx, p))
             assert table.max_chunk(n, ctx, p, budget, 300, 0.5, False) == _brute_max_chunk(
                 table, n, ctx, p, budget, 300
             )
-            assert all(len(q) <= 3 for q in table._search.queries.values())
+            assert len(table._search.n_other) <= 3
+            assert all(len(boxes) <= 3 for boxes in table._search.boxes.values())
+    assert len(table._search.n_sides) == 65  # the integers 0..64, never emptied
+
+
+def test_the_integer_n_decode_sides_made_at_load_are_those_made_one_by_one() -> None:
+    """Multilinear.integer_sides makes in one pass what flat_sides makes per value, to
+    the last bit (max_chunk reads either, and predict's answers depend on the floats)."""
+    lin = Multilinear([[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 3000], [0], [0], [0, 1]])
+    made = lin.integer_sides()
+    assert sorted(made) == list(range(3001))
+    for n, sides in made.items():
+        assert sides == lin.flat_sides(n) == lin.flat_sides(float(n))
 
 
 def test_max_chunk_takes_numpy_scalars_as_the_python_numbers_they_hold() -> None:
