@@ -159,7 +159,7 @@ class _ChunkSearch:
 
     __slots__ = ("grids", "prefix_first", "prefix_axis", "prefix_cells", "ctx_axis",
                  "ctx_cells", "cols", "probe_cols", "fcols", "last", "n_sides", "n_other",
-                 "mode", "boxes", "hint")  # fmt: skip
+                 "mode", "boxes", "mode_boxes", "hint")  # fmt: skip
 
     def __init__(
         self,
@@ -173,7 +173,8 @@ class _ChunkSearch:
         axes, strides = lin.axes, lin.strides
         self.ctx_axis, self.ctx_cells = _sides_by_position(axes[1], strides[1])
         self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], strides[2])
-        self.prefix_first = self.prefix_axis[0]
+        # (an int, as the axis's values are: a scheduler's int prefix compares fastest)
+        self.prefix_first = int(axes[2][0])
         self.cols = [int(c) for c in axes[3]]
         self.last = len(self.cols) - 1
         self.probe_cols = self.cols[:-1]  # bisect_left on it: a column index <= last
@@ -183,12 +184,12 @@ class _ChunkSearch:
         # short run ~1%); any other value in n_other, emptied when full
         self.n_sides = lin.integer_sides()
         self.n_other: dict[float, FlatSides] = {}
-        # the last call's (q, use_margin), its grid and its walks' columns by box
+        # the last call's (q, use_margin) and its grid; its walks' columns by box
         # ((n_decode, first row, ctx side's row) -> column -> the four rows' values
-        # there), and
-        # those of every (q, use_margin) asked (CostTable._set_mode)
-        self.mode: tuple[float, bool, list[float], float, dict] = (math.nan, False, [], 0.0, {})
-        self.boxes: dict[tuple[float, bool], dict[tuple[float, int], list]] = {}
+        # there), and those of every (q, use_margin) asked (CostTable._set_mode)
+        self.mode: tuple[float, bool, list[float], float] = (math.nan, False, [], 0.0)
+        self.mode_boxes: dict[tuple[float, int, int], list] = {}
+        self.boxes: dict[tuple[float, bool], dict[tuple[float, int, int], list]] = {}
         # a column index: the segment of the last crossing, or higher where a limit
         # fitted since; a limit no further is probed inline first, else the walk
         # starts there (at first: the last column, so the limit's is probed)
@@ -605,13 +606,13 @@ class CostTable:
         ctx, budget_ms = float(ctx), float(budget_ms)
         search = self._search  # (its fields are slots: quick to read)
         # the grid of the last call's quantile and flag (a scheduler keeps them)
-        mode_q, mode_margin, values, rho, boxes = search.mode
+        mode_q, mode_margin, values, rho = search.mode
         if q != mode_q or use_margin != mode_margin:
             if not self._set_mode(q, use_margin):  # round-up rule, P50 + the P99's
                 # margin, or no such grid
                 return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
                                              use_margin)  # fmt: skip
-            _, _, values, rho, boxes = search.mode
+            _, _, values, rho = search.mode
         sides = search.n_sides.get(n_decode)
         if sides is None:  # not an integer in the n_decode axis's range
             sides = self._other_n_sides(n_decode)
@@ -678,26 +679,43 @@ class CostTable:
                 return limit
         else:  # beyond: a walk from there is likely (a long prompt's chunk)
             k = search.hint
-        # -- the walk, one column at a time on the four rows' values there (step 1),
-        # kept per column in the box's entry: made where first read (a new box is
-        # walked for two columns in most calls), read again by the next steps' walks
+        # -- the walk (rarer: a crossing is likely), in its own frame: the probe's
+        # is made and emptied at every call, and each variable is a slot of it
         if v1:
-            rows = (p0, p1, p2, p3)
+            rows, weights = (p0, p1, p2, p3), (w0, w1, w2, w3)
         else:
-            rows, w0, w1, w2, w3 = (p0, p0, p2, p2), u0, 0.0, u1, 0.0
+            rows, weights = (p0, p0, p2, p2), (u0, 0.0, u1, 0.0)
         # the box: n_decode, the first row and the ctx side's (past the ctx axis's
         # edges the same as the first's); ~: the prefix between two values (all four)
         key = (n_decode, ~p0 if v1 else p0, p2)
+        return self._walk(values, rho, a, b, dn, rows, weights, key, k,
+                          f_lo if probed else None, limit, budget_ms, out)  # fmt: skip
+
+    def _walk(
+        self, values: list[float], rho: float, a: float, b: float, dn: int,
+        rows: tuple[int, int, int, int], weights: tuple[float, float, float, float],
+        key: tuple[float, int, int], k: int, f_lo: float | None, limit: int,
+        budget_ms: float, out: bool,
+    ) -> int:  # fmt: skip
+        """:meth:`max_chunk`'s search from chunk column ``k`` (where the bound is
+        ``f_lo`` when the probe read it, else ``None``) to the segment where the bound
+        crosses the budget, one column at a time on the four rows' values there
+        (step 1), kept per column in the box's entry ``key``: made where first read
+        (a new box is walked for two columns in most calls), read again by the next
+        steps' walks; then the line through that segment, and the exact settle."""
+        search = self._search
+        cols, last = search.cols, search.last
+        boxes = search.mode_boxes
         box = boxes.get(key)
         if box is None:
             if len(boxes) >= CACHE_SIZE:
                 boxes.clear()
             box = boxes[key] = [None] * len(cols)
-        if not probed:
+        w0, w1, w2, w3 = weights
+        if f_lo is None:
             r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
             f_lo = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
             f_lo = f_lo + rho * f_lo
-        last = search.last
         f_top = math.inf
         if f_lo <= budget_ms:  # walk up while the next column fits too (and is needed)
             while k < last and cols[k] < limit:
@@ -799,7 +817,8 @@ class CostTable:
         key = (q, bool(use_margin))
         found = search.grids.get(key)
         if found is not None:
-            search.mode = (q, use_margin, *found, search.boxes.setdefault(key, {}))
+            search.mode = (q, use_margin, *found)
+            search.mode_boxes = search.boxes.setdefault(key, {})
         return found is not None
 
     def _other_n_sides(self, n_decode: float) -> FlatSides:
