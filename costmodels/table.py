@@ -607,7 +607,8 @@ class CostTable:
         search = self._search  # (its fields are slots: quick to read)
         # the grid of the last call's quantile and flag (a scheduler keeps them)
         mode_q, mode_margin, values, rho = search.mode
-        if q != mode_q or use_margin != mode_margin:
+        # (is not: the interpreter compares floats quickly, bools only by identity)
+        if q != mode_q or use_margin is not mode_margin:
             if not self._set_mode(q, use_margin):  # round-up rule, P50 + the P99's
                 # margin, or no such grid
                 return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
@@ -654,9 +655,9 @@ class CostTable:
         if v1:  # the prefix between two values
             p1, p3 = l1 + y0, l1 + y1
             w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
-        probed = k <= search.hint
-        if probed:  # the limit reaches no further than where the last walk ended: it
-            # likely fits, so probe its column inline (step 1 at just the values read)
+        if k <= search.hint:  # the limit reaches no further than where the last walk
+            # ended: it likely fits, so probe its column inline (step 1 at just the
+            # values read)
             if v1:
                 f_lo = (
                     0.0
@@ -678,7 +679,7 @@ class CostTable:
                     self._out_of_domain += 1
                 return limit
         else:  # beyond: a walk from there is likely (a long prompt's chunk)
-            k = search.hint
+            k, f_lo = search.hint, None
         # -- the walk (rarer: a crossing is likely), in its own frame: the probe's
         # is made and emptied at every call, and each variable is a slot of it
         if v1:
@@ -688,8 +689,8 @@ class CostTable:
         # the box: n_decode, the first row and the ctx side's (past the ctx axis's
         # edges the same as the first's); ~: the prefix between two values (all four)
         key = (n_decode, ~p0 if v1 else p0, p2)
-        return self._walk(values, rho, a, b, dn, rows, weights, key, k,
-                          f_lo if probed else None, limit, budget_ms, out)  # fmt: skip
+        return self._walk(values, rho, a, b, dn, rows, weights, key, k, f_lo, limit,
+                          budget_ms, out)  # fmt: skip
 
     def _walk(
         self, values: list[float], rho: float, a: float, b: float, dn: int,
