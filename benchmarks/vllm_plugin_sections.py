@@ -3,7 +3,7 @@
 ``benchmarks/vllm_plugin.py`` measures the plug-in's added time as a whole; this
 script splits it. The plug-in's ``schedule()`` and the cost table's ``max_chunk``
 are recompiled from their own source with a ``perf_counter_ns`` stamp before each
-statement listed in :data:`SCHEDULE_MARKS` / :data:`MAX_CHUNK_MARKS` (a mark whose
+statement listed in :data:`SCHEDULE_MARKS` / :data:`MAX_CHUNK_MARKS` / :data:`WALK_MARKS` (a mark whose
 line is no longer in the source is reported, not silently skipped), and stepped
 beside the stock scheduler, one step each in turn, as ``vllm_plugin.py`` does by
 default (``--block N``: N steps in a row). Prints the median µs between
@@ -45,13 +45,18 @@ SCHEDULE_MARKS = {
 }
 #: CostTable.max_chunk: the same, inside the decision.
 MAX_CHUNK_MARKS = {
-    "mode_q, mode_margin, values, rho = search.mode": "max_chunk: grid and n_decode sides",
-    "out, a, b, dn, lo = sides": "max_chunk: prefix and ctx sides",
-    "k = bisect_left(search.probe_cols, limit)  # (at most the last column)": (
+    "search = self._search": "max_chunk: grid and n_decode sides",
+    "if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row": (
+        "max_chunk: prefix and ctx sides"
+    ),
+    "k = bisect_left(probe_cols, limit)  # (at most the last column)": (
         "max_chunk: the limit's column (probe)"
     ),
     "return limit": "back through deadline_chunk, plan_chunk",
-    "weights = (w0, w1, w2, w3)": "max_chunk: segment walk",
+    "key = (n_decode, ~p0 if v1 else p0, p2)": "max_chunk: segment walk",
+}
+#: CostTable._walk (max_chunk's search when the probe does not decide).
+WALK_MARKS = {
     "fit = cols[k] if k >= 0 else 0": "max_chunk: line (and settle)",
     "if out or answer > cols[last]:": "back through deadline_chunk, plan_chunk",
 }
@@ -105,6 +110,7 @@ def main() -> None:
     inner = stamped(plain, SCHEDULE_MARKS, "schedule")
     SLOWeaveScheduler.schedule = schedule
     CostTable.max_chunk = stamped(CostTable.max_chunk, MAX_CHUNK_MARKS, "max_chunk")
+    CostTable._walk = stamped(CostTable._walk, WALK_MARKS, "_walk")
     SECTIONS: list[list[tuple[str, int]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

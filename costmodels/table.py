@@ -150,16 +150,15 @@ def _sides_by_position(
 
 
 class _ChunkSearch:
-    """What :meth:`CostTable.max_chunk` reads at every call, in slots (a table's own
-    attributes are too many for the interpreter's quick instance-attribute path):
-    the axes' look-ups (:func:`_sides_by_position`), the chunk columns, every
-    ``n_decode`` value's sides on the flat grid (:data:`.interp.FlatSides`: each integer
-    on the axis's range made at load, others as they come), the grid of the last
-    call's quantile and margin flag, and the segment of the last crossing."""
+    """What :meth:`CostTable.max_chunk` reads, in slots (a table's own attributes are
+    many; these are few and fixed): above all ``hot``, what every call reads, as one
+    tuple (:meth:`hot_tuple`); then the prefix axis's look-up (a prompt's later
+    chunks), the chunk columns as floats, the sides of ``n_decode`` values that are no
+    integer on the axis's range (as they come), the walks' columns per box, and the
+    segment of the last crossing."""
 
-    __slots__ = ("grids", "prefix_first", "prefix_axis", "prefix_cells", "ctx_axis",
-                 "ctx_cells", "cols", "probe_cols", "fcols", "last", "n_sides", "n_other",
-                 "mode", "boxes", "mode_boxes", "hint")  # fmt: skip
+    __slots__ = ("grids", "prefix_axis", "prefix_cells", "fcols", "last", "n_other",
+                 "hot", "boxes", "mode_boxes", "hint")  # fmt: skip
 
     def __init__(
         self,
@@ -171,29 +170,37 @@ class _ChunkSearch:
         # which take CostTable._max_chunk_other
         self.grids = grids
         axes, strides = lin.axes, lin.strides
-        self.ctx_axis, self.ctx_cells = _sides_by_position(axes[1], strides[1])
+        ctx_axis, ctx_cells = _sides_by_position(axes[1], strides[1])
         self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], strides[2])
-        # (an int, as the axis's values are: a scheduler's int prefix compares fastest)
-        self.prefix_first = int(axes[2][0])
-        self.cols = [int(c) for c in axes[3]]
-        self.last = len(self.cols) - 1
-        self.probe_cols = self.cols[:-1]  # bisect_left on it: a column index <= last
-        self.fcols = axes[3]
-        # n_decode -> its sides: a few hundred integers at load (a scheduler asks
-        # integers, and a run asks most of them: making each on first use cost a
-        # short run ~1%); any other value in n_other, emptied when full
-        self.n_sides = lin.integer_sides()
-        self.n_other: dict[float, FlatSides] = {}
-        # the last call's (q, use_margin) and its grid; its walks' columns by box
-        # ((n_decode, first row, ctx side's row) -> column -> the four rows' values
-        # there), and those of every (q, use_margin) asked (CostTable._set_mode)
-        self.mode: tuple[float, bool, list[float], float] = (math.nan, False, [], 0.0)
+        cols = [int(c) for c in axes[3]]
+        self.fcols, self.last = axes[3], len(cols) - 1
+        # (the mode is the last call's quantile and margin flag; none yet) and its
+        # grid, n_decode -> its sides (every integer on the axis's range, made at load:
+        # a scheduler asks integers, and making each on first use cost a short run
+        # ~1%), the prefix axis's first value (an int, as the axis's values are: a
+        # scheduler's int prefix compares fastest), the ctx axis's look-up, and the
+        # chunk columns (bisect_left on all but the last: a column index <= last)
+        self.hot = (math.nan, False, [], 0.0, lin.integer_sides(), int(axes[2][0]),
+                    ctx_axis, ctx_cells, cols[:-1], cols)  # fmt: skip
+        self.n_other: dict[float, FlatSides] = {}  # emptied when full
+        # the walks' columns by box ((n_decode, first row, ctx side's row) -> column
+        # -> the four rows' values there): the mode's, and every mode's
         self.mode_boxes: dict[tuple[float, int, int], list] = {}
         self.boxes: dict[tuple[float, bool], dict[tuple[float, int, int], list]] = {}
         # a column index: the segment of the last crossing, or higher where a limit
         # fitted since; a limit no further is probed inline first, else the walk
         # starts there (at first: the last column, so the limit's is probed)
         self.hint = self.last
+
+    @property
+    def n_sides(self) -> dict[float, FlatSides]:
+        """The sides of every integer ``n_decode`` on the axis's range (made at load)."""
+        return self.hot[4]
+
+    @property
+    def cols(self) -> list[int]:
+        """The chunk axis's values."""
+        return self.hot[9]
 
 
 class CostTable:
@@ -604,23 +611,26 @@ class CostTable:
         # ctx and the budget as Python floats: a numpy float32 would compute (and
         # compare) in single precision; n_decode and prefix only key the cache here
         ctx, budget_ms = float(ctx), float(budget_ms)
-        search = self._search  # (its fields are slots: quick to read)
-        # the grid of the last call's quantile and flag (a scheduler keeps them)
-        mode_q, mode_margin, values, rho = search.mode
+        search = self._search
+        # what every call reads, in one tuple: one look-up, then local variables (each
+        # operation of the interpreter costs, here right after a scheduler's step, as
+        # much as several do in a loop); the grid is the last call's quantile and flag's
+        (mode_q, mode_margin, values, rho, n_sides, prefix_first, ctx_axis, ctx_cells,
+         probe_cols, cols) = search.hot  # fmt: skip
         # (is not: the interpreter compares floats quickly, bools only by identity)
         if q != mode_q or use_margin is not mode_margin:
             if not self._set_mode(q, use_margin):  # round-up rule, P50 + the P99's
                 # margin, or no such grid
                 return self._max_chunk_other(n_decode, ctx, prefix, budget_ms, limit, q,
                                              use_margin)  # fmt: skip
-            _, _, values, rho = search.mode
-        sides = search.n_sides.get(n_decode)
-        if sides is None:  # not an integer in the n_decode axis's range
-            sides = self._other_n_sides(n_decode)
-        out, a, b, dn, lo = sides
+            values, rho = search.hot[2:4]
+        try:
+            out, a, b, dn, lo = n_sides[n_decode]
+        except KeyError:  # not an integer in the n_decode axis's range
+            out, a, b, dn, lo = self._other_n_sides(n_decode)
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
         # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
-        if prefix == search.prefix_first:  # a prompt's first chunk (prefix 0): that row
+        if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row
             l0, v1 = lo, 0.0
         else:
             axis = search.prefix_axis
@@ -633,15 +643,14 @@ class CostTable:
             else:  # past the last value, or before the first: that edge alone
                 v1 = 0.0
                 out = out or prefix < axis[0] or prefix > axis[-1]
-        axis = search.ctx_axis  # ctx: rows y0 (weight u0) and y1 (u1), flat offsets
-        i = bisect_right(axis, ctx)
-        y0, y1, x, span = search.ctx_cells[i]
+        i = bisect_right(ctx_axis, ctx)  # ctx: rows y0 (weight u0) and y1 (u1)
+        y0, y1, x, span = ctx_cells[i]
         if y0 != y1:  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
             u1 = (ctx - x) / span
             u0 = 1.0 - u1
         else:  # at or past the last value, or before the first: that edge alone
             u0, u1 = 1.0, 0.0
-            out = out or ctx < axis[0] or ctx > axis[-1]
+            out = out or ctx < ctx_axis[0] or ctx > ctx_axis[-1]
         # the four (ctx, prefix) rows' low-side offsets; row r's blended value at
         # column j (step 1, inline) is 0.0 + a * values[r + j] + b * values[r + dn + j]
         p0, p2 = l0 + y0, l0 + y1
@@ -650,28 +659,26 @@ class CostTable:
         # column the limit reaches, or lower at the segment of the last crossing: the
         # bound is non-decreasing in the chunk, so when that column fits, the limit
         # does, in one evaluation (the usual answer while decodes leave room)
-        k = bisect_left(search.probe_cols, limit)  # (at most the last column)
-        cols = search.cols
+        k = bisect_left(probe_cols, limit)  # (at most the last column)
         if v1:  # the prefix between two values
             p1, p3 = l1 + y0, l1 + y1
             w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
         if k <= search.hint:  # the limit reaches no further than where the last walk
             # ended: it likely fits, so probe its column inline (step 1 at just the
             # values read)
+            # (each sum's leading 0.0 + is left out: it adds exactly nothing to the
+            # first term, a product of non-negative numbers)
             if v1:
                 f_lo = (
-                    0.0
-                    + w0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
-                    + w1 * (0.0 + a * values[p1 + k] + b * values[p1 + dn + k])
-                    + w2 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
-                    + w3 * (0.0 + a * values[p3 + k] + b * values[p3 + dn + k])
+                    w0 * (a * values[p0 + k] + b * values[p0 + dn + k])
+                    + w1 * (a * values[p1 + k] + b * values[p1 + dn + k])
+                    + w2 * (a * values[p2 + k] + b * values[p2 + dn + k])
+                    + w3 * (a * values[p3 + k] + b * values[p3 + dn + k])
                 )
             else:  # on a prefix value (a prompt's first chunk: 0) or clamped: the
                 # second side weighs 0 (v0 is 1.0) and its terms add exactly +0.0
-                f_lo = (
-                    0.0
-                    + u0 * (0.0 + a * values[p0 + k] + b * values[p0 + dn + k])
-                    + u1 * (0.0 + a * values[p2 + k] + b * values[p2 + dn + k])
+                f_lo = u0 * (a * values[p0 + k] + b * values[p0 + dn + k]) + u1 * (
+                    a * values[p2 + k] + b * values[p2 + dn + k]
                 )
             f_lo = f_lo + rho * f_lo
             if f_lo <= budget_ms:  # so does the limit (past the last column: constant)
@@ -818,7 +825,7 @@ class CostTable:
         key = (q, bool(use_margin))
         found = search.grids.get(key)
         if found is not None:
-            search.mode = (q, use_margin, *found)
+            search.hot = (q, use_margin, *found, *search.hot[4:])
             search.mode_boxes = search.boxes.setdefault(key, {})
         return found is not None
 
