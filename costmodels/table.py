@@ -123,30 +123,64 @@ def _column(
     """Step 1 (:func:`.interp.blend_row`) at chunk column ``j`` of a box's four rows,
     given by the flat offsets of their low ``n_decode`` side (the high side ``dn``
     further), weighted ``a`` and ``b``; kept in ``box`` (:meth:`CostTable.max_chunk`'s
-    walk reads it from there next time)."""
+    walk reads it from there next time). (Without interp's leading ``0.0 +``: it adds
+    exactly nothing to a product of non-negative numbers.)"""
     p0, p1, p2, p3 = rows
     column = box[j] = (
-        0.0 + a * values[p0 + j] + b * values[p0 + dn + j],
-        0.0 + a * values[p1 + j] + b * values[p1 + dn + j],
-        0.0 + a * values[p2 + j] + b * values[p2 + dn + j],
-        0.0 + a * values[p3 + j] + b * values[p3 + dn + j],
+        a * values[p0 + j] + b * values[p0 + dn + j],
+        a * values[p1 + j] + b * values[p1 + dn + j],
+        a * values[p2 + j] + b * values[p2 + dn + j],
+        a * values[p3 + j] + b * values[p3 + dn + j],
     )
     return column
+
+
+def _settle(
+    at_k: tuple[float, float, float, float], at_next: tuple[float, float, float, float],
+    weights: tuple[float, float, float, float], rho: float, x0: float, x1: float,
+    fit: int, fail: int, c: int, budget_ms: float,
+) -> int:  # fmt: skip
+    """The largest chunk in ``[fit, fail)`` whose bound fits the budget (``fit`` does,
+    ``fail`` does not; ``c`` the line's guess), the bound evaluated as :meth:`predict`
+    does between chunk columns at ``x0`` and ``x1``: at ``t = (c - x0) / (x1 - x0)``
+    of the way, each of the four rows as its value there plus ``t`` times its step
+    to the next column (``at_k``, ``at_next``: step 1's values at both columns)."""
+    a0, a1, a2, a3 = at_k
+    b0, b1, b2, b3 = at_next
+    d0, d1, d2, d3 = b0 - a0, b1 - a1, b2 - a2, b3 - a3
+    w0, w1, w2, w3 = weights
+    span = x1 - x0
+    while fail - fit > 1:
+        if c <= fit:
+            c = fit + 1
+        elif c >= fail:
+            c = fail - 1
+        t = (c - x0) / span
+        f = 0.0 + w0 * (a0 + t * d0) + w1 * (a1 + t * d1) + w2 * (a2 + t * d2) + w3 * (a3 + t * d3)
+        f = f + rho * f
+        if f <= budget_ms:
+            fit, c = c, c + 1
+        else:
+            fail, c = c, c - 1
+    return fit
 
 
 def _sides_by_position(
     axis: Sequence[int], stride: int
 ) -> tuple[list[float], list[tuple[int, int, float, float]]]:
     """An axis as floats, and for each ``bisect_right`` position on it the flat offsets
-    of the two sides (equal at and past the edges), the lower value and the step from
-    it to the upper (0.0 at the edges): :meth:`CostTable.max_chunk`'s look-up."""
+    of the two sides, the lower value and the step from it to the upper: 0.0 before
+    the first value and past the last, where the first side alone counts (its second
+    is the next value's before the first, itself past the last: so each first side
+    comes with one second side, and a walk's box is known by its first row):
+    :meth:`CostTable.max_chunk`'s look-up."""
     values = [float(v) for v in axis]
     edge = (len(values) - 1) * stride
     inner = [
         ((i - 1) * stride, i * stride, values[i - 1], values[i] - values[i - 1])
         for i in range(1, len(values))
     ]
-    return values, [(0, 0, 0.0, 0.0), *inner, (edge, edge, 0.0, 0.0)]
+    return values, [(0, stride if inner else 0, 0.0, 0.0), *inner, (edge, edge, 0.0, 0.0)]
 
 
 class _ChunkSearch:
@@ -183,10 +217,10 @@ class _ChunkSearch:
         self.hot = (math.nan, False, [], 0.0, lin.integer_sides(), int(axes[2][0]),
                     ctx_axis, ctx_cells, cols[:-1], cols)  # fmt: skip
         self.n_other: dict[float, FlatSides] = {}  # emptied when full
-        # the walks' columns by box ((n_decode, first row, ctx side's row) -> column
-        # -> the four rows' values there): the mode's, and every mode's
-        self.mode_boxes: dict[tuple[float, int, int], list] = {}
-        self.boxes: dict[tuple[float, bool], dict[tuple[float, int, int], list]] = {}
+        # the walks' columns by box ((n_decode, first row) -> column -> the four
+        # rows' values there): the mode's, and every mode's
+        self.mode_boxes: dict[tuple[float, int], list] = {}
+        self.boxes: dict[tuple[float, bool], dict[tuple[float, int], list]] = {}
         # a column index: the segment of the last crossing, or higher where a limit
         # fitted since; a limit no further is probed inline first, else the walk
         # starts there (at first: the last column, so the limit's is probed)
@@ -637,7 +671,7 @@ class CostTable:
             i = bisect_right(axis, prefix)
             z0, z1, x, span = search.prefix_cells[i]
             l1, l0 = lo + z1, lo + z0
-            if z0 != z1:  # between two values (v1 is 0.0 on the lower one)
+            if span:  # between two values (v1 is 0.0 on the lower one)
                 v1 = (prefix - x) / span
                 v0 = 1.0 - v1
             else:  # past the last value, or before the first: that edge alone
@@ -645,7 +679,7 @@ class CostTable:
                 out = out or prefix < axis[0] or prefix > axis[-1]
         i = bisect_right(ctx_axis, ctx)  # ctx: rows y0 (weight u0) and y1 (u1)
         y0, y1, x, span = ctx_cells[i]
-        if y0 != y1:  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
+        if span:  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
             u1 = (ctx - x) / span
             u0 = 1.0 - u1
         else:  # at or past the last value, or before the first: that edge alone
@@ -666,8 +700,8 @@ class CostTable:
         if k <= search.hint:  # the limit reaches no further than where the last walk
             # ended: it likely fits, so probe its column inline (step 1 at just the
             # values read)
-            # (each sum's leading 0.0 + is left out: it adds exactly nothing to the
-            # first term, a product of non-negative numbers)
+            # (interp's leading 0.0 + is left out here and in the walk: it adds
+            # exactly nothing to the first term, a product of non-negative numbers)
             if v1:
                 f_lo = (
                     w0 * (a * values[p0 + k] + b * values[p0 + dn + k])
@@ -689,47 +723,30 @@ class CostTable:
             k, f_lo = search.hint, None
         # -- the walk (rarer: a crossing is likely), in its own frame: the probe's
         # is made and emptied at every call, and each variable is a slot of it
+        # the box: n_decode and the first row (~: the prefix between two values, all
+        # four rows count; the others follow from the first, see _sides_by_position)
         if v1:
-            rows, weights = (p0, p1, p2, p3), (w0, w1, w2, w3)
+            rows, key = (p0, p1, p2, p3), (n_decode, ~p0)
         else:
-            rows, weights = (p0, p0, p2, p2), (u0, 0.0, u1, 0.0)
-        # the box: n_decode, the first row and the ctx side's (past the ctx axis's
-        # edges the same as the first's); ~: the prefix between two values (all four)
-        key = (n_decode, ~p0 if v1 else p0, p2)
-        return self._walk(values, rho, a, b, dn, rows, weights, key, k, f_lo, limit,
-                          budget_ms, out)  # fmt: skip
-
-    def _walk(
-        self, values: list[float], rho: float, a: float, b: float, dn: int,
-        rows: tuple[int, int, int, int], weights: tuple[float, float, float, float],
-        key: tuple[float, int, int], k: int, f_lo: float | None, limit: int,
-        budget_ms: float, out: bool,
-    ) -> int:  # fmt: skip
-        """:meth:`max_chunk`'s search from chunk column ``k`` (where the bound is
-        ``f_lo`` when the probe read it, else ``None``) to the segment where the bound
-        crosses the budget, one column at a time on the four rows' values there
-        (step 1), kept per column in the box's entry ``key``: made where first read
-        (a new box is walked for two columns in most calls), read again by the next
-        steps' walks; then the line through that segment, and the exact settle."""
-        search = self._search
-        cols, last = search.cols, search.last
+            rows, key = (p0, p0, p2, p2), (n_decode, p0)
+            w0, w1, w2, w3 = u0, 0.0, u1, 0.0
+        last = search.last
         boxes = search.mode_boxes
         box = boxes.get(key)
         if box is None:
             if len(boxes) >= CACHE_SIZE:
                 boxes.clear()
             box = boxes[key] = [None] * len(cols)
-        w0, w1, w2, w3 = weights
         if f_lo is None:
             r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
-            f_lo = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
+            f_lo = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
             f_lo = f_lo + rho * f_lo
         f_top = math.inf
         if f_lo <= budget_ms:  # walk up while the next column fits too (and is needed)
             while k < last and cols[k] < limit:
                 j = k + 1
                 r0, r1, r2, r3 = box[j] or _column(box, values, dn, a, b, rows, j)
-                f = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
+                f = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
                 f = f + rho * f
                 if f > budget_ms:
                     f_top = f
@@ -740,7 +757,7 @@ class CostTable:
             while k > 0:
                 k -= 1
                 r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
-                f = 0.0 + w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
+                f = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
                 f = f + rho * f
                 if f <= budget_ms:
                     f_lo = f
@@ -769,34 +786,20 @@ class CostTable:
                 c + 1 == fail or line + slope - slack > budget_ms
             ):
                 answer = c
-            else:  # settle exactly, with predict's arithmetic at t = (c - x0) / span of
-                # the way from column k to k + 1: each row as its value a there and the
-                # step d to the next column
+            else:  # settle exactly (rare: the budget lies that close to the line)
                 fcols = search.fcols
-                x0 = fcols[k]
-                span = fcols[k + 1] - x0
-                a0, a1, a2, a3 = box[k] or _column(box, values, dn, a, b, rows, k)
-                b0, b1, b2, b3 = box[k + 1] or _column(box, values, dn, a, b, rows, k + 1)
-                d0, d1, d2, d3 = b0 - a0, b1 - a1, b2 - a2, b3 - a3
-                while fail - fit > 1:  # the largest fitting chunk in [fit, fail)
-                    if c <= fit:
-                        c = fit + 1
-                    elif c >= fail:
-                        c = fail - 1
-                    t = (c - x0) / span
-                    f = (
-                        0.0
-                        + w0 * (a0 + t * d0)
-                        + w1 * (a1 + t * d1)
-                        + w2 * (a2 + t * d2)
-                        + w3 * (a3 + t * d3)
-                    )
-                    f = f + rho * f
-                    if f <= budget_ms:
-                        fit, c = c, c + 1
-                    else:
-                        fail, c = c, c - 1
-                answer = fit
+                answer = _settle(
+                    box[k] or _column(box, values, dn, a, b, rows, k),
+                    box[k + 1] or _column(box, values, dn, a, b, rows, k + 1),
+                    (w0, w1, w2, w3),
+                    rho,
+                    fcols[k],
+                    fcols[k + 1],
+                    fit,
+                    fail,
+                    c,
+                    budget_ms,
+                )
         if out or answer > cols[last]:
             self._out_of_domain += 1
         return answer
