@@ -3,7 +3,7 @@
 ``benchmarks/vllm_plugin.py`` measures the plug-in's added time as a whole; this
 script splits it. The plug-in's ``schedule()`` and the cost table's ``max_chunk``
 are recompiled from their own source with a ``perf_counter_ns`` stamp before each
-statement listed in :data:`SCHEDULE_MARKS` / :data:`MAX_CHUNK_MARKS` / :data:`WALK_MARKS` (a mark whose
+statement listed in :data:`SCHEDULE_MARKS` / :data:`MAX_CHUNK_MARKS` (a mark whose
 line is no longer in the source is reported, not silently skipped), and stepped
 beside the stock scheduler, one step each in turn, as ``vllm_plugin.py`` does by
 default (``--block N``: N steps in a row). Prints the median µs between
@@ -53,10 +53,7 @@ MAX_CHUNK_MARKS = {
         "max_chunk: the limit's column (probe)"
     ),
     "return limit": "back through deadline_chunk, plan_chunk",
-    "key = (n_decode, ~p0 if v1 else p0, p2)": "max_chunk: segment walk",
-}
-#: CostTable._walk (max_chunk's search when the probe does not decide).
-WALK_MARKS = {
+    "last = search.last": "max_chunk: segment walk",
     "fit = cols[k] if k >= 0 else 0": "max_chunk: line (and settle)",
     "if out or answer > cols[last]:": "back through deadline_chunk, plan_chunk",
 }
@@ -110,7 +107,6 @@ def main() -> None:
     inner = stamped(plain, SCHEDULE_MARKS, "schedule")
     SLOWeaveScheduler.schedule = schedule
     CostTable.max_chunk = stamped(CostTable.max_chunk, MAX_CHUNK_MARKS, "max_chunk")
-    CostTable._walk = stamped(CostTable._walk, WALK_MARKS, "_walk")
     SECTIONS: list[list[tuple[str, int]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)

@@ -721,10 +721,12 @@ class CostTable:
                 return limit
         else:  # beyond: a walk from there is likely (a long prompt's chunk)
             k, f_lo = search.hint, None
-        # -- the walk (rarer: a crossing is likely), in its own frame: the probe's
-        # is made and emptied at every call, and each variable is a slot of it
-        # the box: n_decode and the first row (~: the prefix between two values, all
-        # four rows count; the others follow from the first, see _sides_by_position)
+        # -- the walk, one column at a time on the four rows' values there (step 1),
+        # kept per column in the box's entry: made where first read (a new box is
+        # walked for two columns in most calls), read again by the next steps' walks
+        # (the vLLM plug-in's long prompt walks one box step after step). The box:
+        # n_decode and the first row (~: the prefix between two values, all four rows
+        # count; the others follow from the first, see _sides_by_position)
         if v1:
             rows, key = (p0, p1, p2, p3), (n_decode, ~p0)
         else:
