@@ -36,7 +36,6 @@ from servecal.costmodels.errors import InputError
 from servecal.costmodels.interp import (
     CACHE_SIZE,
     BlendedGrid,
-    FlatSides,
     Multilinear,
     axis_position,
     corner_value,
@@ -183,16 +182,23 @@ def _sides_by_position(
     return values, [(0, stride if inner else 0, 0.0, 0.0), *inner, (edge, edge, 0.0, 0.0)]
 
 
+#: An ``n_decode`` value's sides for :meth:`CostTable.max_chunk`: its
+#: :data:`.interp.FlatSides` and the base of its walks' box keys (each box: the base
+#: plus its first row's flat offset, complemented when all four rows count; bases are
+#: a grid's size apart, and one is never handed out twice).
+_Sides = tuple[bool, float, float, int, int, int]
+
+
 class _ChunkSearch:
     """What :meth:`CostTable.max_chunk` reads, in slots (a table's own attributes are
     many; these are few and fixed): above all ``hot``, what every call reads, as one
-    tuple (:meth:`hot_tuple`); then the prefix axis's look-up (a prompt's later
-    chunks), the chunk columns as floats, the sides of ``n_decode`` values that are no
-    integer on the axis's range (as they come), the walks' columns per box, and the
-    segment of the last crossing."""
+    tuple; then the prefix axis's look-up (a prompt's later chunks), the chunk
+    columns as floats, the sides of ``n_decode`` values that are no integer on the
+    axis's range (as they come), the walks' columns per box, and the segment of the
+    last crossing."""
 
     __slots__ = ("grids", "prefix_axis", "prefix_cells", "fcols", "last", "n_other",
-                 "hot", "boxes", "mode_boxes", "hint")  # fmt: skip
+                 "size", "next_base", "hot", "boxes", "mode_boxes", "hint")  # fmt: skip
 
     def __init__(
         self,
@@ -208,33 +214,34 @@ class _ChunkSearch:
         self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], strides[2])
         cols = [int(c) for c in axes[3]]
         self.fcols, self.last = axes[3], len(cols) - 1
+        # n_decode -> its sides (every integer on the axis's range, made at load: a
+        # scheduler asks integers, and making each on first use cost a short run
+        # ~1%); other values in n_other as they come (emptied when full), their box
+        # keys' bases past the integers'
+        self.size = math.prod(lin.shape)
+        n_sides = {n: (*sides, n * self.size) for n, sides in lin.integer_sides().items()}
+        self.next_base = (max(n_sides) + 1) * self.size
+        self.n_other: dict[float, _Sides] = {}
         # (the mode is the last call's quantile and margin flag; none yet) and its
-        # grid, n_decode -> its sides (every integer on the axis's range, made at load:
-        # a scheduler asks integers, and making each on first use cost a short run
-        # ~1%), the prefix axis's first value (an int, as the axis's values are: a
-        # scheduler's int prefix compares fastest), the ctx axis's look-up, and the
-        # chunk columns (bisect_left on all but the last: a column index <= last)
-        self.hot = (math.nan, False, [], 0.0, lin.integer_sides(), int(axes[2][0]),
-                    ctx_axis, ctx_cells, cols[:-1], cols)  # fmt: skip
-        self.n_other: dict[float, FlatSides] = {}  # emptied when full
-        # the walks' columns by box ((n_decode, first row) -> column -> the four
-        # rows' values there): the mode's, and every mode's
-        self.mode_boxes: dict[tuple[float, int], list] = {}
-        self.boxes: dict[tuple[float, bool], dict[tuple[float, int], list]] = {}
+        # grid, the n_decode sides, the prefix axis's first value (an int, as the
+        # axis's values are: a scheduler's int prefix compares fastest), the ctx
+        # axis's look-up, and the chunk columns (bisect_left on all but the last: a
+        # column index <= last)
+        self.hot = (math.nan, False, [], 0.0, n_sides, int(axes[2][0]), ctx_axis, ctx_cells,
+                    cols[:-1], cols)  # fmt: skip
+        # the walks' columns by box (its key, see _Sides -> column -> the four rows'
+        # values there): the mode's, and every mode's
+        self.mode_boxes: dict[int, list] = {}
+        self.boxes: dict[tuple[float, bool], dict[int, list]] = {}
         # a column index: the segment of the last crossing, or higher where a limit
         # fitted since; a limit no further is probed inline first, else the walk
         # starts there (at first: the last column, so the limit's is probed)
         self.hint = self.last
 
     @property
-    def n_sides(self) -> dict[float, FlatSides]:
+    def n_sides(self) -> dict[float, _Sides]:
         """The sides of every integer ``n_decode`` on the axis's range (made at load)."""
         return self.hot[4]
-
-    @property
-    def cols(self) -> list[int]:
-        """The chunk axis's values."""
-        return self.hot[9]
 
 
 class CostTable:
@@ -659,9 +666,9 @@ class CostTable:
                                              use_margin)  # fmt: skip
             values, rho = search.hot[2:4]
         try:
-            out, a, b, dn, lo = n_sides[n_decode]
+            out, a, b, dn, lo, base = n_sides[n_decode]
         except KeyError:  # not an integer in the n_decode axis's range
-            out, a, b, dn, lo = self._other_n_sides(n_decode)
+            out, a, b, dn, lo, base = self._other_n_sides(n_decode)
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
         # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
         if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row
@@ -724,13 +731,13 @@ class CostTable:
         # -- the walk, one column at a time on the four rows' values there (step 1),
         # kept per column in the box's entry: made where first read (a new box is
         # walked for two columns in most calls), read again by the next steps' walks
-        # (the vLLM plug-in's long prompt walks one box step after step). The box:
-        # n_decode and the first row (~: the prefix between two values, all four rows
-        # count; the others follow from the first, see _sides_by_position)
+        # (the vLLM plug-in's long prompt walks one box step after step). The box's
+        # key: n_decode's base plus the first row (~: the prefix between two values,
+        # all four rows count; the others follow from the first: _sides_by_position)
         if v1:
-            rows, key = (p0, p1, p2, p3), (n_decode, ~p0)
+            rows, key = (p0, p1, p2, p3), ~(base + p0)
         else:
-            rows, key = (p0, p0, p2, p2), (n_decode, p0)
+            rows, key = (p0, p0, p2, p2), base + p0
             w0, w1, w2, w3 = u0, 0.0, u1, 0.0
         last = search.last
         boxes = search.mode_boxes
@@ -834,17 +841,20 @@ class CostTable:
             search.mode_boxes = search.boxes.setdefault(key, {})
         return found is not None
 
-    def _other_n_sides(self, n_decode: float) -> FlatSides:
+    def _other_n_sides(self, n_decode: float) -> _Sides:
         """:meth:`max_chunk`'s sides of an ``n_decode`` made at load for no integer
-        (a fraction, or past the axis), kept until :data:`.interp.CACHE_SIZE` of them."""
-        others = self._search.n_other
+        (a fraction, or past the axis), kept until :data:`.interp.CACHE_SIZE` of them;
+        each new one with a box-key base never handed out before."""
+        search = self._search
+        others = search.n_other
         sides = others.get(n_decode)
         if sides is None:
             if len(others) >= CACHE_SIZE:
                 others.clear()
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
-            sides = others[n_decode] = self._search_lin.flat_sides(n)
+            sides = others[n_decode] = (*self._search_lin.flat_sides(n), search.next_base)
+            search.next_base += search.size
         return sides
 
     def _max_chunk_round_up(
