@@ -115,6 +115,15 @@ def _plain(*xs: Any) -> tuple[int | float, ...]:
     return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
 
 
+def _kept(cache: dict, key: Any, value: Any) -> Any:
+    """``cache[key] = value``, the cache emptied first when it holds
+    :data:`.interp.CACHE_SIZE` entries (a long run's fractions and boxes stay bounded)."""
+    if len(cache) >= CACHE_SIZE:
+        cache.clear()
+    cache[key] = value
+    return value
+
+
 def _column(
     box: list[tuple[float, float, float, float] | None], values: list[float], dn: int,
     a: float, b: float, rows: tuple[int, int, int, int], j: int,
@@ -743,9 +752,7 @@ class CostTable:
         boxes = search.mode_boxes
         box = boxes.get(key)
         if box is None:
-            if len(boxes) >= CACHE_SIZE:
-                boxes.clear()
-            box = boxes[key] = [None] * len(cols)
+            box = _kept(boxes, key, [None] * len(cols))
         if f_lo is None:
             r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
             f_lo = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
@@ -849,11 +856,9 @@ class CostTable:
         others = search.n_other
         sides = others.get(n_decode)
         if sides is None:
-            if len(others) >= CACHE_SIZE:
-                others.clear()
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
-            sides = others[n_decode] = (*self._search_lin.flat_sides(n), search.next_base)
+            sides = _kept(others, n_decode, (*self._search_lin.flat_sides(n), search.next_base))
             search.next_base += search.size
         return sides
 
