@@ -654,8 +654,7 @@ class CostTable:
         ``tests/costmodels/test_interp_fast.py`` checks the answers against the
         vectorised :meth:`predict`, at and around every boundary.
         """
-        if type(limit) is not int:
-            limit = int(limit)
+        limit = int(limit)  # (an int itself: the quickest way to make sure of it)
         if limit < 1:
             return 0
         # ctx and the budget as Python floats: a numpy float32 would compute (and
@@ -679,20 +678,6 @@ class CostTable:
         except KeyError:  # not an integer in the n_decode axis's range
             out, a, b, dn, lo, base = self._other_n_sides(n_decode)
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
-        # prefix: rows z0 (weight v0) and z1 (v1), as flat offsets
-        if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row
-            l0, v1 = lo, 0.0
-        else:
-            axis = search.prefix_axis
-            i = bisect_right(axis, prefix)
-            z0, z1, x, span = search.prefix_cells[i]
-            l1, l0 = lo + z1, lo + z0
-            if span:  # between two values (v1 is 0.0 on the lower one)
-                v1 = (prefix - x) / span
-                v0 = 1.0 - v1
-            else:  # past the last value, or before the first: that edge alone
-                v1 = 0.0
-                out = out or prefix < axis[0] or prefix > axis[-1]
         i = bisect_right(ctx_axis, ctx)  # ctx: rows y0 (weight u0) and y1 (u1)
         y0, y1, x, span = ctx_cells[i]
         if span:  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
@@ -701,23 +686,37 @@ class CostTable:
         else:  # at or past the last value, or before the first: that edge alone
             u0, u1 = 1.0, 0.0
             out = out or ctx < ctx_axis[0] or ctx > ctx_axis[-1]
-        # the four (ctx, prefix) rows' low-side offsets; row r's blended value at
-        # column j (step 1, inline) is 0.0 + a * values[r + j] + b * values[r + dn + j]
-        p0, p2 = l0 + y0, l0 + y1
+        # prefix: rows z0 (weight v0) and z1 (v1); then the four (ctx, prefix) rows'
+        # low-side flat offsets p0 (z0, y0), p1 (z1, y0), p2 (z0, y1), p3 (z1, y1): row
+        # r's blended value at column j (step 1) is a * values[r + j] + b * values[r +
+        # dn + j], without interp's leading 0.0 + (it adds exactly nothing to a product
+        # of non-negative numbers, here and in the walk)
+        if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row
+            p0, p2, v1 = lo + y0, lo + y1, 0.0
+        else:
+            axis = search.prefix_axis
+            i = bisect_right(axis, prefix)
+            z0, z1, x, span = search.prefix_cells[i]
+            l0 = lo + z0
+            p0, p2 = l0 + y0, l0 + y1
+            if span:  # between two values (v1 is 0.0 on the lower one)
+                v1 = (prefix - x) / span
+                v0 = 1.0 - v1
+                l1 = lo + z1
+                p1, p3 = l1 + y0, l1 + y1
+                w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
+            else:  # past the last value, or before the first: that edge alone
+                v1 = 0.0
+                out = out or prefix < axis[0] or prefix > axis[-1]
         # -- the bound at chunk column k: corner_value(..., k, 0.0) + margin (rho 0.0
         # when none: f + 0.0 * f is f, values being finite), inline. Start at the first
         # column the limit reaches, or lower at the segment of the last crossing: the
         # bound is non-decreasing in the chunk, so when that column fits, the limit
         # does, in one evaluation (the usual answer while decodes leave room)
         k = bisect_left(probe_cols, limit)  # (at most the last column)
-        if v1:  # the prefix between two values
-            p1, p3 = l1 + y0, l1 + y1
-            w0, w1, w2, w3 = u0 * v0, u0 * v1, u1 * v0, u1 * v1
         if k <= search.hint:  # the limit reaches no further than where the last walk
             # ended: it likely fits, so probe its column inline (step 1 at just the
             # values read)
-            # (interp's leading 0.0 + is left out here and in the walk: it adds
-            # exactly nothing to the first term, a product of non-negative numbers)
             if v1:
                 f_lo = (
                     w0 * (a * values[p0 + k] + b * values[p0 + dn + k])
