@@ -717,17 +717,17 @@ class CostTable:
         if k <= search.hint:  # the limit reaches no further than where the last walk
             # ended: it likely fits, so probe its column inline (step 1 at just the
             # values read)
-            if v1:
+            if not v1:  # on a prefix value (a prompt's first chunk: 0) or clamped: the
+                # second side weighs 0 (v0 is 1.0) and its terms add exactly +0.0
+                f_lo = u0 * (a * values[p0 + k] + b * values[p0 + dn + k]) + u1 * (
+                    a * values[p2 + k] + b * values[p2 + dn + k]
+                )
+            else:  # the prefix between two values
                 f_lo = (
                     w0 * (a * values[p0 + k] + b * values[p0 + dn + k])
                     + w1 * (a * values[p1 + k] + b * values[p1 + dn + k])
                     + w2 * (a * values[p2 + k] + b * values[p2 + dn + k])
                     + w3 * (a * values[p3 + k] + b * values[p3 + dn + k])
-                )
-            else:  # on a prefix value (a prompt's first chunk: 0) or clamped: the
-                # second side weighs 0 (v0 is 1.0) and its terms add exactly +0.0
-                f_lo = u0 * (a * values[p0 + k] + b * values[p0 + dn + k]) + u1 * (
-                    a * values[p2 + k] + b * values[p2 + dn + k]
                 )
             f_lo = f_lo + rho * f_lo
             if f_lo <= budget_ms:  # so does the limit (past the last column: constant)
