@@ -422,6 +422,12 @@ def whole_run(
     processes, after one untimed run that leaves the ``.pyc`` files an install has.
     With ``baseline`` (a tree from :func:`_tree_at`) the same command on that code too,
     alternating with this tree's, on the same inputs (made by this tree)."""
+    for path in (trace, profile):
+        if not Path(path).exists():
+            print(f"error: --whole-run: {path}: no such file or folder", file=sys.stderr)
+            raise SystemExit(2)
+    # absolute: the timed command runs in a scratch folder (outside the repository)
+    trace, profile = str(Path(trace).resolve()), str(Path(profile).resolve())
     work = Path(tempfile.mkdtemp(prefix="servecal-bench-"))
     try:
         exe = [sys.executable, "-m", "servecal"]
