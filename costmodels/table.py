@@ -658,7 +658,8 @@ class CostTable:
         if limit < 1:
             return 0
         # ctx and the budget as Python floats: a numpy float32 would compute (and
-        # compare) in single precision; n_decode and prefix only key the cache here
+        # compare) in single precision (a prefix past the first value too, below;
+        # n_decode only keys its sides, made from the Python number it holds)
         ctx, budget_ms = float(ctx), float(budget_ms)
         search = self._search
         # what every call reads, in one tuple: one look-up, then local variables (each
@@ -694,7 +695,7 @@ class CostTable:
         if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row
             p0, p2, v1 = lo + y0, lo + y1, 0.0
         else:
-            axis = search.prefix_axis
+            prefix, axis = float(prefix), search.prefix_axis
             i = bisect_right(axis, prefix)
             z0, z1, x, span = search.prefix_cells[i]
             l0 = lo + z0

@@ -276,7 +276,8 @@ def test_the_integer_n_decode_sides_made_at_load_are_those_made_one_by_one() -> 
 
 def test_max_chunk_takes_numpy_scalars_as_the_python_numbers_they_hold() -> None:
     """numpy scalars answer as the Python numbers of the same value: a float32 context
-    is not computed with in single precision (budgets exactly on a chunk's bound tell),
+    or prefix is not computed with in single precision (budgets exactly on a chunk's
+    bound tell),
     and an n_decode first asked as a float32 does not leave a cache entry that answers
     a nearby Python float wrongly."""
     table, fresh = _small_table(), _small_table()
@@ -287,6 +288,13 @@ def test_max_chunk_takes_numpy_scalars_as_the_python_numbers_they_hold() -> None
         got = table.max_chunk(np.int64(5), ctx32, np.int64(100), np.float64(bound),
                               np.int64(256), np.float64(0.99), np.bool_(True))  # fmt: skip
         assert got == _brute_max_chunk(fresh, 5, ctx, 100, bound, 256, 0.99, True) >= c
+    for prefix32 in rng.uniform(1.0, 500.0, 40).astype(np.float32):  # a later chunk's
+        prefix, c = float(prefix32), int(rng.integers(70, 250))
+        bound = float(
+            fresh.predict(5, c, 300.7, prefix, q=0.99) + fresh.margin(5, c, 300.7, prefix)
+        )
+        got = table.max_chunk(5, 300.7, prefix32, bound, 256, 0.99, True)
+        assert got == _brute_max_chunk(fresh, 5, 300.7, prefix, bound, 256, 0.99, True) >= c
     n32 = np.float32(5.3)
     budget = float(table.predict(float(n32), 150, 300.7, 100, q=0.99)) * 1.1
     assert table.max_chunk(n32, 300.7, 100, np.float32(budget), 256, 0.99, True) == (
