@@ -32,9 +32,16 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from servecal.costmodels.atomic import atomic_write_bytes
+from servecal.costmodels.chunk_search import (
+    LINE_SLACK,
+    ChunkSearch,
+    NSides,
+    blend_column,
+    keep_bounded,
+    settle,
+)
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.interp import (
-    CACHE_SIZE,
     BlendedGrid,
     Multilinear,
     axis_position,
@@ -91,16 +98,6 @@ class Margin:
 
 _PY_SCALARS = frozenset({int, float})
 
-#: How far (relative to the bound and budget) :meth:`CostTable.max_chunk`'s line
-#: through two chunk columns must clear the budget to decide without evaluating the
-#: bound exactly. The computed bound at a chunk and the line through the computed
-#: column values both lie within about 50 units of rounding (2^-53) of the exact
-#: piecewise-linear bound (a dozen non-negative products and sums, then the margin,
-#: each off by at most one unit, times 1 + |rho|); 2^-40 is 8192 units, and still
-#: a ten-billionth of a microsecond on a 30 ms budget: the exact settle runs only
-#: where the budget lies that close to a chunk's bound (the tests put it there).
-_LINE_SLACK = 2.0**-40
-
 
 def _scalar_kind(a: Any, b: Any, c: Any, d: Any) -> int:
     """1: all plain Python numbers (the engine's hot path); 2: scalars incl. numpy; 0: arrays."""
@@ -113,144 +110,6 @@ def _scalar_kind(a: Any, b: Any, c: Any, d: Any) -> int:
 def _plain(*xs: Any) -> tuple[int | float, ...]:
     """numpy scalars compare slowly inside bisect: turn them into Python numbers."""
     return tuple(x if type(x) in _PY_SCALARS else x.item() for x in xs)
-
-
-def _kept(cache: dict, key: Any, value: Any) -> Any:
-    """``cache[key] = value``, the cache emptied first when it holds
-    :data:`.interp.CACHE_SIZE` entries (a long run's fractions and boxes stay bounded)."""
-    if len(cache) >= CACHE_SIZE:
-        cache.clear()
-    cache[key] = value
-    return value
-
-
-def _column(
-    box: list[tuple[float, float, float, float] | None], values: list[float], dn: int,
-    a: float, b: float, rows: tuple[int, int, int, int], j: int,
-) -> tuple[float, float, float, float]:  # fmt: skip
-    """Step 1 (:func:`.interp.blend_row`) at chunk column ``j`` of a box's four rows,
-    given by the flat offsets of their low ``n_decode`` side (the high side ``dn``
-    further), weighted ``a`` and ``b``; kept in ``box`` (:meth:`CostTable.max_chunk`'s
-    walk reads it from there next time). (Without interp's leading ``0.0 +``: it adds
-    exactly nothing to a product of non-negative numbers.)"""
-    p0, p1, p2, p3 = rows
-    column = box[j] = (
-        a * values[p0 + j] + b * values[p0 + dn + j],
-        a * values[p1 + j] + b * values[p1 + dn + j],
-        a * values[p2 + j] + b * values[p2 + dn + j],
-        a * values[p3 + j] + b * values[p3 + dn + j],
-    )
-    return column
-
-
-def _settle(
-    at_k: tuple[float, float, float, float], at_next: tuple[float, float, float, float],
-    weights: tuple[float, float, float, float], rho: float, x0: float, x1: float,
-    fit: int, fail: int, c: int, budget_ms: float,
-) -> int:  # fmt: skip
-    """The largest chunk in ``[fit, fail)`` whose bound fits the budget (``fit`` does,
-    ``fail`` does not; ``c`` the line's guess), the bound evaluated as :meth:`predict`
-    does between chunk columns at ``x0`` and ``x1``: at ``t = (c - x0) / (x1 - x0)``
-    of the way, each of the four rows as its value there plus ``t`` times its step
-    to the next column (``at_k``, ``at_next``: step 1's values at both columns)."""
-    a0, a1, a2, a3 = at_k
-    b0, b1, b2, b3 = at_next
-    d0, d1, d2, d3 = b0 - a0, b1 - a1, b2 - a2, b3 - a3
-    w0, w1, w2, w3 = weights
-    span = x1 - x0
-    while fail - fit > 1:
-        if c <= fit:
-            c = fit + 1
-        elif c >= fail:
-            c = fail - 1
-        t = (c - x0) / span
-        f = 0.0 + w0 * (a0 + t * d0) + w1 * (a1 + t * d1) + w2 * (a2 + t * d2) + w3 * (a3 + t * d3)
-        f = f + rho * f
-        if f <= budget_ms:
-            fit, c = c, c + 1
-        else:
-            fail, c = c, c - 1
-    return fit
-
-
-def _sides_by_position(
-    axis: Sequence[int], stride: int
-) -> tuple[list[float], list[tuple[int, int, float, float]]]:
-    """An axis as floats, and for each ``bisect_right`` position on it the flat offsets
-    of the two sides, the lower value and the step from it to the upper: 0.0 before
-    the first value and past the last, where the first side alone counts (its second
-    is the next value's before the first, itself past the last: so each first side
-    comes with one second side, and a walk's box is known by its first row):
-    :meth:`CostTable.max_chunk`'s look-up."""
-    values = [float(v) for v in axis]
-    edge = (len(values) - 1) * stride
-    inner = [
-        ((i - 1) * stride, i * stride, values[i - 1], values[i] - values[i - 1])
-        for i in range(1, len(values))
-    ]
-    return values, [(0, stride if inner else 0, 0.0, 0.0), *inner, (edge, edge, 0.0, 0.0)]
-
-
-#: An ``n_decode`` value's sides for :meth:`CostTable.max_chunk`: its
-#: :data:`.interp.FlatSides` and the base of its walks' box keys (each box: the base
-#: plus its first row's flat offset, complemented when all four rows count; bases are
-#: a grid's size apart, and one is never handed out twice).
-_Sides = tuple[bool, float, float, int, int, int]
-
-
-class _ChunkSearch:
-    """What :meth:`CostTable.max_chunk` reads, in slots (a table's own attributes are
-    many; these are few and fixed): above all ``hot``, what every call reads, as one
-    tuple; then the prefix axis's look-up (a prompt's later chunks), the chunk
-    columns as floats, the sides of ``n_decode`` values that are no integer on the
-    axis's range (as they come), the walks' columns per box, and the segment of the
-    last crossing."""
-
-    __slots__ = ("grids", "prefix_axis", "prefix_cells", "fcols", "last", "n_other",
-                 "size", "next_base", "hot", "boxes", "mode_boxes", "hint")  # fmt: skip
-
-    def __init__(
-        self,
-        lin: Multilinear,
-        grids: dict[tuple[float, bool], tuple[list[float], float]],
-    ) -> None:
-        # by (quantile, with margin): the flat grid and the margin's factor (0.0
-        # without); absent under round-up and for P50 + the P99's margin (two grids),
-        # which take CostTable._max_chunk_other
-        self.grids = grids
-        axes, strides = lin.axes, lin.strides
-        ctx_axis, ctx_cells = _sides_by_position(axes[1], strides[1])
-        self.prefix_axis, self.prefix_cells = _sides_by_position(axes[2], strides[2])
-        cols = [int(c) for c in axes[3]]
-        self.fcols, self.last = axes[3], len(cols) - 1
-        # n_decode -> its sides (every integer on the axis's range, made at load: a
-        # scheduler asks integers, and making each on first use cost a short run
-        # ~1%); other values in n_other as they come (emptied when full), their box
-        # keys' bases past the integers'
-        self.size = math.prod(lin.shape)
-        n_sides = {n: (*sides, n * self.size) for n, sides in lin.integer_sides().items()}
-        self.next_base = (max(n_sides) + 1) * self.size
-        self.n_other: dict[float, _Sides] = {}
-        # (the mode is the last call's quantile and margin flag; none yet) and its
-        # grid, the n_decode sides, the prefix axis's first value (an int, as the
-        # axis's values are: a scheduler's int prefix compares fastest), the ctx
-        # axis's look-up, and the chunk columns (bisect_left on all but the last: a
-        # column index <= last)
-        self.hot = (math.nan, False, [], 0.0, n_sides, int(axes[2][0]), ctx_axis, ctx_cells,
-                    cols[:-1], cols)  # fmt: skip
-        # the walks' columns by box (its key, see _Sides -> column -> the four rows'
-        # values there): the mode's, and every mode's
-        self.mode_boxes: dict[int, list] = {}
-        self.boxes: dict[tuple[float, bool], dict[int, list]] = {}
-        # a column index: the segment of the last crossing, or higher where a limit
-        # fitted since; a limit no further is probed inline first, else the walk
-        # starts there (at first: the last column, so the limit's is probed)
-        self.hint = self.last
-
-    @property
-    def n_sides(self) -> dict[float, _Sides]:
-        """The sides of every integer ``n_decode`` on the axis's range (made at load)."""
-        return self.hot[4]
 
 
 class CostTable:
@@ -358,7 +217,7 @@ class CostTable:
                 tail_q = self._margin.quantile
                 grids[(tail_q, True)] = (self._flat[tail_q], rho)
         self._search_lin = self._lin or Multilinear(self._axes)
-        self._search = _ChunkSearch(self._search_lin, grids)
+        self._search = ChunkSearch(self._search_lin, grids)
         self._eblend = blend(self._eflat) if self._eflat is not None else None
 
     # -------------------------------------------------------------- properties
@@ -631,7 +490,7 @@ class CostTable:
         up), solve the line there, and settle the integer. The settle is exact
         with :meth:`predict`'s own arithmetic; it is skipped when the line clears the
         budget on both sides by far more than the rounding of either (see
-        :data:`_LINE_SLACK`), which leaves no other answer.
+        :data:`LINE_SLACK`), which leaves no other answer.
 
         Under round-up, the fitting chunks are ``c <= chunk_axis[k]`` for the last
         fitting grid column ``k`` (or every chunk when the last column fits: clamp).
@@ -742,7 +601,7 @@ class CostTable:
         # walked for two columns in most calls), read again by the next steps' walks
         # (the vLLM plug-in's long prompt walks one box step after step). The box's
         # key: n_decode's base plus the first row (~: the prefix between two values,
-        # all four rows count; the others follow from the first: _sides_by_position)
+        # all four rows count; the others follow from the first: sides_by_position)
         if v1:
             rows, key = (p0, p1, p2, p3), ~(base + p0)
         else:
@@ -752,16 +611,16 @@ class CostTable:
         boxes = search.mode_boxes
         box = boxes.get(key)
         if box is None:
-            box = _kept(boxes, key, [None] * len(cols))
+            box = keep_bounded(boxes, key, [None] * len(cols))
         if f_lo is None:
-            r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
+            r0, r1, r2, r3 = box[k] or blend_column(box, values, dn, a, b, rows, k)
             f_lo = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
             f_lo = f_lo + rho * f_lo
         f_top = math.inf
         if f_lo <= budget_ms:  # walk up while the next column fits too (and is needed)
             while k < last and cols[k] < limit:
                 j = k + 1
-                r0, r1, r2, r3 = box[j] or _column(box, values, dn, a, b, rows, j)
+                r0, r1, r2, r3 = box[j] or blend_column(box, values, dn, a, b, rows, j)
                 f = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
                 f = f + rho * f
                 if f > budget_ms:
@@ -772,7 +631,7 @@ class CostTable:
             f_top = f_lo
             while k > 0:
                 k -= 1
-                r0, r1, r2, r3 = box[k] or _column(box, values, dn, a, b, rows, k)
+                r0, r1, r2, r3 = box[k] or blend_column(box, values, dn, a, b, rows, k)
                 f = w0 * r0 + w1 * r1 + w2 * r2 + w3 * r3
                 f = f + rho * f
                 if f <= budget_ms:
@@ -797,16 +656,16 @@ class CostTable:
             c = int(fit + (budget_ms - f_lo) / slope)  # where the line crosses the budget
             c = fit if c < fit else fail - 1 if c >= fail else c
             line = f_lo + (c - fit) * slope  # the line at c, and at c + 1 below
-            slack = _LINE_SLACK * (1.0 + abs(rho)) * (f_top + abs(budget_ms))
+            slack = LINE_SLACK * (1.0 + abs(rho)) * (f_top + abs(budget_ms))
             if (c == fit or line + slack <= budget_ms) and (
                 c + 1 == fail or line + slope - slack > budget_ms
             ):
                 answer = c
             else:  # settle exactly (rare: the budget lies that close to the line)
                 fcols = search.fcols
-                answer = _settle(
-                    box[k] or _column(box, values, dn, a, b, rows, k),
-                    box[k + 1] or _column(box, values, dn, a, b, rows, k + 1),
+                answer = settle(
+                    box[k] or blend_column(box, values, dn, a, b, rows, k),
+                    box[k + 1] or blend_column(box, values, dn, a, b, rows, k + 1),
                     (w0, w1, w2, w3),
                     rho,
                     fcols[k],
@@ -848,7 +707,7 @@ class CostTable:
             search.mode_boxes = search.boxes.setdefault(key, {})
         return found is not None
 
-    def _other_n_sides(self, n_decode: float) -> _Sides:
+    def _other_n_sides(self, n_decode: float) -> NSides:
         """:meth:`max_chunk`'s sides of an ``n_decode`` made at load for no integer
         (a fraction, or past the axis), kept until :data:`.interp.CACHE_SIZE` of them;
         each new one with a box-key base never handed out before."""
@@ -858,7 +717,8 @@ class CostTable:
         if sides is None:
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
-            sides = _kept(others, n_decode, (*self._search_lin.flat_sides(n), search.next_base))
+            sides = (*self._search_lin.flat_sides(n), search.next_base)
+            keep_bounded(others, n_decode, sides)
             search.next_base += search.size
         return sides
 

@@ -13,8 +13,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from servecal.costmodels import interp
-from servecal.costmodels import table as table_module
+from servecal.costmodels import chunk_search, interp
 from servecal.costmodels.grid import make_monotone, uncross
 from servecal.costmodels.interp import Multilinear
 from servecal.costmodels.table import AXES, CostTable, Margin
@@ -251,7 +250,7 @@ def test_max_chunk_cache_is_cleared_when_full_without_changing_answers(monkeypat
     and keeps those of other values (fractions, past the axis) as they come, and its
     walks' columns per box; each cache is emptied when full, and answers stay those
     of the vectorised predict."""
-    monkeypatch.setattr(table_module, "CACHE_SIZE", 3)
+    monkeypatch.setattr(chunk_search, "CACHE_SIZE", 3)
     table = _small_table()
     for n in [x + 0.5 for x in range(0, 70, 3)] + [70, 90, 64.0, 16]:
         for ctx, p in ((10.5, 0), (700.25, 100), (2000.0, 600)):
