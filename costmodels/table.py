@@ -216,8 +216,8 @@ class CostTable:
             if self._margin is not None:
                 tail_q = self._margin.quantile
                 grids[(tail_q, True)] = (self._flat[tail_q], rho)
-        self._search_lin = self._lin or Multilinear(self._axes)
-        self._search = ChunkSearch(self._search_lin, grids)
+        # (under round-up no grid is searchable; the search's look-ups go unused)
+        self._search = ChunkSearch(self._lin or Multilinear(self._axes), grids)
         self._eblend = blend(self._eflat) if self._eflat is not None else None
 
     # -------------------------------------------------------------- properties
@@ -685,6 +685,7 @@ class CostTable:
     ) -> int:  # fmt: skip
         """:meth:`max_chunk` where its straight-line search does not apply: the round-up
         rule, or planning on one quantile plus another's margin; else the error."""
+        n_decode, prefix = _plain(n_decode, prefix)  # (as predict: not in single precision)
         if self._lin is None:
             return self._max_chunk_round_up(n_decode, ctx, prefix, budget_ms, limit, q, use_margin)
         blend = self._blend.get(float(q)) if float(q) in self._q else None
@@ -717,7 +718,7 @@ class CostTable:
         if sides is None:
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
-            sides = (*self._search_lin.flat_sides(n), search.next_base)
+            sides = (*self._lin.flat_sides(n), search.next_base)
             keep_bounded(others, n_decode, sides)
             search.next_base += search.size
         return sides

@@ -273,6 +273,21 @@ def test_the_integer_n_decode_sides_made_at_load_are_those_made_one_by_one() -> 
         assert sides == lin.flat_sides(n) == lin.flat_sides(float(n))
 
 
+def test_planning_on_p50_plus_the_p99_margin_takes_numpy_scalars_as_python_numbers() -> None:
+    """The two-grid search (P50 + the P99's margin) and the round-up rule compute with
+    the Python numbers a float32 n_decode or prefix holds, as predict does."""
+    fresh = _small_table()
+    rng = np.random.default_rng(11)
+    for table in (_small_table(), _small_table().with_between("round_up")):
+        check = fresh if table.between == "linear" else _small_table().with_between("round_up")
+        for n32, p32 in zip(rng.uniform(1, 60, 40).astype(np.float32),
+                            rng.uniform(1, 500, 40).astype(np.float32), strict=True):  # fmt: skip
+            n, prefix, c = float(n32), float(p32), int(rng.integers(70, 250))
+            bound = float(check.predict(n, c, 300.7, prefix) + check.margin(n, c, 300.7, prefix))
+            got = table.max_chunk(n32, 300.7, p32, bound, 256, 0.5, True)
+            assert got == _brute_max_chunk(check, n, 300.7, prefix, bound, 256, 0.5, True)
+
+
 def test_max_chunk_takes_numpy_scalars_as_the_python_numbers_they_hold() -> None:
     """numpy scalars answer as the Python numbers of the same value: a float32 context
     or prefix is not computed with in single precision (budgets exactly on a chunk's
