@@ -102,6 +102,11 @@ def sides_by_position(
     return values, [(0, stride if inner else 0, 0.0, 0.0), *inner, (edge, edge, 0.0, 0.0)]
 
 
+#: How many integer ``n_decode`` values (from the axis's first) get their sides at
+#: load: every one a scheduler asks of an axis up to a few thousand (0.3 ms for
+#: 513), a bounded cost for a longer axis (the rest are made as they come).
+PREMADE_N_DECODE = 4096
+
 #: An ``n_decode`` value's sides for :meth:`.table.CostTable.max_chunk`: its
 #: :data:`.interp.FlatSides` and the base of its walks' box keys (each box: the base
 #: plus its first row's flat offset, complemented when all four rows count; bases are
@@ -113,9 +118,8 @@ class ChunkSearch:
     """What :meth:`.table.CostTable.max_chunk` reads, in slots (a table's own attributes are
     many; these are few and fixed): above all ``hot``, what every call reads, as one
     tuple; then the prefix axis's look-up (a prompt's later chunks), the chunk
-    columns as floats, the sides of ``n_decode`` values that are no integer on the
-    axis's range (as they come), the walks' columns per box, and the segment of the
-    last crossing."""
+    columns as floats, the sides of fractional ``n_decode`` values (as they come),
+    the walks' columns per box, and the segment of the last crossing."""
 
     __slots__ = ("grids", "prefix_axis", "prefix_cells", "fcols", "last", "n_other",
                  "size", "next_base", "hot", "boxes", "mode_boxes", "hint")  # fmt: skip
@@ -134,12 +138,13 @@ class ChunkSearch:
         self.prefix_axis, self.prefix_cells = sides_by_position(axes[2], strides[2])
         cols = [int(c) for c in axes[3]]
         self.fcols, self.last = axes[3], len(cols) - 1
-        # n_decode -> its sides (every integer on the axis's range, made at load: a
-        # scheduler asks integers, and making each on first use cost a short run
-        # ~1%); other values in n_other as they come (emptied when full), their box
-        # keys' bases past the integers'
+        # n_decode -> its sides (the integers on the axis's range, made at load, up to
+        # PREMADE_N_DECODE: a scheduler asks integers, and making each on first use
+        # cost a short run ~1%); other values in n_other as they come (emptied when
+        # full), their box keys' bases past the integers'
         self.size = math.prod(lin.shape)
-        n_sides = {n: (*sides, n * self.size) for n, sides in lin.integer_sides().items()}
+        made = lin.integer_sides(PREMADE_N_DECODE)
+        n_sides = {n: (*sides, n * self.size) for n, sides in made.items()}
         self.next_base = (max(n_sides) + 1) * self.size
         self.n_other: dict[float, NSides] = {}
         # (the mode is the last call's quantile and margin flag; none yet) and its

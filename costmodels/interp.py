@@ -177,19 +177,23 @@ class Multilinear:
         (lo, a), (hi, b) = sides
         return (out, a, b, hi - lo, lo)
 
-    def integer_sides(self) -> dict[float, FlatSides]:
-        """:meth:`flat_sides` of every integer from the ``n_decode`` axis's first value
-        to its last (the same floats: ``t`` computed as :meth:`_sides` does), made in
-        one pass over the axis's intervals."""
+    def integer_sides(self, count: int) -> dict[float, FlatSides]:
+        """:meth:`flat_sides` of the first ``count`` integers from the ``n_decode``
+        axis's first value, up to its last (the same floats: ``t`` computed as
+        :meth:`_sides` does), made in one pass over the axis's intervals."""
         axis, stride = self.axes[0], self.strides[0]
+        end = min(int(axis[-1]), int(axis[0]) + count - 1)  # the last one made
         sides: dict[float, FlatSides] = {}
         for i in range(len(axis) - 1):
             lo, hi = axis[i], axis[i + 1]
+            if lo > end:
+                break
             sides[int(lo)] = (False, 1.0, 0.0, 0, i * stride)
-            for n in range(int(lo) + 1, int(hi)):
+            for n in range(int(lo) + 1, min(int(hi), end + 1)):
                 t = (n - lo) / (hi - lo)
                 sides[n] = (False, 1.0 - t, t, stride, i * stride)
-        sides[int(axis[-1])] = (False, 1.0, 0.0, 0, (len(axis) - 1) * stride)
+        if axis[-1] <= end:
+            sides[int(axis[-1])] = (False, 1.0, 0.0, 0, (len(axis) - 1) * stride)
         return sides
 
     def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:

@@ -34,6 +34,7 @@ from numpy.typing import ArrayLike
 from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.chunk_search import (
     LINE_SLACK,
+    PREMADE_N_DECODE,
     ChunkSearch,
     NSides,
     blend_column,
@@ -535,7 +536,8 @@ class CostTable:
             values, rho = search.hot[2:4]
         try:
             out, a, b, dn, lo, base = n_sides[n_decode]
-        except KeyError:  # not an integer in the n_decode axis's range
+        except KeyError:  # not made yet: a fraction, or an integer past those made
+            # at load (then made once, see _other_n_sides)
             out, a, b, dn, lo, base = self._other_n_sides(n_decode)
         # -- Multilinear.corners(..., n_decode, ctx, prefix), inline ------------------
         i = bisect_right(ctx_axis, ctx)  # ctx: rows y0 (weight u0) and y1 (u1)
@@ -709,9 +711,12 @@ class CostTable:
         return found is not None
 
     def _other_n_sides(self, n_decode: float) -> NSides:
-        """:meth:`max_chunk`'s sides of an ``n_decode`` made at load for no integer
-        (a fraction, or past the axis), kept until :data:`.interp.CACHE_SIZE` of them;
-        each new one with a box-key base never handed out before."""
+        """:meth:`max_chunk`'s sides of an ``n_decode`` not made at load (a fraction, an
+        integer past the axis or past those made at load), each new one with a
+        box-key base never handed out before. An integer joins the ones made at load
+        (so that the next call finds it without the failed look-up, up to twice
+        :data:`.chunk_search.PREMADE_N_DECODE` of them); fractions are kept until
+        :data:`.interp.CACHE_SIZE` of them."""
         search = self._search
         others = search.n_other
         sides = others.get(n_decode)
@@ -719,8 +724,12 @@ class CostTable:
             # computed on a Python number: it serves every n_decode equal to this one
             n = n_decode if type(n_decode) in _PY_SCALARS else n_decode.item()
             sides = (*self._lin.flat_sides(n), search.next_base)
-            keep_bounded(others, n_decode, sides)
             search.next_base += search.size
+            made = search.n_sides
+            if float(n).is_integer() and len(made) < 2 * PREMADE_N_DECODE:
+                made[n] = sides
+            else:
+                keep_bounded(others, n_decode, sides)
         return sides
 
     def _max_chunk_round_up(
