@@ -23,6 +23,7 @@ import pandas as pd
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import Predictor
+from servecal.costmodels.segments import read_table, table_exists
 
 RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
 FLEET_INDEX = "index.json"
@@ -174,12 +175,7 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 
 def _read_parquet(path: Path, required: Sequence[str]) -> pd.DataFrame:
-    try:
-        df = pd.read_parquet(path)
-    except Exception as exc:  # pyarrow raises many types for one cause: unreadable
-        raise InputError(
-            f"{path}: not a readable Parquet file ({exc.__class__.__name__})"
-        ) from None
+    df = read_table(path)  # one file, or a live server's folder of parts
     missing = [c for c in required if c not in df.columns]
     if missing:
         raise InputError(f"{path}: missing column {missing[0]!r}")
@@ -233,7 +229,7 @@ def _observer_drift(observers: Any) -> dict[str, Any] | None:
 def load_run(folder: Path) -> RunData:
     """Read one run folder; a missing file or column is one-line :class:`InputError`."""
     for name in RUN_FILES:
-        if not (folder / name).is_file():
+        if not table_exists(folder / name):
             raise InputError(f"{folder}: not a run folder (no {name})")
     info = _read_json(folder / "run.json")
     config = info.get("config", {})

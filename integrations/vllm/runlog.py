@@ -1,4 +1,4 @@
-"""The plug-in's online-validation log: a servecal run folder written from a live server.
+"""The plug-in's online-validation log: a servecal run folder that a live server appends to.
 
 Every step vLLM executed becomes one row of ``iterations.parquet`` in the engine's
 schema (:data:`servecal.sched.engine.ITERATION_COLUMNS`, plus ``planned_chunk``,
@@ -7,18 +7,28 @@ schema (:data:`servecal.sched.engine.ITERATION_COLUMNS`, plus ``planned_chunk``,
 ``servecal validate TABLE RUN_DIR`` gates the table on production traffic and
 ``servecal report RUN_DIR`` draws predicted against actual.
 
-The folder is rewritten whole (atomically, through :func:`write_run`) every
-``flush_every`` steps and at shutdown. The writing runs on a background thread
-from a snapshot, so the serving loop only pays for copying its buffers. Per step
-the loop appends one row (to a list: numpy blocks are made every 256 rows) and one
-step end time; a request's tokens are kept as streaks of consecutive steps, so a
-step costs nothing per decoding request, and its TPOT statistics are derived from
-the step end times when the folder is written. Predictions are not computed per step either: each
-write asks the table, vectorised, about the rows it has not seen, and a finished
-request's row is built once. Each write still rewrites the whole folder, O(run
-length), on the writer thread (which shares the GIL with the serving loop): 0.8 s
-for a 200,000-step, 20,000-request log on a loaded 2-core machine, so keep
-``flush_every`` in the thousands for long runs (docs/results/2026-12-01-vllm-plugin.md).
+**Append-only segments.** ``iterations.parquet`` and ``requests.parquet`` are
+folders of parts (``part-000000.parquet``, ...: the layout pyarrow and pandas read
+as one table). A writer thread appends one part to each at every flush: the steps
+logged since the last one, and the requests that finished since. A flush comes
+every ``flush_every`` steps *and* at least every ``flush_s`` seconds (also while the
+server is idle), so a flush costs the rows since the last one, never the run's
+length, and memory holds only those rows (plus the step end times that requests
+still running will read their token times from). A part is written under a
+hidden temporary name and renamed into place, so a part is whole or absent.
+
+**What a stop loses.** vLLM usually ends the engine process before the
+scheduler's ``shutdown()`` runs (an ``LLM(...)`` script's exit, the API server's
+default ``--shutdown-timeout 0``, a signal to the process group, ``SIGKILL``):
+whatever the stop, every step older than the last flush interval is on disk, and
+so is every request that finished before it. Requests still running at a hard
+stop have no row (their steps do). A ``shutdown()`` that does run writes
+everything, running requests included, and marks ``run.json`` closed.
+
+``run.json`` is written when the log starts (the settings; ``"log"`` says the
+folder is segmented) and again at a clean close; it has no summary: readers
+compute it from the parts, so a live folder, a killed one and a closed one read
+the same way.
 """
 
 from __future__ import annotations
@@ -26,13 +36,14 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from servecal.costmodels.atomic import atomic_path
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 
@@ -54,36 +65,13 @@ STEP_FIELDS = (
     "raw_ms",
 )
 _INT_FIELDS = ("n_decode", "chunk", "n_prefills", "planned_chunk")
-_BATCH = 256  # rows kept as Python lists before they become a numpy block
-
-
-class _Rows:
-    """Append-only float rows: the serving loop appends the row itself (one list
-    append, no numpy per step: in place after vLLM's step a numpy row assignment
-    costs tens of µs); every ``_BATCH`` rows they become one numpy block."""
-
-    def __init__(self, width: int) -> None:
-        self._width = width
-        self._blocks: list[np.ndarray] = []
-        self._pending: list[Any] = []
-        self._n = 0
-
-    def append(self, row: Any) -> None:
-        """Add ``row`` (a sequence of ``width`` floats, not changed afterwards)."""
-        pending = self._pending
-        pending.append(row)
-        if len(pending) >= _BATCH:
-            self._blocks.append(np.array(pending, dtype=float).reshape(-1, self._width))
-            self._n += len(pending)
-            self._pending = []
-
-    def __len__(self) -> int:
-        return self._n + len(self._pending)
-
-    def snapshot(self) -> np.ndarray:
-        """All rows so far, as one array (a copy: the writer may keep it)."""
-        tail = np.array(self._pending, dtype=float).reshape(-1, self._width)
-        return np.concatenate([*self._blocks, tail])
+#: The log's format, in ``run.json``'s ``"log"``.
+LOG_FORMAT = "servecal.runlog/segments-1"
+#: Default seconds between flushes (the most a hard stop loses, plus one write).
+FLUSH_SECONDS = 5.0
+#: Step end times before the oldest running request's first token are dropped once
+#: this many have piled up (not at every flush: a list slice copies what it keeps).
+_TRIM_AT = 4096
 
 
 class _Track:
@@ -96,7 +84,7 @@ class _Track:
 
     __slots__ = ("rid", "request_id", "arrival_ms", "prompt_tokens", "max_tokens",
                  "ttft_slo_ms", "tpot_slo_ms", "streaks", "recomputes", "done_ms",
-                 "tokens_out", "row")  # fmt: skip
+                 "tokens_out")  # fmt: skip
 
     def __init__(self, rid: int, request_id: str, arrival_ms: float, prompt_tokens: int,
                  max_tokens: int, ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
@@ -111,13 +99,12 @@ class _Track:
         self.recomputes = 0  # vLLM preempts by freeing the KV: a recompute
         self.done_ms = math.nan
         self.tokens_out: int | None = None
-        self.row: dict[str, Any] | None = None  # a finished request's row, once built
 
     def open(self) -> bool:
         return bool(self.streaks) and self.streaks[-1][1] is None
 
     def frozen(self, last: int) -> _Track:
-        """A copy whose open streak ends at step ``last`` (for a snapshot)."""
+        """A copy whose open streak ends at step ``last`` (a running request at close)."""
         copy = _Track.__new__(_Track)
         for name in _Track.__slots__:
             setattr(copy, name, getattr(self, name))
@@ -131,18 +118,18 @@ def _token_steps(t: _Track) -> np.ndarray:
     return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
 
 
-def _request_row(t: _Track, ends: np.ndarray) -> dict[str, Any]:
-    """The requests-frame row of ``t``: its token times are the ends of the steps of
-    its streaks (TPOT statistics by the engine's own function)."""
+def _append_request(rows: dict[str, list[Any]], t: _Track, ends: np.ndarray, base: int) -> None:
+    """Add ``t``'s row to the requests' columns ``rows``: its token times are the ends
+    of the steps of its streaks (``ends[k]`` is step ``base + k``; TPOT statistics by
+    the engine's own function)."""
     from servecal.sched.request import Request
-    from servecal.sched.result import REQUEST_COLUMNS, append_request_row
+    from servecal.sched.result import append_request_row
 
-    steps = _token_steps(t)
-    steps = steps[steps < len(ends)]
+    steps = _token_steps(t) - base
+    steps = steps[(steps >= 0) & (steps < len(ends))]
     times = ends[steps]
     finished = not math.isnan(t.done_ms)
     tokens = int(t.tokens_out) if t.tokens_out is not None else int(times.size)
-    rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
     req = Request(
         t.rid,
         max(0.0, t.arrival_ms),
@@ -163,9 +150,6 @@ def _request_row(t: _Track, ends: np.ndarray) -> dict[str, Any]:
         slo_exception=False,
         rejected=False,
     )
-    row = {k: v[0] for k, v in rows.items()}
-    row["request_id"] = t.request_id
-    return row
 
 
 def _predicted(n: int, query: Callable[[], Any]) -> np.ndarray:
@@ -177,11 +161,12 @@ def _predicted(n: int, query: Callable[[], Any]) -> np.ndarray:
 
 
 class RunLog:
-    """Steps and requests of one vLLM run, flushed to ``folder`` as a servecal run.
+    """Steps and requests of one vLLM run, appended to ``folder`` as a servecal run.
 
     The serving loop reports each executed step (:meth:`step`, which numbers it) and
-    the few request events of that step: a first token (:meth:`started`), a request
-    that did not run (:meth:`stopped`), one that left (:meth:`finished`).
+    the few request events of that step: an arrival (:meth:`arrived`), a first token
+    (:meth:`started`), a request that did not run (:meth:`stopped`), one that left
+    (:meth:`finished`). A daemon thread writes; the loop only appends under a lock.
     """
 
     def __init__(
@@ -190,49 +175,63 @@ class RunLog:
         predictor: Predictor,
         config: dict[str, Any],
         flush_every: int = 1000,
+        flush_s: float = FLUSH_SECONDS,
     ) -> None:
         self.folder = Path(folder)
         self._predictor = predictor
         self._config = config
         self._flush_every = flush_every
-        self._rows = _Rows(len(STEP_FIELDS))
-        self._ends: list[float] = []  # end of each logged step (ms): the token times
-        self._since_flush = 0
+        self._flush_s = flush_s
+        self._lock = threading.Lock()  # the loop's appends against the writer's swaps
+        self._write_lock = threading.Lock()  # one flush at a time
+        self._rows: list[Sequence[float]] = []  # steps since the last flush
+        self._ends: list[float] = []  # step end times (ms) from step ``_base`` on
+        self._base = 0
         self._tracks: dict[str, _Track] = {}
-        self._done: list[_Track] = []
+        self._done: list[_Track] = []  # finished since the last flush
         self._next_rid = 0
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="servecal-runlog")
-        self._pending: Future[Any] | None = None
-        self._lock = threading.Lock()
-        self._predicted: tuple[np.ndarray, ...] = (np.zeros(0),) * 3  # rows done so far
+        self._parts = 0
+        self._lost_steps = 0
         self.flushes = 0
+        self._closed = False
+        for name in ("iterations.parquet", "requests.parquet"):
+            (self.folder / name).mkdir(parents=True, exist_ok=True)
+        self._write_meta(closed=False)
+        self._wake = threading.Event()
+        self._stop = False
+        self._thread = threading.Thread(
+            target=self._writer_loop, name="servecal-runlog", daemon=True
+        )
+        self._thread.start()
 
     # -- the serving loop's side (cheap) ------------------------------------------------
     def step(self, row: Sequence[float]) -> int:
         """Log one executed step (fields in :data:`STEP_FIELDS` order, not changed
         afterwards); its index."""
-        index = len(self._ends)
-        self._rows.append(row)
-        self._ends.append(row[0] + row[1])
-        self._since_flush += 1
-        if self._since_flush >= self._flush_every:
-            self.flush(wait=False)
+        with self._lock:
+            self._rows.append(row)
+            self._ends.append(row[0] + row[1])
+            index = self._base + len(self._ends) - 1
+            due = len(self._rows) >= self._flush_every
+        if due:
+            self._wake.set()
         return index
 
     def arrived(self, request_id: str, arrival_ms: float, prompt_tokens: int, max_tokens: int,
                 ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
         """A request entered the scheduler."""
-        self._tracks[request_id] = _Track(
-            self._next_rid, request_id, arrival_ms, prompt_tokens, max_tokens,
-            ttft_slo_ms, tpot_slo_ms,
-        )  # fmt: skip
+        track = _Track(self._next_rid, request_id, arrival_ms, prompt_tokens, max_tokens,
+                       ttft_slo_ms, tpot_slo_ms)  # fmt: skip
         self._next_rid += 1
+        with self._lock:
+            self._tracks[request_id] = track
 
     def started(self, request_id: str, step: int) -> None:
         """``request_id`` got a token in ``step`` and will in each step it runs next."""
         t = self._tracks.get(request_id)
         if t is not None and not t.open():
-            t.streaks.append([step, None])
+            with self._lock:
+                t.streaks.append([step, None])
 
     def stopped(self, request_id: str, last: int) -> None:
         """``request_id`` did not run after step ``last`` (skipped or preempted)."""
@@ -249,80 +248,136 @@ class RunLog:
     def finished(self, request_id: str, now_ms: float, last: int, tokens_out: int) -> None:
         """The request left the scheduler (done or aborted) at ``now_ms``; its last
         token, if it was decoding, came in step ``last``."""
-        t = self._tracks.pop(request_id, None)
-        if t is None:
-            return
-        if t.open():
-            t.streaks[-1][1] = last
-        t.tokens_out = tokens_out
-        t.done_ms = now_ms if tokens_out > 0 else math.nan  # aborted before any token
-        self._done.append(t)
+        with self._lock:
+            t = self._tracks.pop(request_id, None)
+            if t is None:
+                return
+            if t.open():
+                t.streaks[-1][1] = last
+            t.tokens_out = tokens_out
+            t.done_ms = now_ms if tokens_out > 0 else math.nan  # aborted before any token
+            self._done.append(t)
 
     @property
     def steps(self) -> int:
-        return len(self._ends)
+        return self._base + len(self._ends)
 
     # -- writing ------------------------------------------------------------------------
-    def flush(self, wait: bool = True) -> None:
-        """Write the folder from a snapshot; ``wait=False`` hands the work to the writer
-        thread (skipped if the previous write is still running: the next one has it all)."""
-        if self._pending is not None and not self._pending.done():
-            if not wait:
+    def _writer_loop(self) -> None:
+        while True:
+            self._wake.wait(self._flush_s)
+            self._wake.clear()
+            if self._stop:
                 return
-            self._pending.result()
-        self._since_flush = 0
-        snapshot = self._snapshot()
-        if wait:
-            self._write(*snapshot)
-        else:
-            self._pending = self._writer.submit(self._write_logged, *snapshot)
+            try:
+                self.flush()
+            except Exception:  # noqa: BLE001 - a failed write must not take the server down
+                log.exception("servecal: could not append to the run folder %s", self.folder)
+
+    def flush(self) -> None:
+        """Append what was logged since the last flush (in the caller's thread)."""
+        with self._write_lock:
+            self._flush_locked(final=False)
 
     def close(self) -> None:
-        """Final write (waits for it) and stop the writer thread."""
-        self.flush(wait=True)
-        self._writer.shutdown(wait=True)
+        """Write everything, running requests included, mark ``run.json`` closed, and
+        stop the writer thread."""
+        if self._closed:
+            return
+        self._stop = True
+        self._wake.set()
+        self._thread.join(timeout=60)
+        with self._write_lock:
+            self._flush_locked(final=True)
+            self._write_meta(closed=True)
+            self._closed = True
 
-    def _snapshot(self) -> tuple[np.ndarray, np.ndarray, list[_Track]]:
-        last = len(self._ends) - 1
-        live = [t.frozen(last) for t in self._tracks.values()]
-        ends = np.asarray(self._ends, dtype=float)
-        return self._rows.snapshot(), ends, [*self._done, *live]
-
-    def _write_logged(self, steps: np.ndarray, ends: np.ndarray, tracks: list[_Track]) -> None:
-        try:
-            self._write(steps, ends, tracks)
-        except Exception:  # noqa: BLE001 - a failed write must not take the server down
-            log.exception("servecal: could not write the run folder %s", self.folder)
-
-    def _write(self, steps: np.ndarray, ends: np.ndarray, tracks: list[_Track]) -> None:
-        import pandas as pd
-
-        from servecal.sched.engine import ITERATION_COLUMNS
-        from servecal.sched.metrics import summarize
-        from servecal.sched.result import REQUEST_COLUMNS, RunResult
-        from servecal.sched.runfolder import write_run
-
-        iterations = self._iterations(steps, ITERATION_COLUMNS)
-        requests = []
-        for t in tracks:  # a finished request's row never changes: built once
-            row = t.row if t.row is not None else _request_row(t, ends)
-            if not math.isnan(t.done_ms) or t.tokens_out is not None:
-                t.row = row
-            requests.append(row)
-        frame = pd.DataFrame(requests, columns=[*REQUEST_COLUMNS, "request_id"])
-        frame = frame.astype(
-            {"rid": np.int64, "tokens_out": np.int64, "recomputes": np.int64, "parks": np.int64}
-        )
-        summary = summarize(frame, iterations)
-        result = RunResult.from_frames(
-            requests=frame,
-            iterations=iterations,
-            plan_calls=len(iterations),
-            energy_source="none",
-        )
+    def _flush_locked(self, final: bool) -> None:
         with self._lock:
-            write_run(self.folder, result, self._config, summary, {})
-            self.flushes += 1
+            rows, self._rows = self._rows, []
+            done, self._done = self._done, []
+            ends, base = self._ends, self._base
+            n_total = base + len(ends)
+            open_tracks = list(self._tracks.values())
+            starts = [t.streaks[0][0] for t in open_tracks if t.streaks]
+        if final:  # running requests get a row too, their open streak ending now
+            done += [t.frozen(n_total - 1) for t in open_tracks]
+        if not rows and not done:
+            return
+        ends_array = np.asarray(ends[: n_total - base], dtype=float)
+        try:
+            if rows:
+                self._append_steps(rows, n_total - len(rows))
+            if done:
+                self._append_requests(done, ends_array, base)
+        except Exception:
+            self._lost_steps += len(rows)
+            raise
+        self.flushes += 1
+        # step end times no running request can still need: not kept
+        oldest = min([*starts, n_total])
+        if oldest - base >= _TRIM_AT:
+            with self._lock:
+                cut = oldest - self._base
+                self._ends = self._ends[cut:]
+                self._base += cut
+
+    def _next_part(self, kind: str) -> Path:
+        return self.folder / kind / f"part-{self._parts:06d}.parquet"
+
+    def _append_steps(self, rows: list[Sequence[float]], first: int) -> None:
+        from servecal.costmodels.arrow_numpy import write_parquet
+        from servecal.sched.engine import ITERATION_COLUMNS
+
+        steps = np.array(rows, dtype=float).reshape(-1, len(STEP_FIELDS))
+        cols: dict[str, Any] = {name: steps[:, k] for k, name in enumerate(STEP_FIELDS)}
+        for name in _INT_FIELDS:
+            cols[name] = cols[name].astype(np.int64)
+        args = tuple(cols[c] for c in ("n_decode", "chunk", "ctx", "prefix"))
+        cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = self._predictions(
+            len(steps), args
+        )
+        cols["energy_j"] = np.full(len(steps), np.nan)  # the plug-in has no energy meter
+        cols["step"] = np.arange(first, first + len(steps), dtype=np.int64)
+        extra = [f for f in (*STEP_FIELDS, "step") if f not in ITERATION_COLUMNS]
+        ordered = {name: cols[name] for name in (*ITERATION_COLUMNS, *extra)}
+        with atomic_path(self._next_part("iterations.parquet")) as tmp:
+            write_parquet(ordered, tmp)
+        self._parts += 1
+
+    def _append_requests(self, done: list[_Track], ends: np.ndarray, base: int) -> None:
+        from servecal.costmodels.arrow_numpy import write_parquet
+        from servecal.sched.result import REQUEST_COLUMNS, request_columns
+
+        rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
+        for t in done:
+            _append_request(rows, t, ends, base)
+        cols = request_columns(rows)
+        cols["request_id"] = np.array([t.request_id for t in done], dtype=object)
+        with atomic_path(self._next_part("requests.parquet")) as tmp:
+            write_parquet(cols, tmp)
+        self._parts += 1
+
+    def _write_meta(self, closed: bool) -> None:
+        from servecal.sched.runfolder import write_json
+
+        doc = {
+            "schema": "servecal.run/1",
+            "config": self._config,
+            "seeds": {},
+            "summary": {},  # computed by readers from the parts
+            "energy_source": "none",
+            "log": {
+                "format": LOG_FORMAT,
+                "flush_every": self._flush_every,
+                "flush_s": self._flush_s,
+                "closed": closed,
+                "steps": self.steps,
+                "lost_steps": self._lost_steps,
+                "written_unix": time.time(),
+            },
+        }
+        write_json(self.folder / "run.json", doc)
 
     def _predictions(self, n: int, args: tuple[np.ndarray, ...]) -> tuple[np.ndarray, ...]:
         """P50, P99 and margin for every row, in one vectorised call each.
@@ -341,23 +396,3 @@ class RunLog:
             _predicted(n, lambda: p.predict(*args, q=PLAN_QUANTILE)),
             _predicted(n, lambda: p.margin(*args)),
         )
-
-    def _iterations(self, steps: np.ndarray, order: tuple[str, ...]) -> Any:
-        import pandas as pd
-
-        n = len(steps)
-        cols: dict[str, Any] = {name: steps[:, k] for k, name in enumerate(STEP_FIELDS)}
-        for name in _INT_FIELDS:
-            cols[name] = cols[name].astype(np.int64)
-        # rows already predicted by an earlier write keep their predictions (the table
-        # does not change): each write asks the table about the new rows only
-        done = len(self._predicted[0])
-        new = tuple(cols[c][done:] for c in ("n_decode", "chunk", "ctx", "prefix"))
-        fresh = self._predictions(n - done, new)
-        self._predicted = tuple(
-            np.concatenate([old, add]) for old, add in zip(self._predicted, fresh, strict=True)
-        )
-        cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = self._predicted
-        cols["energy_j"] = np.full(n, np.nan)  # the plug-in has no energy meter
-        extra = [f for f in STEP_FIELDS if f not in order]
-        return pd.DataFrame({name: cols[name] for name in (*order, *extra)})

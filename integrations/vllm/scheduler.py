@@ -20,9 +20,14 @@ chosen automatically when vLLM runs async), step ``k+1`` is scheduled while ``k`
 runs, so the interval starts when ``k``'s output came back: the GPU time of
 ``k+1`` as long as the GPU stays busy. ``raw_ms`` keeps the plain interval.
 
-vLLM's scheduler interface is not public: this module is written against
-vLLM :data:`~servecal.integrations.vllm.VLLM_VERSION` and imports it at import
-time (nothing else in servecal does).
+vLLM's scheduler interface is not public: this module is tested against the
+releases in :data:`~servecal.integrations.vllm.TESTED_VLLM_VERSIONS` (another one
+starts with a warning) and imports vLLM at import time (nothing else in servecal
+does).
+
+With ``"policy": "vllm"`` the budget is left alone: vLLM schedules as it would
+without the plug-in, and the plug-in only logs its steps (the baseline a
+comparison needs, measured by the same instrumentation).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ from itertools import islice
 from operator import attrgetter
 from typing import Any
 
+import vllm
 from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -123,7 +129,16 @@ class SLOWeaveScheduler(Scheduler):
             )
             if warning:
                 logger.warning("servecal: %s", warning)
+        from servecal.integrations.vllm import TESTED_VLLM_VERSIONS
+
+        if vllm.__version__ not in TESTED_VLLM_VERSIONS:
+            logger.warning(
+                "servecal: vLLM %s is not a release the plug-in is tested against (%s)",
+                vllm.__version__,
+                ", ".join(TESTED_VLLM_VERSIONS),
+            )
         self._sw_cfg = cfg
+        self._sw_observe = cfg.policy == "vllm"
         self._sw_table = table
         cap = self.max_num_scheduled_tokens
         self._sw_sloweave = SLOWeaveConfig(
@@ -156,14 +171,13 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_now_ms = math.nan  # the step end being processed in update_from_output
         self._sw_log = None
         if cfg.run_dir is not None:
-            from servecal.integrations.vllm import VLLM_VERSION
             from servecal.integrations.vllm.runlog import RunLog
 
             self._sw_log = RunLog(
                 cfg.run_dir,
                 table,
                 {
-                    "policy": "sloweave-vllm",
+                    "policy": "vllm-default" if self._sw_observe else "sloweave-vllm",
                     "workload": "vllm",
                     "executor": "vllm",
                     "tpot_slo_ms": cfg.tpot_slo_ms,
@@ -171,7 +185,7 @@ class SLOWeaveScheduler(Scheduler):
                     "servecal": cfg.describe(),
                     "sloweave": {"c_max": self._sw_sloweave.c_max},
                     "vllm": {
-                        "version": VLLM_VERSION,
+                        "version": vllm.__version__,
                         "model": str(model_config.model),
                         "max_num_scheduled_tokens": cap,
                         "max_num_seqs": self.max_num_running_reqs,
@@ -180,7 +194,13 @@ class SLOWeaveScheduler(Scheduler):
                     },
                 },
                 cfg.flush_every,
+                cfg.flush_s,
             )
+        where = f", run folder {cfg.run_dir}" if cfg.run_dir else ""
+        if self._sw_observe:
+            logger.info("servecal: vLLM's own scheduling, steps logged against %s%s",
+                        cfg.table, where)  # fmt: skip
+            return
         logger.info(
             "servecal: SLOWeave on %s (TPOT SLO %.1f ms, C_max %d, plan on P%g%s)%s",
             cfg.table,
@@ -188,7 +208,7 @@ class SLOWeaveScheduler(Scheduler):
             self._sw_sloweave.c_max,
             cfg.quantile * 100,
             " + margin" if cfg.use_margin else "",
-            f", run folder {cfg.run_dir}" if cfg.run_dir else "",
+            where,
         )
 
     def _sw_ms(self) -> float:
@@ -322,8 +342,8 @@ class SLOWeaveScheduler(Scheduler):
         else:
             prompts = self._sw_next_prompts(partial, n_before)
         cap = self.max_num_scheduled_tokens
-        if prompts:
-            first = prompts[0]
+        first = prompts[0] if prompts else None
+        if first is not None and not self._sw_observe:
             prefix = first.num_computed_tokens
             if len(prompts) == 1:
                 remaining = first.num_tokens - prefix
@@ -340,7 +360,7 @@ class SLOWeaveScheduler(Scheduler):
                 self._sw_table, self._sw_sloweave, start, n, n * self._sw_tokens_per_decode,
                 ctx, deadline, prefix, remaining, cap, waited,
             )  # fmt: skip
-        else:  # nothing to prefill: vLLM schedules its decodes untouched
+        else:  # nothing to prefill (or observing): vLLM schedules untouched
             chunk, budget, budget_ms = DECODE_ONLY
         # the decision's own time, for the run folder (on the plug-in's clock)
         decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN

@@ -237,18 +237,3 @@ def test_importing_servecal_does_not_import_vllm() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-# -- the run log's step rows ------------------------------------------------------------
-def test_run_log_rows_come_back_in_order_across_batches() -> None:
-    from servecal.integrations.vllm import runlog
-
-    rows = runlog._Rows(3)
-    made = [[float(i), i + 0.5, -float(i)] for i in range(2 * runlog._BATCH + 7)]
-    for k, row in enumerate(made):
-        rows.append(row)
-        if k in (0, runlog._BATCH - 1, runlog._BATCH, len(made) - 1):  # around a batch's end
-            assert len(rows) == k + 1
-            assert rows.snapshot().tolist() == made[: k + 1]
-    assert rows.snapshot().shape == (len(made), 3)
-    assert runlog._Rows(4).snapshot().shape == (0, 4)

