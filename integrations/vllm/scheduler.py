@@ -191,6 +191,8 @@ class SLOWeaveScheduler(Scheduler):
                         "max_num_seqs": self.max_num_running_reqs,
                         "async_scheduling": self._sw_async,
                         "speculative_tokens": self._sw_tokens_per_decode - 1,
+                        # wall time of the log's 0 ms: lines its steps up with a client's
+                        "clock_origin_unix": time.time() - (self._sw_clock() - self._sw_perf0),
                     },
                 },
                 cfg.flush_every,

@@ -1,0 +1,91 @@
+"""What the bench measured, as a servecal run folder.
+
+``requests.parquet`` holds the client's view, in the engine's columns: arrival is
+the time the request was *due* (so a late client is charged, as a simulated
+arrival would be), first token and completion are when the client read them,
+TPOT statistics come from the gaps between the tokens it read (by the engine's own
+function). A request that failed or was cut off has no completion: it counts as
+missed. ``iterations.parquet`` holds the steps the server's plug-in logged while
+this run was in flight (empty when the bench has no server log), so the same
+``report`` draws both, and ``validate`` gates a table on them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from servecal.integrations.bench.client import Received
+
+
+def request_columns(received: list[Received]) -> dict[str, np.ndarray]:
+    from servecal.sched.result import REQUEST_COLUMNS, append_request_row
+    from servecal.sched.result import request_columns as typed
+
+    rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
+    for got in received:
+        times = np.asarray(got.token_ms, dtype=float)
+        append_request_row(
+            rows,
+            got.request,
+            first_ms=float(times[0]) if times.size else math.nan,
+            done_ms=float(times[-1]) if got.complete else math.nan,
+            tokens_out=int(times.size),
+            gaps=np.diff(times),
+            recomputes=0,
+            parks=0,
+            slo_exception=False,
+            rejected=False,
+        )
+    return typed(rows)
+
+
+def server_steps(run_dir: Path, start_unix: float, end_unix: float) -> Any:
+    """The steps a plug-in's run log holds between two wall-clock times, with their
+    start times moved onto the bench's clock (ms after ``start_unix``); None when
+    the folder has no steps yet."""
+    from servecal.costmodels.errors import InputError
+    from servecal.costmodels.segments import read_table
+
+    try:
+        meta = json.loads((run_dir / "run.json").read_text())
+        frame = read_table(run_dir / "iterations.parquet")
+    except (OSError, ValueError, InputError):
+        return None
+    origin = meta.get("config", {}).get("vllm", {}).get("clock_origin_unix")
+    if origin is None:
+        return None
+    shift = (start_unix - float(origin)) * 1000.0  # server ms → bench ms
+    start = frame["start_ms"].to_numpy(dtype=float) - shift
+    keep = (start >= 0) & (start <= (end_unix - start_unix) * 1000.0)
+    out = frame.loc[keep].reset_index(drop=True)
+    out["start_ms"] = start[keep]
+    return out
+
+
+def write_bench_run(folder: Path, received: list[Received], iterations: Any,
+                    config: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
+    """Write the run folder (atomically, as every run) and return its summary."""
+    import pandas as pd
+
+    from servecal.sched.engine import ITERATION_COLUMNS
+    from servecal.sched.metrics import summarize
+    from servecal.sched.result import RunResult
+    from servecal.sched.runfolder import write_run
+
+    requests = pd.DataFrame(request_columns(received))
+    if iterations is None:
+        iterations = pd.DataFrame({c: np.zeros(0) for c in ITERATION_COLUMNS})
+    summary = summarize(requests, iterations)
+    errors = [got.error for got in received if got.error]
+    summary["errors"] = len(errors)
+    result = RunResult.from_frames(requests=requests, iterations=iterations,
+                                   plan_calls=len(iterations), energy_source="none")  # fmt: skip
+    doc = dict(config)
+    doc["first_errors"] = sorted(set(errors))[:5]
+    write_run(folder, result, doc, summary, {"seed": config.get("seed")})
+    return summary

