@@ -71,7 +71,7 @@ def export_table(
     against, ``decode_ctx`` the one context the decode knobs are fitted at (default:
     all the table's), ``source`` names the table in the header; a fit whose RMS error
     exceeds :data:`~servecal.costmodels.export_llmd.MAX_FIT_RMS` raises
-    :class:`InputError` (nothing written) unless ``force``.
+    :class:`InputError` (nothing written) unless ``force`` (then a ``NoticeWarning``).
     """
     if fmt not in FORMATS:
         raise InputError(f"--format: unknown format '{fmt}' (choose {', '.join(FORMATS)})")
@@ -91,7 +91,8 @@ def export_table(
         )
 
         profile = fit_sim_profile(table, max_num_seqs, decode_ctx)
-        notes = check_fit(profile, force) + fit_notes(profile)
+        check_fit(profile, force)
+        notes = fit_notes(profile)
         text = sim_yaml(profile, source)
     else:
         frame = long_form(table)

@@ -37,11 +37,12 @@ exactly), and the ITL std-dev is capped where the simulator's start-up check put
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
+from servecal.costmodels.errors import InputError, NoticeWarning
 from servecal.costmodels.table import CostTable
 
 #: ``Φ⁻¹(0.99)``: P99 − P50 of a normal distribution in standard deviations.
@@ -160,16 +161,17 @@ def fit_sim_profile(
     )
 
 
-def check_fit(profile: SimProfile, force: bool = False) -> list[str]:
+def check_fit(profile: SimProfile, force: bool = False) -> None:
     """Refuse (:class:`InputError`, one line) a profile whose decode or prefill fit has
-    an RMS relative error above :data:`MAX_FIT_RMS`, unless ``force``; the notes to print."""
+    an RMS relative error above :data:`MAX_FIT_RMS`; with ``force``, warn
+    (:class:`NoticeWarning`, one ``warning:`` line in the CLI) instead."""
     bad = [
         (what, fit)
         for what, fit in (("decode", profile.decode_fit), ("prefill", profile.prefill_fit))
         if fit.rms_rel > MAX_FIT_RMS
     ]
     if not bad:
-        return []
+        return
     said = "; ".join(f"{what} RMS error {fit.rms_rel:.1%}" for what, fit in bad)
     hint = ""
     if any(what == "decode" for what, _ in bad) and profile.decode_ctx is None:
@@ -179,7 +181,10 @@ def check_fit(profile: SimProfile, force: bool = False) -> list[str]:
             f"llm-d-sim fit too far from the table's P50: {said} > {MAX_FIT_RMS:.0%}{hint}; "
             "--force writes it anyway"
         )
-    return [f"warning: {said} > {MAX_FIT_RMS:.0%}, written anyway (--force)"]
+    warnings.warn(
+        NoticeWarning(f"llm-d-sim {said} > {MAX_FIT_RMS:.0%}, written anyway (--force)"),
+        stacklevel=2,
+    )
 
 
 def to_ns(ms: float) -> int:
