@@ -59,12 +59,19 @@ def export_table(
     *,
     max_num_seqs: int = 256,
     source: str = "a servecal cost table",
+    max_num_batched_tokens: int | None = None,
+    decode_ctx: float | None = None,
+    force: bool = False,
 ) -> Exported:
     """Write ``table`` as ``fmt`` at ``path``, atomically, and its provenance beside it
     (:func:`write_provenance`).
 
-    ``max_num_seqs`` is the simulator's concurrency limit the llm-d-sim load factor
-    is fitted against; ``source`` names the table in the llm-d-sim header.
+    vllm-ascend: ``max_num_batched_tokens`` caps the written ``chunk_size``. llm-d-sim:
+    ``max_num_seqs`` is the simulator's concurrency limit the load factor is fitted
+    against, ``decode_ctx`` the one context the decode knobs are fitted at (default:
+    all the table's), ``source`` names the table in the header; a fit whose RMS error
+    exceeds :data:`~servecal.costmodels.export_llmd.MAX_FIT_RMS` raises
+    :class:`InputError` (nothing written) unless ``force`` (then a ``NoticeWarning``).
     """
     if fmt not in FORMATS:
         raise InputError(f"--format: unknown format '{fmt}' (choose {', '.join(FORMATS)})")
@@ -74,12 +81,19 @@ def export_table(
     if fmt == "vllm-ascend":
         from servecal.costmodels.export_ascend import ascend_profile
 
-        frame, notes = ascend_profile(table)
+        frame, notes = ascend_profile(table, max_num_batched_tokens)
     elif fmt == "llm-d-sim":
-        from servecal.costmodels.export_llmd import fit_notes, fit_sim_profile, sim_yaml
+        from servecal.costmodels.export_llmd import (
+            check_fit,
+            fit_notes,
+            fit_sim_profile,
+            sim_yaml,
+        )
 
-        profile = fit_sim_profile(table, max_num_seqs)
-        text, notes = sim_yaml(profile, source), fit_notes(profile)
+        profile = fit_sim_profile(table, max_num_seqs, decode_ctx)
+        check_fit(profile, force)
+        notes = fit_notes(profile)
+        text = sim_yaml(profile, source)
     else:
         frame = long_form(table)
     with atomic_path(path) as tmp:
@@ -87,6 +101,10 @@ def export_table(
             tmp.write_text(text)
         elif fmt == "parquet":
             frame.to_parquet(tmp, index=False)
+        elif fmt == "vllm-ascend":
+            from servecal.costmodels.export_ascend import COST_DECIMALS
+
+            frame.to_csv(tmp, index=False, float_format=f"%.{COST_DECIMALS}f")
         else:
             frame.to_csv(tmp, index=False)
     write_provenance(path, table)

@@ -24,8 +24,27 @@ def export(
     max_num_seqs: int = typer.Option(
         256, "--max-num-seqs", min=1, help="llm-d-sim: concurrency the load factor is fit to."
     ),
+    decode_ctx: float | None = typer.Option(
+        None,
+        "--ctx",
+        min=0,
+        help="llm-d-sim: fit the decode knobs at this one context (tokens) instead of "
+        "over all the table's (the simulator has no context axis).",
+    ),
+    force: bool = typer.Option(
+        False,
+        "--force",
+        help="llm-d-sim: write the file even when a fit's RMS error exceeds 25%.",
+    ),
+    max_num_batched_tokens: int | None = typer.Option(
+        None,
+        "--max-num-batched-tokens",
+        min=1,
+        help="vllm-ascend: write no chunk_size above vLLM's --max-num-batched-tokens.",
+    ),
 ) -> None:
-    """Write the table in another format; fitted formats print the fit's error."""
+    """Write the table in another format; fitted formats print the fit's error
+    (docs/export.md: each consumer, its version, what its format cannot express)."""
     from servecal.costmodels import CostTable
     from servecal.costmodels.export import export_table
 
@@ -36,6 +55,9 @@ def export(
         fmt,
         max_num_seqs=max_num_seqs,
         source=table.name,
+        max_num_batched_tokens=max_num_batched_tokens,
+        decode_ctx=decode_ctx,
+        force=force,
     )
     what = "lines" if fmt == "llm-d-sim" else "rows"
     typer.echo(f"wrote {done.rows} {what} to {out}")
