@@ -13,9 +13,10 @@ import glob
 import os
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is opened: the meters need no torch
+    import torch
 
 RAPL_ROOT = "/sys/class/powercap"
 
@@ -116,6 +117,7 @@ def _throttle_reasons(nvml: object) -> object:
 def nvml_handle(device: torch.device) -> tuple[object, object]:
     """``(pynvml, handle)`` for a CUDA device, matched by UUID (indices can differ)."""
     import pynvml
+    import torch
 
     pynvml.nvmlInit()
     index = device.index or 0
@@ -191,6 +193,8 @@ def open_meter(
     it; a CPU's RAPL package counter already covers every rank's process.
     """
     if device.type == "cuda":
+        import torch
+
         if devices == 1:
             return _open_nvml(device)
         meters = []
