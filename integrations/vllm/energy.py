@@ -180,11 +180,15 @@ class StepEnergy:
         joules = max(0.0, now - self._last_j)  # a counter never runs backwards
         self._last_j = now
         pending = self._pending
-        total = sum(pending)
-        if total > 0:
-            self._energy.extend(joules * d / total for d in pending)
+        if len(pending) == 1:  # read every step: nothing to share
+            self._energy.append(joules)
         else:
-            self._energy.extend([joules / len(pending)] * len(pending))
+            total = math.fsum(pending)
+            if total > 0:
+                scale = joules / total
+                self._energy.extend([d * scale for d in pending])
+            else:
+                self._energy.extend([joules / len(pending)] * len(pending))
         pending.clear()
 
     def close(self) -> None:

@@ -110,6 +110,20 @@ def test_auto_falls_back_to_rapl_packages_across_a_wrap(tmp_path, monkeypatch):
     assert meter.read_j() == pytest.approx(2.5)
 
 
+def test_rapl_counter_files_stay_open_and_are_reread(tmp_path):
+    from servecal.profiler.energy import RaplMeter
+
+    z = _zone(tmp_path, "intel-rapl:0", 1_000_000, 10**12)
+    meter = RaplMeter([str(z)])
+    for uj in (3_000_000, 4_500_000):  # rewritten in place, as sysfs renders it afresh
+        (z / "energy_uj").write_text(f"{uj}\n")
+    assert meter.read_j() == pytest.approx(3.5)
+    (z / "energy_uj").write_text("5500000\n")
+    assert meter.read_j() == pytest.approx(4.5)
+    meter.close()
+    meter.close()  # idempotent
+
+
 def test_prefer_rapl_does_not_touch_nvml(tmp_path, nvml):
     meter, notice = open_energy_meter(prefer="rapl", rapl_root=str(tmp_path))
     assert meter is None and "RAPL" in notice and "NVML" not in notice and nvml.inits == 0
