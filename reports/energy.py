@@ -230,6 +230,23 @@ def _figure(rows: Sequence[EnergyRow], tpot: float) -> Figure | None:
     )
 
 
+def modelled_setting(runs: Sequence[RunData]) -> tuple[str, str]:
+    """``(gpu, model)`` of the power model every run was priced by (``model:NAME``
+    sources, sched/power.py), else ``("", "")``: a simulated A100 Llama-3-8B run is
+    that setting's, modelled, for the published figures' table."""
+    names = {str(r.meta.get("energy_source", "")) for r in runs}
+    if len(names) != 1 or not (name := names.pop()).startswith("model:"):
+        return "", ""
+    from servecal.costmodels.errors import InputError
+    from servecal.sched.power import load_power_model
+
+    try:
+        setting = load_power_model(name[6:]).meta.get("setting") or {}
+    except InputError:  # a model this installation does not have: no setting to claim
+        return "", ""
+    return str(setting.get("gpu", "")), str(setting.get("model", ""))
+
+
 def reference_table(runs: Sequence[RunData], device: str, model: str) -> Table:
     settings = {(r.workload, r.tpot_slo_ms) for r in runs}
     rows = []
@@ -259,6 +276,8 @@ def energy_section(
     """
     if not runs:
         return Section("energy", "Energy", (Text("No run folder was given."),))
+    if not device and not model:
+        device, model = modelled_setting(runs)
     rows = energy_rows(runs)
     if sample_meter:
         meter = energy_source_name(sample_meter)

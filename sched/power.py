@@ -122,7 +122,7 @@ def power_model_from_doc(doc: Any, where: str) -> PowerModel:
     name, device = doc.get("name"), doc.get("device")
     if not isinstance(name, str) or not name or not isinstance(device, str):
         raise InputError(f"{where}: fields 'name' and 'device' must be strings")
-    meta = {k: doc[k] for k in ("sources", "fit") if k in doc}
+    meta = {k: doc[k] for k in ("setting", "sources", "fit") if k in doc}
     try:
         return PowerModel(name, device, meta=meta, **values)
     except ValueError as exc:

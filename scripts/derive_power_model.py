@@ -100,6 +100,7 @@ def build() -> dict:
         "schema": "servecal.power_model/1",
         "name": "a100-llama3-8b",
         "device": "NVIDIA A100-SXM (400 W), Llama-3-8B, TP 1",
+        "setting": {"gpu": "A100", "model": "llama-3-8b", "tp": 1},
         "parameters": {
             "tdp_w": TDP_W,
             "idle_w": IDLE_W,

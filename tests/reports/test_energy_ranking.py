@@ -55,6 +55,9 @@ def test_each_policy_is_priced_at_its_own_max_goodput_and_at_the_common_rate(sea
     most = max(rows.values(), key=lambda r: r.max_goodput)
     assert by_policy[most.policy][7].endswith("(1)")
     assert "Modelled energy is a power model's watts" in section.blocks[0].text
+    # priced by the A100 Llama-3-8B model: the published A100 row is this setting's
+    reference = next(t for t in section.tables if t.title.startswith("Reference"))
+    assert [row[-1] for row in reference.rows] == ["yes", "no"]
 
 
 def test_runs_without_energy_say_unavailable_in_every_energy_column(tmp_path):
