@@ -113,3 +113,61 @@ def test_power_prices_a_truth_that_has_no_energy_of_its_own():
     assert np.isfinite(result.iterations["energy_j"]).all()
     with pytest.raises(InputError, match="--power"):
         ex.check(_spec(power="nope"))
+
+
+def _metered_samples(model: PowerModel, rng: np.random.Generator):
+    import pandas as pd
+
+    rows = []
+    for n in (1, 4, 16, 64):
+        for c in (0, 128, 512, 2048, 4096):
+            ms = 2.0 + 0.01 * n + 0.006 * c
+            for rep in range(5):
+                watts = model.power_w(n, c) * (1 + 0.01 * rng.standard_normal())
+                rows.append((n, c, 512, 0, ms, watts * ms / 1000.0, rep))
+    return pd.DataFrame(rows, columns=["n_decode", "chunk", "ctx", "prefix", "ms", "energy_j",
+                                       "rep"])  # fmt: skip
+
+
+def test_a_metered_calibration_recovers_the_power_model_it_was_drawn_from(tmp_path):
+    from servecal.sched.power_fit import fit_power_doc
+
+    truth = PowerModel("t", "d", 700.0, 80.0, 300.0, 700.0, intercept_w=-150.0, slope_w=70.0)
+    frame = _metered_samples(truth, np.random.default_rng(0))
+    doc = fit_power_doc(frame, "h-fit", "test GPU", 700.0, 80.0, "samples.parquet")
+    p = doc["parameters"]
+    assert p["decode_w"] == pytest.approx(300.0, rel=0.02)
+    assert p["slope_w"] == pytest.approx(70.0, rel=0.05)
+    assert p["intercept_w"] == pytest.approx(-150.0, abs=25.0)
+    assert doc["fit"]["samples"]["rmse_w"] < 10.0  # the 1% noise drawn in
+    path = tmp_path / "h.json"
+    path.write_text(json.dumps(doc))
+    fitted = load_power_model(str(path))
+    assert fitted.source == "model:h-fit"
+    assert fitted.power_w(40, 2048) == pytest.approx(truth.power_w(40, 2048), rel=0.03)
+    with pytest.raises(InputError, match="no meter"):
+        fit_power_doc(frame.assign(energy_j=np.nan), "x", "d", 700.0, 80.0, "s.parquet")
+
+
+def test_the_fit_script_writes_a_loadable_model_or_one_error_line(tmp_path):
+    import subprocess
+    import sys
+
+    from servecal.costmodels.samples import write_samples
+
+    truth = PowerModel("t", "d", 400.0, 60.0, 200.0, 400.0, intercept_w=-100.0, slope_w=45.0)
+    frame = _metered_samples(truth, np.random.default_rng(1))
+    script = str(ROOT / "scripts" / "fit_power_from_samples.py")
+    common = ["--name", "mine", "--device", "A100 here", "--max-w", "400", "--idle-w", "60"]
+    write_samples(frame, tmp_path / "s.parquet", {"model": "t"})
+    out = tmp_path / "p.json"
+    done = subprocess.run([sys.executable, script, str(tmp_path / "s.parquet"), *common,
+                           "--out", str(out)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert load_power_model(str(out)).source == "model:mine"
+    write_samples(frame.assign(energy_j=np.nan), tmp_path / "none.parquet", {"model": "t"})
+    bad = tmp_path / "bad.json"
+    done = subprocess.run([sys.executable, script, str(tmp_path / "none.parquet"), *common,
+                           "--out", str(bad)], capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 2 and not bad.exists()
+    assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ")
