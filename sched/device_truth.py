@@ -391,8 +391,13 @@ def device_truth(options: str = "") -> DeviceTruth:
         else:
             numbers.append(item)
     kwargs = truth_options("device", ",".join(numbers), OPTIONS)
-    if power is not None:
-        load_power_model(power)  # a bad name is one line now, not in a worker
+    if power is not None:  # a bad name is one line now, not in a worker
+        try:
+            load_power_model(power)
+        except InputError as exc:
+            raise InputError(
+                f"--truth device:{options}: {exc}".replace(": --power ", ": power ")
+            ) from None
     try:
         return DeviceTruth.load(power=power, **kwargs)
     except ValueError as exc:

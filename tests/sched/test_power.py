@@ -171,3 +171,11 @@ def test_the_fit_script_writes_a_loadable_model_or_one_error_line(tmp_path):
                            "--out", str(bad)], capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 2 and not bad.exists()
     assert done.stderr.count("\n") == 1 and done.stderr.startswith("error: ")
+
+
+def test_a_bad_power_model_name_on_the_device_truth_is_one_line():
+    from servecal.sched.device_truth import device_truth
+
+    with pytest.raises(InputError, match=r"--truth device:power=h900: power 'h900': expected"):
+        device_truth("power=h900")
+    assert device_truth("sigma=0,power=none").energy_source == "none"
