@@ -9,13 +9,15 @@ never zero.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import re
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import torch
+if TYPE_CHECKING:  # torch is imported where a device is opened: the meters need no torch
+    import torch
 
 RAPL_ROOT = "/sys/class/powercap"
 
@@ -44,32 +46,52 @@ class _RaplZone:
     path: str
     max_range_uj: int
     last_uj: int
+    fd: int
 
 
 class RaplMeter:
-    """Sum of the top-level ``intel-rapl:N`` package zones (the whole socket, all processes)."""
+    """Sum of the top-level ``intel-rapl:N`` package zones (the whole socket, all processes).
+
+    Each zone's counter file stays open and is re-read from offset 0 (sysfs renders
+    the value afresh on every read there): one system call per zone and read, which
+    is what lets the vLLM plug-in read it every few steps
+    (``benchmarks/energy_meter.py``)."""
 
     source = "rapl"
 
     def __init__(self, zones: list[str]) -> None:
-        self._zones = []
-        for z in zones:
-            with open(os.path.join(z, "max_energy_range_uj")) as f:
-                max_range = int(f.read())
-            self._zones.append(_RaplZone(z, max_range, self._raw(z)))
+        self._zones: list[_RaplZone] = []
+        try:
+            for z in zones:
+                with open(os.path.join(z, "max_energy_range_uj")) as f:
+                    max_range = int(f.read())
+                fd = os.open(os.path.join(z, "energy_uj"), os.O_RDONLY)
+                self._zones.append(_RaplZone(z, max_range, self._raw(fd), fd))
+        except BaseException:
+            self.close()
+            raise
         self._total_uj = 0
 
     @staticmethod
-    def _raw(zone: str) -> int:
-        with open(os.path.join(zone, "energy_uj")) as f:
-            return int(f.read())
+    def _raw(fd: int) -> int:
+        return int(os.pread(fd, 32, 0))
 
     def read_j(self) -> float:
         for z in self._zones:
-            now = self._raw(z.path)
+            now = self._raw(z.fd)
             self._total_uj += rapl_delta_uj(z.last_uj, now, z.max_range_uj)
             z.last_uj = now
         return self._total_uj / 1e6
+
+    def close(self) -> None:
+        """Close the counter files (the meter cannot be read afterwards)."""
+        zones, self._zones = getattr(self, "_zones", []), []
+        for z in zones:
+            with contextlib.suppress(OSError):  # already closed: nothing left to release
+                os.close(z.fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     def device_state(self) -> dict[str, float | int | None]:
         return {}
@@ -116,6 +138,7 @@ def _throttle_reasons(nvml: object) -> object:
 def nvml_handle(device: torch.device) -> tuple[object, object]:
     """``(pynvml, handle)`` for a CUDA device, matched by UUID (indices can differ)."""
     import pynvml
+    import torch
 
     pynvml.nvmlInit()
     index = device.index or 0
@@ -191,6 +214,8 @@ def open_meter(
     it; a CPU's RAPL package counter already covers every rank's process.
     """
     if device.type == "cuda":
+        import torch
+
         if devices == 1:
             return _open_nvml(device)
         meters = []

@@ -78,6 +78,129 @@ def energy_rows(runs: Sequence[RunData]) -> list[EnergyRow]:
     return rows
 
 
+@dataclass(frozen=True)
+class RankRow:
+    """One policy's energy and goodput in one (target, workload, energy source, rate):
+    at the run's own rate (common to the policies of a compare) and, when searched, at
+    its own maximum goodput (the search's probe at that rate)."""
+
+    tpot_slo_ms: float
+    workload: str
+    source: str
+    rate: float
+    policy: str
+    goodput: float
+    j_at_rate: float
+    max_goodput: float
+    bound: str
+    j_at_max: float
+    seeds: int
+
+
+def energy_at_max(search: dict) -> float:
+    """J per good request of a search's probe at its maximum (NaN for a bound or
+    when the probe recorded no energy)."""
+    if search.get("bound", "measured") != "measured":
+        return math.nan
+    best = search.get("max_goodput")
+    for probe in search.get("probes") or ():
+        if probe.get("rate") == best:
+            value = probe.get("energy_per_good_request_j")
+            return math.nan if value is None else float(value)
+    return math.nan
+
+
+def _mean(values: Sequence[float]) -> float:
+    """Mean over seeds, NaN unless every seed has the number (a partial mean lies)."""
+    a = np.asarray(values, dtype=float)
+    return float(a.mean()) if a.size and not np.isnan(a).any() else math.nan
+
+
+def rank_rows(runs: Sequence[RunData]) -> list[RankRow]:
+    """Means over seeds per (target, workload, energy source, rate, policy)."""
+    groups: dict[tuple, list[RunData]] = {}
+    for run in runs:
+        rate = None if math.isnan(run.rate) else run.rate
+        key = (run.tpot_slo_ms, run.workload, run.energy_source, rate, run.policy)
+        groups.setdefault(key, []).append(run)
+    rows = []
+    for (tpot, w, source, rate, policy), members in groups.items():
+        searches = [r.search for r in members]
+        searched = all(s is not None for s in searches)
+        bounds = {s.get("bound", "measured") for s in searches if s is not None}
+        rows.append(
+            RankRow(
+                tpot, w, source, math.nan if rate is None else rate, policy,
+                _mean([float(r.summary.get("goodput", math.nan)) for r in members]),
+                _mean([_run_energy(r)[0] for r in members]),
+                _mean([float(s["max_goodput"]) for s in searches]) if searched else math.nan,
+                ("measured" if bounds <= {"measured"} else "bound") if searched else "",
+                _mean([energy_at_max(s) for s in searches]) if searched else math.nan,
+                len(members),
+            )
+        )  # fmt: skip
+    rows.sort(
+        key=lambda r: (
+            r.tpot_slo_ms,
+            workload_order(r.workload),
+            r.source,
+            0.0 if math.isnan(r.rate) else r.rate,
+            policy_order(r.policy),
+        )
+    )
+    return rows
+
+
+def ranks(values: Sequence[float], higher_is_better: bool) -> list[int | None]:
+    """1 for the best of ``values``; ties share a rank; NaN has none."""
+    present = sorted({v for v in values if not math.isnan(v)}, reverse=higher_is_better)
+    place = {v: i + 1 for i, v in enumerate(present)}
+    return [None if math.isnan(v) else place[v] for v in values]
+
+
+def _ranked(value: float, rank: int | None, digits: int = 3) -> str:
+    return "—" if rank is None else f"{fmt(value, digits)} ({rank})"
+
+
+def ranking_table(runs: Sequence[RunData]) -> Table | None:
+    """Policies ranked by goodput and by J per good request, at the common rate and at
+    each one's own maximum goodput; ranks within one target, workload, source and rate."""
+    rows = rank_rows(runs)
+    if not rows:
+        return None
+    groups: dict[tuple, list[RankRow]] = {}
+    for r in rows:
+        groups.setdefault((r.tpot_slo_ms, r.workload, r.source, r.rate), []).append(r)
+    out = []
+    for members in groups.values():
+        g_rank = ranks([r.goodput for r in members], True)
+        e_rank = ranks([r.j_at_rate for r in members], False)
+        m_rank = ranks([r.max_goodput if r.bound == "measured" else math.nan for r in members],
+                       True)  # fmt: skip
+        x_rank = ranks([r.j_at_max for r in members], False)
+        for i, r in enumerate(members):
+            max_text = "—" if not r.bound else (
+                _ranked(r.max_goodput, m_rank[i]) if r.bound == "measured" else "bound"
+            )  # fmt: skip
+            out.append(
+                (fmt(r.tpot_slo_ms), r.workload, r.source, fmt(r.rate), r.policy,
+                 _ranked(r.goodput, g_rank[i]), _ranked(r.j_at_rate, e_rank[i]),
+                 max_text, _ranked(r.j_at_max, x_rank[i]), str(r.seeds))
+            )  # fmt: skip
+    return Table(
+        "Ranking: goodput and energy per good request",
+        ("TPOT target (ms)", "workload", "energy source", "common rate (req/s)", "policy",
+         "goodput at the rate (rank)", "J/good request at the rate (rank)",
+         "max goodput (rank)", "J/good request at its max goodput (rank)", "seeds"),
+        tuple(out),
+        "Ranks (in brackets, 1 = best: most goodput, fewest joules) are within one TPOT "
+        "target, workload, energy source and rate. 'At its max goodput': the run of that "
+        "policy's own max-goodput search at the rate it found (compare --max-goodput), so "
+        "each policy is priced at its own highest load meeting 90% attainment. '—': no "
+        "energy, not searched, or a search that ended at a bound.",
+    )  # fmt: skip
+
+
 def workloads_from(rows: Sequence[EnergyRow]) -> list[str]:
     return sorted({r.workload for r in rows}, key=workload_order)
 
@@ -105,6 +228,23 @@ def _figure(rows: Sequence[EnergyRow], tpot: float) -> Figure | None:
         F.to_png(fig),
         "One point per policy (mean over seeds); down and to the right is better.",
     )
+
+
+def modelled_setting(runs: Sequence[RunData]) -> tuple[str, str]:
+    """``(gpu, model)`` of the power model every run was priced by (``model:NAME``
+    sources, sched/power.py), else ``("", "")``: a simulated A100 Llama-3-8B run is
+    that setting's, modelled, for the published figures' table."""
+    names = {str(r.meta.get("energy_source", "")) for r in runs}
+    if len(names) != 1 or not (name := names.pop()).startswith("model:"):
+        return "", ""
+    from servecal.costmodels.errors import InputError
+    from servecal.sched.power import load_power_model
+
+    try:
+        setting = load_power_model(name[6:]).meta.get("setting") or {}
+    except InputError:  # a model this installation does not have: no setting to claim
+        return "", ""
+    return str(setting.get("gpu", "")), str(setting.get("model", ""))
 
 
 def reference_table(runs: Sequence[RunData], device: str, model: str) -> Table:
@@ -136,6 +276,8 @@ def energy_section(
     """
     if not runs:
         return Section("energy", "Energy", (Text("No run folder was given."),))
+    if not device and not model:
+        device, model = modelled_setting(runs)
     rows = energy_rows(runs)
     if sample_meter:
         meter = energy_source_name(sample_meter)
@@ -151,6 +293,13 @@ def energy_section(
             "reports energy per token, shown too). Energy source(s) in this report: "
             + "; ".join(sources)
             + ". Rows with different sources are never averaged together."
+            + (
+                " Modelled energy is a power model's watts (docs/energy.md: fitted from "
+                "Splitwise's and ML.ENERGY's A100 measurements) times this run's iteration "
+                "times, idle gaps at idle power: an estimate, not a measurement."
+                if any(src.startswith("modelled") for src in sources)
+                else ""
+            )
         ),
         Table(
             "Energy per policy",
@@ -180,6 +329,9 @@ def energy_section(
             "'—' where the run had no energy meter, or no request met its SLOs.",
         ),  # fmt: skip
     ]
+    ranking = ranking_table(runs)
+    if ranking is not None:
+        blocks.append(ranking)
     for tpot in sorted({r.tpot_slo_ms for r in rows}):
         fig = _figure(rows, tpot)
         if fig is not None:

@@ -46,7 +46,11 @@ ENERGY_SOURCES = {
 
 
 def energy_source_name(raw: Any) -> str:
-    """The report's wording for an energy source recorded in ``run.json``."""
+    """The report's wording for an energy source recorded in ``run.json``.
+
+    ``model:NAME`` (a simulated run priced by a power model, sched/power.py) keeps the
+    model's name; ``measured:METER`` (the torch executor) and ``nvml``/``rapl`` name
+    the meter; a meter of tests (``fake``) says so."""
     if raw is None:
         return "unavailable"
     if isinstance(raw, dict):
@@ -54,6 +58,12 @@ def energy_source_name(raw: Any) -> str:
         if raw is None:
             return "unavailable"
     key = str(raw).strip().lower()
+    if key.startswith("model:"):
+        return f"modelled: power model {str(raw).strip()[6:]} (not measured)"
+    if key.startswith("measured:"):
+        key = key[9:]
+    if key.startswith("fake"):
+        return "fake meter (a test's, not a device's)"
     for prefix, name in ENERGY_SOURCES.items():
         if prefix and key.startswith(prefix):
             return name

@@ -35,6 +35,7 @@ from numpy.typing import ArrayLike
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, largest_fitting
+from servecal.sched.power import DEFAULT_POWER_MODEL, PricedExecutor, load_power_model
 from servecal.sched.truth import Drift, _Draws, truth_options
 
 DEVICE_SCHEMA = "servecal.device_truth/1"
@@ -90,6 +91,9 @@ class DeviceTruth:
     spike_lo: float = 2.0
     spike_hi: float = 3.0
     power_w: float | None = None
+    #: the power model pricing its iterations (sched/power.py; ``None``: no energy
+    #: unless ``power_w``): an A100 Llama-3-8B's, like the time shape
+    power: str | None = DEFAULT_POWER_MODEL
     _dense: list[float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -113,9 +117,14 @@ class DeviceTruth:
 
     # ------------------------------------------------------------ construction
     @classmethod
-    def load(cls, path: str | Path | None = None, **overrides: float) -> DeviceTruth:
+    def load(
+        cls,
+        path: str | Path | None = None,
+        power: str | None = DEFAULT_POWER_MODEL,
+        **overrides: float,
+    ) -> DeviceTruth:
         """The truth of a ``servecal.device_truth/1`` file (default: the shipped A100 one),
-        with any parameter of :data:`OPTIONS` overridden."""
+        with any parameter of :data:`OPTIONS` overridden and ``power`` its power model."""
         doc = _read_profile(Path(path) if path is not None else PROFILE_PATH)
         unknown = set(overrides) - set(OPTIONS)
         if unknown:
@@ -125,16 +134,20 @@ class DeviceTruth:
         return cls(
             step_tokens=tuple(int(t) for t in doc["steps"]["tokens"]),
             step_excess=tuple(float(e) for e in doc["steps"]["excess"]),
+            power=power,
             **params,
         )
 
     @property
     def energy_source(self) -> str:
-        return "none" if self.power_w is None else "model"
+        if self.power_w is not None:
+            return "model"  # constant power × duration, as asked for
+        return "none" if self.power is None else load_power_model(self.power).source
 
     def describe(self) -> dict[str, Any]:
-        """Every parameter (steps summarised by their hash), for run.json and caches."""
-        doc = {k: v for k, v in asdict(self).items() if k not in ("_dense",)}
+        """Every timing parameter (steps summarised by their hash), for run.json and the
+        fitted table's key; the power model is not one (it prices, it does not time)."""
+        doc = {k: v for k, v in asdict(self).items() if k not in ("_dense", "power")}
         doc.pop("step_tokens")
         doc.pop("step_excess")
         doc["steps_sha256"] = _sha256([list(self.step_tokens), list(self.step_excess)])
@@ -218,8 +231,13 @@ class DeviceTruth:
         rows["rep"] = np.tile(np.arange(repeats), len(points))
         return rows
 
-    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> _DeviceExecutor:
-        return _DeviceExecutor(self, rng, drift)
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> Any:
+        """The executor drawing from this truth; priced by :attr:`power` unless a
+        constant ``power_w`` is given."""
+        inner = _DeviceExecutor(self, rng, drift)
+        if self.power_w is not None or self.power is None:
+            return inner
+        return PricedExecutor(inner, load_power_model(self.power))
 
     def oracle(self) -> DeviceOracle:
         """The predictor that knows this truth's median and jitter (not its stalls)."""
@@ -363,9 +381,24 @@ def step_edges(truth: DeviceTruth, lo: int, hi: int, min_jump: float) -> list[in
 
 def device_truth(options: str = "") -> DeviceTruth:
     """``--truth device[:OPTIONS]``: the shipped A100-shaped truth, any parameter of
-    :data:`OPTIONS` overridden (``device:sigma=0.05,spike_prob=0.002``)."""
-    kwargs = truth_options("device", options, OPTIONS)
+    :data:`OPTIONS` overridden (``device:sigma=0.05,spike_prob=0.002``); ``power=NAME``
+    picks its power model (sched/power.py; ``power=none``: no energy)."""
+    numbers, power = [], DEFAULT_POWER_MODEL
+    for item in filter(None, options.split(",")):
+        key, _, value = item.partition("=")
+        if key == "power":
+            power = None if value == "none" else value
+        else:
+            numbers.append(item)
+    kwargs = truth_options("device", ",".join(numbers), OPTIONS)
+    if power is not None:  # a bad name is one line now, not in a worker
+        try:
+            load_power_model(power)
+        except InputError as exc:
+            raise InputError(
+                f"--truth device:{options}: {exc}".replace(": --power ", ": power ")
+            ) from None
     try:
-        return DeviceTruth.load(**kwargs)
+        return DeviceTruth.load(power=power, **kwargs)
     except ValueError as exc:
         raise InputError(f"--truth device:{options}: {exc}") from None

@@ -27,7 +27,7 @@ from servecal.reports.demo.setting import (
     refine_axis,
     token_scale,
 )
-from servecal.reports.demo.simulation import plan_runs, run_all
+from servecal.reports.demo.simulation import DEMO_POWER_MODEL, demo_power, plan_runs, run_all
 
 #: Share of the budget the calibration sweep may use; simulation and report follow.
 CALIBRATION_SHARE = 0.45
@@ -227,6 +227,19 @@ def simulate_step(
     return runs, setting
 
 
+def _energy_preface(cal: Path) -> list[str]:
+    """One line when the demo's energy is modelled (no meter during calibration)."""
+    if demo_power(cal / "samples.parquet") is None:
+        return []
+    return [
+        "Energy: the calibration had no energy meter (no NVML, no RAPL package zones), so "
+        f"the simulated iterations are priced by the power model {DEMO_POWER_MODEL} "
+        "(docs/energy.md: an A100's power by iteration composition, fitted from Splitwise's "
+        "and ML.ENERGY's measurements) on this device's iteration times: modelled, not "
+        "measured, and named as such in the energy section."
+    ]
+
+
 def run_demo(config: DemoConfig, say: DemoCallbacks | None = None) -> DemoResult:
     """The whole demo; ``KeyboardInterrupt`` propagates after the pool is shut down."""
     from servecal.reports.page import build_report
@@ -255,6 +268,7 @@ def run_demo(config: DemoConfig, say: DemoCallbacks | None = None) -> DemoResult
         "coarse grid would make SLOWeave pay for the next measured chunk size. The P99 "
         "margin is still calibrated and tested on held-out measured points.",
         *setting.describe(),
+        *_energy_preface(cal),
         f"{config.seeds} seed(s) per cell, {config.n_requests} requests per run. "
         + "Time spent: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in seconds.items())

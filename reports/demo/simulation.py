@@ -37,6 +37,7 @@ def plan_runs(
         ("aging_ms", float(round(setting.aging_ms))),  # whole ms: the label stays short
         ("c_max", setting.c_max),
     )
+    power = demo_power(samples_path)
     specs, folders = [], []
     for d in setting.tpot_targets_ms:
         for w, rate in setting.rates.items():
@@ -54,10 +55,25 @@ def plan_runs(
                         prompt_scale=setting.token_scale,
                         ttft_scale=setting.time_dilation,
                         monitor=p == "sloweave",  # the policy a deployment would monitor
+                        power=power,
                     )
                 )
                 folders.append(out / w / p / f"tpot-{d:.4g}")
     return specs, folders
+
+
+#: What prices the demo's energy when its calibration had no meter (sched/power.py).
+DEMO_POWER_MODEL = "a100-llama3-8b"
+
+
+def demo_power(samples_path: Path) -> str | None:
+    """``None`` (the samples' own measured energy) when the calibration metered energy,
+    else the A100 power model: every run of a demo then names ``model:...`` as its
+    source, so the energy section shows modelled joules, labelled so, not nothing."""
+    from servecal.sched.experiment.models import load_truth
+
+    measured = load_truth(f"samples:{samples_path}").energy_source == "samples"
+    return None if measured else DEMO_POWER_MODEL
 
 
 #: The demo's searches: from a quarter to twice the derived rate (the bracket expands

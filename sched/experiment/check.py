@@ -57,6 +57,8 @@ def check(spec: RunSpec, searching: bool = False) -> None:
             raise _fail("--drift slows the simulated truth down; the torch backend measures")
         if spec.truth != DEFAULT_TRUTH:
             raise _fail("--truth is the simulated executor's; drop it with --backend torch")
+        if spec.power is not None:
+            raise _fail("--power prices simulated iterations; the torch backend meters its own")
         from servecal.sched.experiment.models import table_path
 
         if table_path(spec.predictor) is None:
@@ -64,6 +66,10 @@ def check(spec: RunSpec, searching: bool = False) -> None:
                 "--backend torch needs --predictor TABLE.json, from servecal calibrate "
                 "on the same device and model shape"
             )
+    if spec.power not in (None, "none"):
+        from servecal.sched.power import load_power_model
+
+        load_power_model(spec.power)
     if spec.drift:
         from servecal.sched.truth import parse_drift
 

@@ -61,7 +61,7 @@ TRUTHS: dict[str, Named] = {
     "analytic": Named("servecal.sched.truth:analytic_truth", "analytic[:sigma=S,spike_prob=P,spike_factor=F,power_w=W]", "docs/spec.md §1's formula × log-normal noise, with rare spikes"),  # noqa: E501
     "samples": Named("servecal.sched.truth:SampledTruth.load", "samples:PATH", "a measured row of the nearest measured point (bootstrap)"),  # noqa: E501
     "fit": Named("servecal.sched.fitted_truth:fitted_truth", "fit:PATH", "docs/spec.md §1's formula with coefficients fitted to measured samples"),  # noqa: E501
-    "device": Named("servecal.sched.device_truth:device_truth", "device[:sigma=S,spike_prob=P,...]", "docs/spec.md §1's scale with an A100's shape: attention grows with context, GEMM steps, jitter, stalls (docs/truth.md)"),  # noqa: E501
+    "device": Named("servecal.sched.device_truth:device_truth", "device[:sigma=S,spike_prob=P,...,power=NAME|none]", "docs/spec.md §1's scale with an A100's shape: attention grows with context, GEMM steps, jitter, stalls (docs/truth.md); energy from the A100 power model (docs/energy.md)"),  # noqa: E501
 }  # fmt: skip
 
 #: ``--predictor`` names: what the policy plans with. A bare path is ``table:PATH``.

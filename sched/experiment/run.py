@@ -75,7 +75,14 @@ def _simulated_executor(spec: RunSpec, rng: np.random.Generator, requests: list[
     if spec.drift:  # a share of the run (``30%``) is of the span up to the last arrival
         span = max((r.arrival_ms for r in requests), default=0.0)
         drift = parse_drift(spec.drift).resolved(span)
-    return load_truth(spec.truth).executor(rng, drift)
+    executor = load_truth(spec.truth).executor(rng, drift)
+    if spec.power is None:
+        return executor
+    from servecal.sched.power import PricedExecutor, Unpriced, load_power_model
+
+    if spec.power == "none":
+        return Unpriced(executor)
+    return PricedExecutor(executor, load_power_model(spec.power))
 
 
 def _on_engine(

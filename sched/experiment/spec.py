@@ -92,7 +92,10 @@ class RunSpec:
       own times); ``n_requests``; ``seeds`` (seed ``k`` spawns the workload's and
       the executor's streams from ``SeedSequence(k)``).
     * ``truth`` and ``predictor``: names from :mod:`.models`; ``drift``
-      (``AT:FACTOR[:REGION]``) slows the simulated truth down.
+      (``AT:FACTOR[:REGION]``) slows the simulated truth down; ``power``: a power
+      model (sched/power.py) pricing every simulated iteration's energy instead of the
+      truth's own (``None``: the truth's own — the device truth's A100 model, a samples
+      file's measured energy; ``"none"``: no energy).
     * ``backend``: ``engine``, ``operator-driver`` or ``torch``; ``setting``:
       ``colocated`` or ``prefill`` (operator driver only); ``kv_capacity`` tokens;
       ``driver``/``torch``: that backend's options (``None`` for the others).
@@ -111,6 +114,7 @@ class RunSpec:
     backend: str = ENGINE
     setting: str = "colocated"
     drift: str | None = None
+    power: str | None = None
     kv_capacity: int = 500_000
     slo_classes: str | None = None
     prompt_scale: float = 1.0

@@ -279,8 +279,17 @@ def _brackets(goodput: Bracket | Sequence[Bracket | None] | None, n: int) -> lis
     return brackets
 
 
-#: What a max-goodput probe keeps of its run's summary (the curve a report draws).
-PROBE_KEYS = ("attainment", "tpot_attainment", "goodput", "p99_ttft_ms", "p99_tpot_ms")
+#: What a max-goodput probe keeps of its run's summary (the curve a report draws, and
+#: the energy at each rate: the report ranks J per good request at the maximum).
+PROBE_KEYS = (
+    "attainment",
+    "tpot_attainment",
+    "goodput",
+    "p99_ttft_ms",
+    "p99_tpot_ms",
+    "energy_per_good_request_j",
+    "energy_per_output_token_j",
+)
 
 
 def probe_record(rate: float, summary: dict[str, Any]) -> dict[str, Any]:

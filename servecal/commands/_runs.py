@@ -23,6 +23,10 @@ PREDICTOR_HELP = (
     ", ".join(named.usage for named in PREDICTORS.values())
     + f" [default: {DEFAULT_PREDICTOR}; oracle warns: it is the truth's own formula]."
 )
+POWER_HELP = (
+    "Price every simulated iteration's energy with a power model: a100-llama3-8b or a "
+    "JSON file (docs/energy.md); none: no energy [default: the truth's own]."
+)
 POLICY_OPT_HELP = "A policy option KEY=VALUE (repeatable; `servecal policies` lists them)."
 
 

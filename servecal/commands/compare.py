@@ -15,7 +15,7 @@ from servecal.commands._common import (
     user_errors,
     writes_folder,
 )
-from servecal.commands._runs import PREDICTOR_HELP, TRUTH_HELP
+from servecal.commands._runs import POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
 
 #: TPOT targets (ms) when none are given and some workload needs one (docs/spec.md §1's).
 DEFAULT_TARGETS = (10.0, 25.0, 50.0)
@@ -85,6 +85,7 @@ def compare_command(
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
     truth: str = typer.Option(None, help=TRUTH_HELP),
     predictor: str = typer.Option(None, help=PREDICTOR_HELP),
+    power: str = typer.Option(None, help=POWER_HELP),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     jobs: int = typer.Option(
         None,
@@ -151,7 +152,7 @@ def compare_command(
     driver = driver_options(granularity, scheduling)
     shared = {"setting": setting, "requests": requests, "seeds": seeds, "truth": truth,
               "predictor": predictor, "kv_tokens": kv_tokens,
-              "slo_classes": slo_classes}  # fmt: skip
+              "slo_classes": slo_classes, "power": power}  # fmt: skip
     specs = []
     for target in targets:
         for w in names_w:

@@ -14,7 +14,7 @@ from servecal.commands._common import (
     user_errors,
     writes_folder,
 )
-from servecal.commands._runs import POLICY_OPT_HELP, PREDICTOR_HELP, TRUTH_HELP
+from servecal.commands._runs import POLICY_OPT_HELP, POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
 
 #: Keys of ``simulate --json``, in order (those a run does not have are left out).
 SUMMARY_KEYS = (
@@ -65,6 +65,7 @@ def simulate_command(
     requests: int = typer.Option(2000, help="Requests per run."),
     truth: str = typer.Option(None, help=TRUTH_HELP),
     predictor: str = typer.Option(None, help=PREDICTOR_HELP),
+    power: str = typer.Option(None, help=POWER_HELP),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
@@ -132,6 +133,7 @@ def simulate_command(
         kv_tokens=kv_tokens,
         slo_classes=slo_classes,
         drift=drift,
+        power=power,
         monitor=monitor,
         adaptive_margin=adaptive_margin,
         driver=driver_options(granularity, scheduling),

@@ -28,11 +28,14 @@ runner = CliRunner()
 SMALL = ["--seeds", "1", "--requests", "30", "--workloads", "mixed", "--token-scale", "0.03125"]
 
 
-def _seed_samples(out: Path) -> None:
-    """Samples as `calibrate` would leave them, drawn from a known truth."""
+def _seed_samples(out: Path, metered: bool = True) -> None:
+    """Samples as `calibrate` would leave them, drawn from a known truth (``metered``:
+    with energy, as on a host with a meter; else ``energy_j`` null, as without)."""
     points = grid_points((0, 2, 8, 32, 64), (0, 8, 32, 128), (64, 512, 2048), (0, 64))
     truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6)
     frame = truth.draw(points, 10, np.random.default_rng(0))
+    if not metered:
+        frame["energy_j"] = np.nan
     (out / "calibration").mkdir(parents=True)
     write_samples(frame, out / "calibration" / "samples.parquet", {"model": "synthetic"})
 
@@ -92,6 +95,20 @@ def test_demo_small_budget_every_section_has_content(tmp_path: Path) -> None:
     # The synthetic samples carry energy: the energy table names its source.
     md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
     assert "bootstrapped from the calibration samples' energy" in md
+
+
+def test_demo_without_a_meter_models_energy_and_says_so(tmp_path: Path) -> None:
+    _seed_samples(tmp_path, metered=False)
+    _run(tmp_path, "--budget", "30")
+    md = (tmp_path / "report" / "report.md").read_text(encoding="utf-8")
+    energy = md.split("\n## Energy", 1)[1].split("\n## ", 1)[0]
+    assert "| modelled: power model a100-llama3-8b (not measured) |" in energy
+    assert "| unavailable |" not in energy and "Ranking: goodput and energy" in energy
+    assert "the calibration had no energy meter" in md  # the preface says why
+    run = json.loads(
+        next(iter((tmp_path / "runs").glob("mixed/*/tpot-*/seed-0/run.json"))).read_text()
+    )
+    assert run["energy_source"] == "model:a100-llama3-8b"
 
 
 def test_demo_bad_budget_is_one_line(tmp_path: Path) -> None:

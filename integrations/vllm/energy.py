@@ -1,0 +1,207 @@
+"""Energy meters for the vLLM plug-in's run log: the device's cumulative counter, read
+every few steps, apportioned to the steps in between.
+
+Plain Python: nothing here imports vLLM or torch, so the run log can open a meter in
+vLLM's scheduler process (which holds no CUDA context) and tests run it on any CPU.
+
+* :class:`EnergyMeter`: ``read_j()`` (cumulative joules since the meter opened) and
+  ``source`` (``nvml``, ``rapl``, ``fake``): the protocol ``calibrate`` meters with too.
+* :func:`open_energy_meter`: NVML's total-energy counter of the GPUs the engine uses
+  (the same :class:`~servecal.profiler.energy.NvmlMeter` ``calibrate`` reads), else the
+  host's RAPL package zones, else ``None`` with one line saying why. Energy is then
+  *unavailable*, never zero.
+* :class:`StepEnergy`: per-step joules from a meter read every ``every`` steps.
+* :class:`FakeMeter`: a meter for tests (constant power on a clock you give it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol, runtime_checkable
+
+from servecal.profiler.energy import RAPL_ROOT, NvmlMeter, RaplMeter, SumMeter, rapl_zones
+
+#: ``prefer`` values of :func:`open_energy_meter`.
+METERS = ("auto", "nvml", "rapl")
+#: What ``energy_source`` says when no meter could be opened.
+UNAVAILABLE = "unavailable"
+
+
+@runtime_checkable
+class EnergyMeter(Protocol):
+    """A cumulative energy counter."""
+
+    source: str
+
+    def read_j(self) -> float:
+        """Joules consumed since the meter opened (non-decreasing)."""
+        ...
+
+
+class FakeMeter:
+    """``power_w`` × the time ``clock`` has advanced since the meter opened (tests)."""
+
+    def __init__(
+        self, power_w: float, clock: Callable[[], float] = time.perf_counter, source: str = "fake"
+    ) -> None:
+        if not (math.isfinite(power_w) and power_w >= 0):
+            raise ValueError(f"FakeMeter.power_w must be finite and >= 0, got {power_w!r}")
+        self.power_w = power_w
+        self._clock = clock
+        self._t0 = clock()
+        self.source = source
+        self.reads = 0
+
+    def read_j(self) -> float:
+        self.reads += 1
+        return self.power_w * (self._clock() - self._t0)
+
+
+def _physical_gpus(gpus: Sequence[int | str] | None) -> list[int | str]:
+    """NVML indices (or ``GPU-…`` UUIDs) of the engine's logical CUDA devices.
+
+    NVML numbers every GPU on the host; CUDA numbers only ``CUDA_VISIBLE_DEVICES``,
+    in its order, so logical device ``k`` is the ``k``-th entry there.
+    """
+    logical = list(gpus) if gpus is not None else [0]
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
+    visible = [v for v in visible if v]
+    out: list[int | str] = []
+    for g in logical:
+        if isinstance(g, str):  # a UUID names a physical GPU already
+            out.append(g)
+        elif visible and g < len(visible):
+            v = visible[g]
+            out.append(int(v) if v.isdigit() else v)
+        else:
+            out.append(g)
+    return out
+
+
+def _open_nvml(gpus: Sequence[int | str] | None) -> tuple[EnergyMeter | None, str | None]:
+    try:
+        import pynvml
+    except ImportError:
+        return None, "energy unavailable: nvidia-ml-py is not installed"
+    try:
+        pynvml.nvmlInit()
+        meters: list[Any] = []
+        for g in _physical_gpus(gpus):
+            if isinstance(g, str):
+                handle = pynvml.nvmlDeviceGetHandleByUUID(g)
+            else:
+                handle = pynvml.nvmlDeviceGetHandleByIndex(g)
+            meters.append(NvmlMeter(pynvml, handle))
+    except pynvml.NVMLError_LibraryNotFound:
+        return None, "energy unavailable: NVML library not found (no NVIDIA driver)"
+    except pynvml.NVMLError_NotSupported:
+        return None, "energy unavailable: this GPU has no total-energy counter (pre-Volta?)"
+    except pynvml.NVMLError as exc:
+        return None, f"energy unavailable: NVML error: {exc}"
+    return (meters[0] if len(meters) == 1 else SumMeter(meters)), None
+
+
+def _open_rapl(root: str) -> tuple[EnergyMeter | None, str | None]:
+    zones = rapl_zones(root)
+    if not zones:
+        return None, f"energy unavailable: no RAPL package zones under {root}"
+    try:
+        return RaplMeter(zones), None
+    except OSError as exc:
+        where = exc.filename or zones[0]
+        return None, f"energy unavailable: cannot read RAPL counter {where} ({exc.strerror})"
+
+
+def open_energy_meter(
+    prefer: str = "auto",
+    gpus: Sequence[int | str] | None = None,
+    rapl_root: str = RAPL_ROOT,
+) -> tuple[EnergyMeter | None, str | None]:
+    """``(meter, None)``, or ``(None, "energy unavailable: why")``.
+
+    ``prefer``: ``auto`` (NVML if it opens, else RAPL), ``nvml`` or ``rapl`` only.
+    ``gpus``: the engine's logical CUDA device indices (default ``[0]``; a
+    tensor-parallel engine passes all of them and the counters are summed) or NVML
+    UUIDs. A RAPL package counter covers the whole socket, every process on it.
+    """
+    if prefer not in METERS:
+        raise ValueError(f"energy meter must be one of {', '.join(METERS)}, got {prefer!r}")
+    notices = []
+    if prefer in ("auto", "nvml"):
+        meter, notice = _open_nvml(gpus)
+        if meter is not None:
+            return meter, None
+        notices.append(notice)
+    if prefer in ("auto", "rapl"):
+        meter, notice = _open_rapl(rapl_root)
+        if meter is not None:
+            return meter, None
+        notices.append(notice)
+    reasons = "; ".join(n.removeprefix("energy unavailable: ") for n in notices if n)
+    return None, f"energy unavailable: {reasons}"
+
+
+class StepEnergy:
+    """Joules per engine step from a cumulative meter read every ``every`` steps.
+
+    Call :meth:`step` once per step with its duration, :meth:`close` at the end. Each
+    read's joules (since the previous read: steps *and* the host time between them)
+    are shared among the steps of its window in proportion to their durations, so the
+    steps' energies sum to the meter's total from the first read to the last. A
+    meter moves in coarse steps (NVML about every 10-100 ms), so ``every`` trades
+    per-step detail the counter cannot give anyway for fewer reads; the run's total is
+    exact either way. Steps after the last read are NaN until :meth:`close`.
+    """
+
+    def __init__(self, meter: EnergyMeter, every: int = 1) -> None:
+        if every < 1:
+            raise ValueError(f"StepEnergy.every must be >= 1, got {every!r}")
+        self._meter = meter
+        self.every = every
+        self.source: str = meter.source
+        self._last_j = meter.read_j()
+        self._pending: list[float] = []
+        self._energy: list[float] = []
+        self.reads = 1
+
+    def step(self, duration_s: float) -> None:
+        """Record one step of ``duration_s`` seconds; read the meter every ``every``."""
+        pending = self._pending
+        pending.append(duration_s if duration_s > 0 else 0.0)
+        if len(pending) >= self.every:
+            self._read()
+
+    def _read(self) -> None:
+        now = self._meter.read_j()
+        self.reads += 1
+        joules = max(0.0, now - self._last_j)  # a counter never runs backwards
+        self._last_j = now
+        pending = self._pending
+        if len(pending) == 1:  # read every step: nothing to share
+            self._energy.append(joules)
+        else:
+            total = math.fsum(pending)
+            if total > 0:
+                scale = joules / total
+                self._energy.extend([d * scale for d in pending])
+            else:
+                self._energy.extend([joules / len(pending)] * len(pending))
+        pending.clear()
+
+    def close(self) -> None:
+        """Read the meter for the steps since the last read (idempotent)."""
+        if self._pending:
+            self._read()
+
+    @property
+    def energy_j(self) -> list[float]:
+        """Joules per step so far; NaN for steps not yet covered by a read."""
+        return self._energy + [math.nan] * len(self._pending)
+
+    @property
+    def total_j(self) -> float:
+        """Joules of the steps covered by reads so far."""
+        return math.fsum(self._energy)
