@@ -33,6 +33,8 @@ REQUEST_SLO_KEYS = ("tpot_slo_ms", "ttft_slo_ms")
 
 #: ``policy`` values: SLOWeave's budget, or vLLM's own scheduling (logged only).
 POLICIES = ("sloweave", "vllm")
+#: ``energy_meter`` values (see :func:`servecal.integrations.vllm.energy.open_energy_meter`).
+ENERGY_METERS = ("auto", "nvml", "rapl", "none")
 
 
 class PluginConfigError(InputError):
@@ -56,6 +58,9 @@ class PluginConfig:
     * ``policy``: ``"sloweave"`` sets each step's token budget; ``"vllm"`` leaves
       vLLM's own scheduling untouched and only logs its steps (the baseline, measured
       with the same instrumentation).
+    * ``energy_meter``: where the run log's per-step joules come from: ``auto`` (NVML
+      on the engine's GPUs, else the host's RAPL package counter), ``nvml``, ``rapl``,
+      or ``none``; a meter that cannot be opened leaves energy "unavailable".
     * ``c_max``: largest prefill chunk; None = the step's token cap
       (vLLM's ``max_num_scheduled_tokens``, normally ``max_num_batched_tokens``).
     * ``quantile``, ``use_margin``: plan on ``T̂_q + δ`` (SLOWeave's default P99 + δ).
@@ -72,6 +77,7 @@ class PluginConfig:
     flush_every: int = 1000
     flush_s: float = 5.0
     policy: str = "sloweave"
+    energy_meter: str = "auto"
     c_max: int | None = None
     quantile: float = PLAN_QUANTILE
     use_margin: bool = True
@@ -88,6 +94,11 @@ class PluginConfig:
             raise PluginConfigError(f"'flush_every' must be >= 1, got {self.flush_every}")
         if not (math.isfinite(self.flush_s) and self.flush_s > 0):
             raise PluginConfigError(f"'flush_s' must be a number > 0, got {self.flush_s}")
+        if self.energy_meter not in ENERGY_METERS:
+            raise PluginConfigError(
+                f"'energy_meter' must be one of {', '.join(ENERGY_METERS)}, "
+                f"got {self.energy_meter!r}"
+            )
         if self.policy not in POLICIES:
             raise PluginConfigError(
                 f"'policy' must be one of {', '.join(POLICIES)}, got {self.policy!r}"
@@ -116,6 +127,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "flush_every": (int,),
     "flush_s": (int, float),
     "policy": (str,),
+    "energy_meter": (str,),
     "c_max": (int,),
     "quantile": (float,),
     "use_margin": (bool,),

@@ -196,6 +196,13 @@ class StepEnergy:
         if self._pending:
             self._read()
 
+    def drain(self) -> list[float]:
+        """Read the meter for the steps since the last read and hand over (and forget)
+        every step's joules so far: a long-running log keeps none of them."""
+        self.close()
+        out, self._energy = self._energy, []
+        return out
+
     @property
     def energy_j(self) -> list[float]:
         """Joules per step so far; NaN for steps not yet covered by a read."""

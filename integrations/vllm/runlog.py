@@ -25,6 +25,11 @@ so is every request that finished before it. Requests still running at a hard
 stop have no row (their steps do). A ``shutdown()`` that does run writes
 everything, running requests included, and marks ``run.json`` closed.
 
+**Energy.** With a meter (the device's cumulative counter, read every few steps:
+:mod:`.energy`), each step's ``energy_j`` is its share of the joules read, and
+``run.json``'s ``energy_source`` names the meter; without one the column is NaN and
+the source ``unavailable``, never zero.
+
 ``run.json`` is written when the log starts (the settings; ``"log"`` says the
 folder is segmented) and again at a clean close; it has no summary: readers
 compute it from the parts, so a live folder, a killed one and a closed one read
@@ -46,6 +51,7 @@ import numpy as np
 from servecal.costmodels.atomic import atomic_path
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
+from servecal.integrations.vllm.energy import UNAVAILABLE, StepEnergy
 
 log = logging.getLogger(__name__)
 
@@ -176,12 +182,17 @@ class RunLog:
         config: dict[str, Any],
         flush_every: int = 1000,
         flush_s: float = FLUSH_SECONDS,
+        energy: StepEnergy | None = None,
+        energy_source: str = UNAVAILABLE,
     ) -> None:
         self.folder = Path(folder)
         self._predictor = predictor
         self._config = config
         self._flush_every = flush_every
         self._flush_s = flush_s
+        # per-step joules from the device's counter (read every few steps), or none
+        self._energy = energy
+        self._energy_source = energy.source if energy is not None else energy_source
         self._lock = threading.Lock()  # the loop's appends against the writer's swaps
         self._write_lock = threading.Lock()  # one flush at a time
         self._rows: list[Sequence[float]] = []  # steps since the last flush
@@ -211,6 +222,8 @@ class RunLog:
         with self._lock:
             self._rows.append(row)
             self._ends.append(row[0] + row[1])
+            if self._energy is not None:
+                self._energy.step(row[1] / 1000.0)
             index = self._base + len(self._ends) - 1
             due = len(self._rows) >= self._flush_every
         if due:
@@ -295,6 +308,7 @@ class RunLog:
     def _flush_locked(self, final: bool) -> None:
         with self._lock:
             rows, self._rows = self._rows, []
+            joules = self._energy.drain() if self._energy is not None else None
             done, self._done = self._done, []
             ends, base = self._ends, self._base
             n_total = base + len(ends)
@@ -302,12 +316,19 @@ class RunLog:
             starts = [t.streaks[0][0] for t in open_tracks if t.streaks]
         if final:  # running requests get a row too, their open streak ending now
             done += [t.frozen(n_total - 1) for t in open_tracks]
+        if final:  # a closed log has both tables, even when one stayed empty
+            from servecal.costmodels.segments import parts
+
+            if not rows and not parts(self.folder / "iterations.parquet"):
+                self._append_steps([], n_total, [] if self._energy is not None else None)
+            if not done and not parts(self.folder / "requests.parquet"):
+                self._append_requests([], np.zeros(0), base)
         if not rows and not done:
             return
         ends_array = np.asarray(ends[: n_total - base], dtype=float)
         try:
             if rows:
-                self._append_steps(rows, n_total - len(rows))
+                self._append_steps(rows, n_total - len(rows), joules)
             if done:
                 self._append_requests(done, ends_array, base)
         except Exception:
@@ -325,7 +346,9 @@ class RunLog:
     def _next_part(self, kind: str) -> Path:
         return self.folder / kind / f"part-{self._parts:06d}.parquet"
 
-    def _append_steps(self, rows: list[Sequence[float]], first: int) -> None:
+    def _append_steps(
+        self, rows: list[Sequence[float]], first: int, joules: list[float] | None
+    ) -> None:
         from servecal.costmodels.arrow_numpy import write_parquet
         from servecal.sched.engine import ITERATION_COLUMNS
 
@@ -337,7 +360,9 @@ class RunLog:
         cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = self._predictions(
             len(steps), args
         )
-        cols["energy_j"] = np.full(len(steps), np.nan)  # the plug-in has no energy meter
+        cols["energy_j"] = (
+            np.asarray(joules, dtype=float) if joules is not None else np.full(len(steps), np.nan)
+        )
         cols["step"] = np.arange(first, first + len(steps), dtype=np.int64)
         extra = [f for f in (*STEP_FIELDS, "step") if f not in ITERATION_COLUMNS]
         ordered = {name: cols[name] for name in (*ITERATION_COLUMNS, *extra)}
@@ -366,7 +391,7 @@ class RunLog:
             "config": self._config,
             "seeds": {},
             "summary": {},  # computed by readers from the parts
-            "energy_source": "none",
+            "energy_source": self._energy_source,
             "log": {
                 "format": LOG_FORMAT,
                 "flush_every": self._flush_every,

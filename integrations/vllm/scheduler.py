@@ -59,6 +59,9 @@ from servecal.sched.policies.sloweave import SLOWeaveConfig
 # a child of vLLM's own logger, so that its handlers and format apply to these lines
 logger = init_logger("vllm.servecal")
 
+#: Steps between two reads of the energy counter (a read costs µs; NVML's counter
+#: moves only every 10-100 ms anyway, so reading every step buys no detail).
+ENERGY_EVERY = 8
 _INF = math.inf
 _NAN = math.nan
 _NONE: tuple[()] = ()  # shared empty sequence: no allocation per step
@@ -173,6 +176,7 @@ class SLOWeaveScheduler(Scheduler):
         if cfg.run_dir is not None:
             from servecal.integrations.vllm.runlog import RunLog
 
+            energy, energy_source = self._sw_energy(cfg.energy_meter)
             self._sw_log = RunLog(
                 cfg.run_dir,
                 table,
@@ -197,6 +201,8 @@ class SLOWeaveScheduler(Scheduler):
                 },
                 cfg.flush_every,
                 cfg.flush_s,
+                energy,
+                energy_source,
             )
         where = f", run folder {cfg.run_dir}" if cfg.run_dir else ""
         if self._sw_observe:
@@ -212,6 +218,21 @@ class SLOWeaveScheduler(Scheduler):
             " + margin" if cfg.use_margin else "",
             where,
         )
+
+    def _sw_energy(self, prefer: str) -> tuple[Any, str]:
+        """The run log's energy: the engine's GPUs' counters (or the host's RAPL), read
+        every :data:`ENERGY_EVERY` steps; ``(None, "unavailable")`` when none opens."""
+        from servecal.integrations.vllm.energy import UNAVAILABLE, StepEnergy, open_energy_meter
+
+        if prefer == "none":
+            return None, UNAVAILABLE
+        parallel = self.vllm_config.parallel_config
+        gpus = list(range(max(1, int(getattr(parallel, "world_size", 1) or 1))))
+        meter, notice = open_energy_meter(prefer, gpus)
+        if meter is None:
+            logger.info("servecal: %s", notice)
+            return None, UNAVAILABLE
+        return StepEnergy(meter, every=ENERGY_EVERY), meter.source
 
     def _sw_ms(self) -> float:
         """Now, in ms since the scheduler started (the run folder's time axis)."""

@@ -4,6 +4,7 @@ what a hard stop keeps, and the readers (``validate``, ``report``) on a folder o
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -185,3 +186,40 @@ def test_an_empty_live_folder_is_one_line(tmp_path: Path) -> None:
     out = CliRunner().invoke(app, ["validate", str(table), str(tmp_path / "run")])
     assert out.exit_code == 2 and "no part written yet" in out.output
     log.close()
+
+
+def test_a_meter_gives_every_step_its_joules_and_names_its_source(tmp_path: Path) -> None:
+    from servecal.integrations.vllm.energy import FakeMeter, StepEnergy
+
+    clock = [0.0]
+    meter = FakeMeter(200.0, clock=lambda: clock[0])
+    log = RunLog(tmp_path / "run", small_table(), dict(CONFIG), flush_every=50, flush_s=3600,
+                 energy=StepEnergy(meter, every=8))  # fmt: skip
+    for k in range(203):  # 2 ms steps, the fake clock moving with them
+        clock[0] += 0.002
+        log.step(step_row(k * 2.0, 2.0, 1, 0))
+        if k % 60 == 0:
+            log.flush()
+    log.close()
+    it = read_table(tmp_path / "run" / "iterations.parquet")
+    assert it["energy_j"].notna().all()
+    assert it["energy_j"].sum() == pytest.approx(200.0 * 0.002 * 203)
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["energy_source"] == "fake"
+    from servecal.reports.loading import load_run
+
+    run = load_run(tmp_path / "run")
+    assert run.summary["energy_j"] == pytest.approx(200.0 * 0.002 * 203)
+
+
+def test_without_a_meter_energy_is_unavailable_not_zero(tmp_path: Path) -> None:
+    log = make_log(tmp_path / "run", flush_every=50, flush_s=3600)
+    drive(log, 100)
+    log.close()
+    assert read_table(tmp_path / "run" / "iterations.parquet")["energy_j"].isna().all()
+    meta = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert meta["energy_source"] == "unavailable"
+    from servecal.reports.loading import load_run
+
+    assert load_run(tmp_path / "run").summary["energy_j"] is None or math.isnan(
+        load_run(tmp_path / "run").summary["energy_j"]
+    )
