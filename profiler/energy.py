@@ -173,7 +173,7 @@ def rapl_zones(root: str = RAPL_ROOT) -> list[str]:
     return sorted(z for z in zones if re.fullmatch(r"intel-rapl:\d+", os.path.basename(z)))
 
 
-def _open_rapl(root: str = RAPL_ROOT) -> tuple[EnergyMeter | None, str | None]:
+def open_rapl(root: str = RAPL_ROOT) -> tuple[EnergyMeter | None, str | None]:
     zones = rapl_zones(root)
     if not zones:
         return None, f"energy unavailable: no RAPL package zones under {root}"
@@ -225,4 +225,4 @@ def open_meter(
                 return None, notice
             meters.append(meter)
         return SumMeter(meters), None
-    return _open_rapl(rapl_root)
+    return open_rapl(rapl_root)

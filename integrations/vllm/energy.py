@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from servecal.profiler.energy import RAPL_ROOT, NvmlMeter, RaplMeter, SumMeter, rapl_zones
+from servecal.profiler.energy import RAPL_ROOT, NvmlMeter, SumMeter, open_rapl
 
 #: ``prefer`` values of :func:`open_energy_meter`.
 METERS = ("auto", "nvml", "rapl")
@@ -104,17 +104,6 @@ def _open_nvml(gpus: Sequence[int | str] | None) -> tuple[EnergyMeter | None, st
     return (meters[0] if len(meters) == 1 else SumMeter(meters)), None
 
 
-def _open_rapl(root: str) -> tuple[EnergyMeter | None, str | None]:
-    zones = rapl_zones(root)
-    if not zones:
-        return None, f"energy unavailable: no RAPL package zones under {root}"
-    try:
-        return RaplMeter(zones), None
-    except OSError as exc:
-        where = exc.filename or zones[0]
-        return None, f"energy unavailable: cannot read RAPL counter {where} ({exc.strerror})"
-
-
 def open_energy_meter(
     prefer: str = "auto",
     gpus: Sequence[int | str] | None = None,
@@ -136,7 +125,7 @@ def open_energy_meter(
             return meter, None
         notices.append(notice)
     if prefer in ("auto", "rapl"):
-        meter, notice = _open_rapl(rapl_root)
+        meter, notice = open_rapl(rapl_root)
         if meter is not None:
             return meter, None
         notices.append(notice)
