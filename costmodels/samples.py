@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
+from servecal.costmodels.atomic import atomic_path, atomic_write_bytes, is_special
 from servecal.costmodels.errors import InputError
 
 if TYPE_CHECKING:
@@ -316,6 +316,8 @@ def write_samples(
 
     with atomic_path(p) as tmp:
         pq.write_table(table, tmp)
+    if is_special(p):  # /dev/null, a pipe: no folder of its own for a sidecar
+        return
     sidecar = {"schema": SAMPLES_SCHEMA, **json.loads(prov_json)}
     atomic_write_bytes(
         p.parent / FINGERPRINT_FILE, (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()

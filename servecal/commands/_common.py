@@ -146,10 +146,19 @@ def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
 def writable_file(path: Path, flag: str = "--out") -> Path:
     """Check, before any work, that ``path`` can be written as a file; one-line
     :class:`InputError` if not. Creates nothing."""
+    from servecal.costmodels.atomic import is_special
+
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{flag} {p}: is a folder, expected a file")
-    _probe(p.parent if str(p.parent) else Path("."), flag, p)
+    if is_special(p):  # a device or FIFO: written in place, never replaced
+        if not os.access(p, os.W_OK):
+            raise InputError(f"{flag} {p}: cannot write there (permission denied)")
+        return p
+    if p.is_symlink() and not p.exists():
+        raise InputError(f"{flag} {p}: a symbolic link to nothing (servecal will not replace it)")
+    real = p.resolve() if p.is_symlink() else p
+    _probe(real.parent if str(real.parent) else Path("."), flag, p)
     return p
 
 

@@ -23,6 +23,10 @@ PREDICTOR_HELP = (
     ", ".join(named.usage for named in PREDICTORS.values())
     + f" [default: {DEFAULT_PREDICTOR}; oracle warns: it is the truth's own formula]."
 )
+FORCE_HELP = (
+    "Rerun and replace runs already in --out that another configuration wrote "
+    "[default: resume the same runs, refuse others]."
+)
 POLICY_OPT_HELP = "A policy option KEY=VALUE (repeatable; `servecal policies` lists them)."
 
 
