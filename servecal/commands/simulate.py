@@ -9,6 +9,7 @@ import typer
 
 from servecal.commands._common import (
     ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
     STRICT_HELP,
     table_flags,
     user_errors,
@@ -99,10 +100,11 @@ def simulate_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
-    table_flags(allow_edited, strict)
+    table_flags(allow_edited, strict, allow_mismatch)
     from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex
