@@ -42,6 +42,14 @@ def checked(make: Callable[[], Any]) -> Any:
         raise InputError(str(exc)) from None
 
 
+def named(flag: str, value: str) -> str:
+    """A ``--truth``/``--predictor`` value given on the command line: an empty one is a
+    mistake (an unset shell variable), never the default."""
+    if not value.strip():
+        raise InputError(f"{flag} '': empty; leave the flag out for the default")
+    return value.strip()
+
+
 def make_spec(
     *,
     workload: str,
@@ -70,8 +78,10 @@ def make_spec(
             rate=rate if rate is not None else ex.default_rate(workload, setting),
             n_requests=requests,
             seeds=tuple(range(seeds)),
-            truth=truth or ex.DEFAULT_TRUTH,
-            predictor=predictor or ex.DEFAULT_PREDICTOR,
+            truth=ex.DEFAULT_TRUTH if truth is None else named("--truth", truth),
+            predictor=ex.DEFAULT_PREDICTOR
+            if predictor is None
+            else named("--predictor", predictor),
             backend=backend,
             setting=setting,
             kv_capacity=kv_tokens,
