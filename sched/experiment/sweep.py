@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -62,8 +63,44 @@ def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any
 
 
 def run_config(task: Task) -> dict[str, Any]:
-    """What ``run.json`` records as the run's ``config`` (what resuming compares)."""
-    return {**task.spec.describe(), "seed": task.seed}
+    """What ``run.json`` records as the run's ``config`` (what resuming compares): the
+    spec, the seed, and the SHA-256 of every file the spec names (a table refitted at
+    the same path is another run)."""
+    config = {**task.spec.describe(), "seed": task.seed}
+    files = input_files(task.spec)
+    if files:
+        config["input_sha256"] = {f: _file_digest(f) for f in files}
+    return config
+
+
+def input_files(spec: RunSpec) -> list[str]:
+    """The files a spec's results depend on: a predictor table, a truth's samples, a
+    workload's trace."""
+    from servecal.sched.experiment.models import table_path
+
+    table = table_path(spec.predictor)
+    out = [] if table is None else [str(table)]
+    for text, kinds in ((spec.truth, ("samples", "fit")), (spec.workload, ("trace",))):
+        name, sep, arg = text.partition(":")
+        if sep and name in kinds:
+            out.append(arg)
+    return [f for f in out if Path(f).is_file()]
+
+
+def _file_digest(path: str) -> str:
+    stat = Path(path).stat()
+    return _digest(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
 
 
 def _resumable(tasks: Sequence[Task], force: bool) -> dict[str, dict[str, Any]]:

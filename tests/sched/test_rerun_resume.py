@@ -172,3 +172,20 @@ def test_ctrl_c_during_a_forced_rerun_keeps_every_finished_run(tmp_path: Path) -
     runs = discover([out]).runs
     assert len(runs) == 6 and all(len(r.iterations) for r in runs)
     assert 0 < rewritten() < 6
+
+
+def test_a_table_refitted_at_the_same_path_is_another_run(tmp_path: Path) -> None:
+    from servecal.sched.experiment.models import DEFAULT_TRUTH
+
+    assert DEFAULT_TRUTH == "device"
+    table = Path(__file__).resolve().parents[2] / "sched" / "data" / "device_a100_fitted.json"
+    mine = tmp_path / "t.json"
+    mine.write_bytes(table.read_bytes())
+    out = tmp_path / "out"
+    assert simulate(out, 1, "--predictor", str(mine)).exit_code == 0
+    assert simulate(out, 1, "--predictor", str(mine)).exit_code == 0  # resumed
+    doc = json.loads(mine.read_text())
+    doc["created"] = "refitted"  # other bytes, the same path (created is not hashed)
+    mine.write_text(json.dumps(doc))
+    r = simulate(out, 1, "--predictor", str(mine))
+    assert r.exit_code == 2 and "input_sha256" in one_error_line(r.output)
