@@ -147,7 +147,13 @@ def write_run(
             if target.exists():
                 old = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old.tmp"
                 os.rename(target, old)
-            os.rename(tmp, target)
+            try:
+                os.rename(tmp, target)
+            except BaseException:
+                if old is not None:  # the new run could not go in: the old one goes back
+                    os.rename(old, target)
+                    old = None
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
