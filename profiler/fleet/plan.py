@@ -59,6 +59,8 @@ KINDS = ("calibrate", "import")
 TIMING_KEYS = ("budget", "repeats", "layers", "dtype", "threads", "seed", "block", "kv_layout")
 #: A GPU type as a plan names it: letters and its model number (H100, A100, L4, MI300X).
 GPU_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}[0-9][A-Za-z0-9_-]{0,15}")
+#: Most torch threads a job may ask for (calibrate refuses more than its host's cores).
+MAX_THREADS = 1024
 COMMON_KEYS = ("name", "kind", "device", "model", "tp", "grid", "cpus")
 IMPORT_KEYS = ("source", "path")
 #: The reference iteration of the fleet report's table (inside both default grids).
@@ -287,6 +289,8 @@ def _timing(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     for key, minimum in (("repeats", 2), ("layers", 1), ("threads", 1), ("block", 1)):
         if raw.get(key) is not None:
             out[key] = _positive_int(raw[key], key, where, minimum)
+    if out.get("threads", 0) > MAX_THREADS:  # the worker checks its own core count too
+        raise _fail(where, f"threads must be at most {MAX_THREADS}, got {out['threads']}")
     if "seed" in raw:
         out["seed"] = _positive_int(raw["seed"], "seed", where, 0)
     if raw.get("dtype") is not None:

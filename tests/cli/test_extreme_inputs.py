@@ -204,8 +204,18 @@ def test_a_run_of_a_newer_schema_is_not_reported(tmp_path: Path) -> None:
         ({"budget": float("nan")}, "finite"),
         ({"budget": float("inf")}, "finite"),
         ({"device": "banana"}, "device 'banana'"),
+        ({"threads": 100000}, "threads must be at most"),
     ],
-    ids=["dot", "dotdot", "huge-tp", "odd-tp", "nan-budget", "inf-budget", "unknown-device"],
+    ids=[
+        "dot",
+        "dotdot",
+        "huge-tp",
+        "odd-tp",
+        "nan-budget",
+        "inf-budget",
+        "unknown-device",
+        "huge-threads",
+    ],  # fmt: skip
 )
 def test_a_bad_fleet_plan_is_refused_before_anything_runs(tmp_path: Path, entry, says) -> None:
     job = {"name": "one", "device": "cpu", "model": "tiny", **entry}
