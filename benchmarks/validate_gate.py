@@ -17,7 +17,12 @@ repeats). Scenarios, each over many independent sample sets:
   repeats);
 * **power**: the off-grid sets slowed uniformly by ×1.06 … ×1.15; the noisy
   on-grid sets slowed ×1.10 and ×1.20; and one band (chunk ≥ 1024) slowed ×1.20
-  (is the band named, and only it?).
+  (is the band named, and only it?);
+* **regional drift** (``--only region``): every iteration with chunk ≥ 256, or with
+  ≥ 32 decodes, ×1.15 slower, on the grid calibration, on off-grid sets, and on a
+  demo-sized calibration (42 grid points × 10 repeats, the table exact) where the
+  region holds 29% of the rows; with the same small grid's false alarms (same
+  truth, and every point off by exactly the tolerance).
 
 Each line gives the share of ``drifted`` verdicts (with a Clopper–Pearson 95%
 interval) and of ``undecided`` ones (the verdict would flip with one row
@@ -140,7 +145,7 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=1000, help="sets per false-alarm scenario")
     ap.add_argument("--fits", type=int, default=200, help="calibrations fitted (own samples)")
     ap.add_argument("--power-sets", type=int, default=200, help="sets per power scenario")
-    ap.add_argument("--only", default="false,edge,power,stability",
+    ap.add_argument("--only", default="false,edge,power,region,stability",
                     help="comma list of scenario groups to run")  # fmt: skip
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -179,6 +184,8 @@ def main() -> None:
         run("null's edge, sigma 0.30 + 5% stalls, 5 reps", args.sets, at_edge(noisy, 5))
     if "power" in only:
         power(args, table, exact, noisy, points)
+    if "region" in only:
+        regional(args, table)
     if "stability" in only:
         stability(table)
 
@@ -215,6 +222,64 @@ def power(args, table, exact, noisy, points) -> None:  # noqa: ANN001
 
     run("band chunk 1024+ x1.20 (on grid, 96 pts x 20)", args.power_sets, one_band)
     print(f"  ... named exactly the chunk 1024+ band in {named[0]} of {args.power_sets} sets")
+
+
+#: Demo-sized calibrations (42 grid points): the tail region holds 2 of 7 values.
+SMALL = {
+    "chunk": {"n_decode": [1, 2, 4, 8, 16, 24], "chunk": [0, 32, 64, 128, 200, 300, 1500],
+              "ctx": [256], "prefix": [0]},
+    "n_decode": {"n_decode": [1, 2, 4, 8, 16, 48, 96], "chunk": [0, 64, 128, 200, 300, 1500],
+                 "ctx": [256], "prefix": [0]},
+}  # fmt: skip
+EDGES = {"chunk": 256, "n_decode": 32}
+
+
+def regional(args, table) -> None:  # noqa: ANN001
+    """A region (chunk ≥ 256, n_decode ≥ 32) slowed ×1.15: reported, and named?"""
+    print("\n# regional drift: one region x1.15 (is it reported, and is it named?)")
+
+    def scenario(label: str, axis: str, draw: Callable[[int], pd.DataFrame], on) -> None:  # noqa: ANN001
+        edge, named, shares = EDGES[axis], [0], []
+
+        def one(i: int) -> dict:
+            frame = draw(i)
+            inside = frame[axis] >= edge
+            shares.append(float(inside.mean()))
+            frame.loc[inside, "ms"] *= 1.15
+            r = replay(on, frame)
+            named[0] += f"{axis} {edge}+" in [
+                reg["region"] for reg in r["regions"] if reg["status"] == "drift"
+            ]
+            return r
+
+        run(label, args.power_sets, one)
+        print(f"  ... {axis} {edge}+ named in {named[0]} of {args.power_sets} sets; "
+              f"the region holds {100 * float(np.mean(shares)):.0f}% of the rows")  # fmt: skip
+
+    for axis in ("chunk", "n_decode"):
+        scenario(f"on grid, {axis} >= {EDGES[axis]} x1.15 (96 pts x 20)", axis,
+                 lambda i: calibration(np.random.default_rng(70_000 + i)), table)  # fmt: skip
+        scenario(f"off grid, {axis} >= {EDGES[axis]} x1.15 (150 pts x 25)", axis,
+                 lambda i: off_grid(np.random.default_rng(75_000 + i)), table)  # fmt: skip
+    for axis, axes in SMALL.items():
+        exact = compile_predictor(ExactMedian(TRUTH), axes, quantiles=(0.5, 0.99))
+        pts = grid_points(axes["n_decode"], axes["chunk"], axes["ctx"], axes["prefix"])
+
+        def small(i: int, pts: pd.DataFrame = pts) -> pd.DataFrame:
+            return TRUTH.draw(pts, 10, np.random.default_rng(80_000 + i))
+
+        scenario(f"42 pts x 10 (demo-sized), {axis} >= {EDGES[axis]} x1.15", axis, small, exact)
+
+        def same(i: int, pts: pd.DataFrame = pts, exact: CostTable = exact) -> dict:
+            return replay(exact, TRUTH.draw(pts, 10, np.random.default_rng(85_000 + i)))
+
+        def at_edge(i: int, pts: pd.DataFrame = pts, exact: CostTable = exact) -> dict:
+            frame = TRUTH.draw(pts, 10, np.random.default_rng(90_000 + i))
+            frame["ms"] *= (1 + TOLERANCE) / noise_median(TRUTH)
+            return replay(exact, frame)
+
+        run(f"42 pts x 10 ({axis} grid): same truth", args.sets, same)
+        run(f"42 pts x 10 ({axis} grid): null's edge", args.sets, at_edge)
 
 
 def stability(table: CostTable) -> None:

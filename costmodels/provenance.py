@@ -5,11 +5,14 @@
   quantiles, margin, energy, fingerprint). A loader recomputes it; a mismatch
   means the numbers were edited after they were written, and loading refuses
   unless told to allow it (``--allow-edited``; :data:`ALLOW_EDITED_ENV` carries
-  the choice into worker processes).
+  the choice into worker processes). A table *file* without a ``content_hash``
+  (deleted, or written by hand) is refused the same way: its numbers cannot be
+  checked (:func:`check_hash_present`).
 * **Fingerprint.** A table's fingerprint names the device and model it was
   measured on. :func:`compare_fingerprints` compares the keys of
   :data:`FINGERPRINT_KEYS` that *both* sides have (older files lack some) and
-  warns, or with ``strict`` (``--strict``; :data:`STRICT_ENV`) refuses.
+  refuses a mismatch, or with ``--allow-mismatch`` (:data:`ALLOW_MISMATCH_ENV`)
+  warns and goes on.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ HASHED_FIELDS = ("axes", "between", "quantiles", "tail", "margin", "energy_j", "
 HASH_PREFIX = "sha256:"
 #: Set (to "1") to load tables whose content hash does not match.
 ALLOW_EDITED_ENV = "SERVECAL_ALLOW_EDITED"
-#: Set (to "1") to refuse, instead of warn on, a fingerprint mismatch.
+#: Set (to "1") to refuse a fingerprint mismatch even under ``--allow-mismatch``
+#: (``--strict``: refusing is the default now; the flag is kept for scripts).
 STRICT_ENV = "SERVECAL_STRICT_FINGERPRINT"
+#: Set (to "1") to warn on, instead of refuse, a fingerprint mismatch.
+ALLOW_MISMATCH_ENV = "SERVECAL_ALLOW_MISMATCH"
 #: What identifies the device and model a table is valid for ("device" is the
 #: device's name: a table applies to every GPU of a kind, not to one serial number).
 FINGERPRINT_KEYS = ("device_name", "model", "model_hash", "dtype", "kv_layout", "tp")
@@ -60,8 +66,9 @@ def allow_edited_default() -> bool:
 
 
 def strict_default() -> bool:
-    """Whether ``--strict`` is in force for this process (:data:`STRICT_ENV`)."""
-    return _flag(STRICT_ENV)
+    """Whether a fingerprint mismatch is refused in this process: unless
+    ``--allow-mismatch`` (:data:`ALLOW_MISMATCH_ENV`) and not ``--strict``."""
+    return _flag(STRICT_ENV) or not _flag(ALLOW_MISMATCH_ENV)
 
 
 def check_content_hash(
@@ -69,7 +76,8 @@ def check_content_hash(
 ) -> None:
     """Refuse a table whose stored ``content_hash`` differs from ``recomputed``.
 
-    Tables written before hashes existed have none and load as they are.
+    A document without one is left to :func:`check_hash_present` (a file must have
+    one; a table built in memory is hashed when it is saved).
     """
     stored = doc.get("content_hash")
     if stored is None:
@@ -81,6 +89,19 @@ def check_content_hash(
         raise EditedTableError(
             f"{source}: content hash mismatch: its numbers were changed after it was written "
             "(refit it, or pass --allow-edited to load it anyway)"
+        )
+
+
+def check_hash_present(
+    doc: Mapping[str, Any], source: str, allow_edited: bool | None = None
+) -> None:
+    """Refuse a table file without a ``content_hash`` (its numbers cannot be checked:
+    a deleted hash must not hide an edit) unless ``allow_edited``."""
+    allow = allow_edited_default() if allow_edited is None else allow_edited
+    if isinstance(doc, Mapping) and doc.get("content_hash") is None and not allow:
+        raise EditedTableError(
+            f"{source}: no content_hash, so its numbers cannot be checked against what was "
+            "fitted (refit it, or pass --allow-edited to load it anyway)"
         )
 
 
@@ -125,6 +146,6 @@ def compare_fingerprints(
     detail = ", ".join(f"{k} {a[k]!r} vs {b[k]!r}" for k in diff)
     message = f"fingerprint mismatch between {table_name} and {other_name} ({detail})"
     if strict_default() if strict is None else strict:
-        raise InputError(message + "; refused under --strict")
+        raise InputError(message + "; refused (pass --allow-mismatch to use it anyway)")
     warnings.warn(message, FingerprintMismatchWarning, stacklevel=2)
     return message

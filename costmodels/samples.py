@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
+from servecal.costmodels.atomic import atomic_path, atomic_write_bytes, is_special
 from servecal.costmodels.errors import InputError
 
 if TYPE_CHECKING:
@@ -73,6 +73,13 @@ def _numeric(frame: pd.DataFrame, col: str, source: str) -> np.ndarray:
         raw.dtype == object and raw.map(lambda v: isinstance(v, (bool, np.bool_))).any()
     ):
         raise _fail(source, col, None, "stored as true/false, expected numbers")
+    kind = pd.api.types
+    if (
+        kind.is_datetime64_any_dtype(raw)
+        or kind.is_timedelta64_dtype(raw)
+        or (raw.dtype == object and raw.map(lambda v: hasattr(v, "timetuple")).any())
+    ):  # would read as nanoseconds since 1970
+        raise _fail(source, col, None, f"stored as dates/times ({raw.dtype}), expected numbers")
     values = pd.to_numeric(raw, errors="coerce")
     unparsable = (values.isna() & raw.notna()).to_numpy()
     if unparsable.any():
@@ -297,6 +304,37 @@ def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:
     return prov
 
 
+SAMPLE_SUFFIXES = (".parquet", ".csv")
+
+
+def _check_sidecar_is_ours(path: Path, provenance: dict[str, Any]) -> None:
+    """Refuse to replace a ``fingerprint.json`` that describes other samples files in the
+    same folder (another model, device or TP): they would be read with the new one."""
+    sidecar = path.parent / FINGERPRINT_FILE
+    try:
+        there = json.loads(sidecar.read_text())
+    except (OSError, ValueError, RecursionError):
+        return
+    if not isinstance(there, dict):
+        return
+    there.pop("schema", None)
+    mine = json.loads(json.dumps(provenance, sort_keys=True, default=str))
+    if there == mine:
+        return
+    others = sorted(
+        q.name
+        for q in path.parent.iterdir()
+        if q.suffix in SAMPLE_SUFFIXES and q.name != path.name and q.is_file()
+    )
+    if others:
+        keys = ("model", "device_name", "tp")
+        what = ", ".join(f"{k} {there[k]!r}" for k in keys if k in there) or "other provenance"
+        raise InputError(
+            f"{path.parent}: its {FINGERPRINT_FILE} describes {others[0]} ({what}), not "
+            "these samples: write them to a folder of their own"
+        )
+
+
 def write_samples(
     frame: pd.DataFrame, path: str | os.PathLike[str], provenance: dict[str, Any]
 ) -> None:
@@ -305,7 +343,14 @@ def write_samples(
     import pyarrow.parquet as pq
 
     p = Path(path)
+    if p.name == FINGERPRINT_FILE:
+        raise InputError(
+            f"{p}: that name is the samples' own sidecar ({FINGERPRINT_FILE}); "
+            "name the samples file e.g. samples.parquet"
+        )
     clean = check_samples(frame, str(p))
+    if not is_special(p):
+        _check_sidecar_is_ours(p, provenance)
     ordered = list(SAMPLE_COLUMNS) + [c for c in clean.columns if c not in SAMPLE_COLUMNS]
     table = pa.Table.from_pandas(clean[ordered], preserve_index=False)
     prov_json = json.dumps(provenance, sort_keys=True, default=str)
@@ -316,6 +361,8 @@ def write_samples(
 
     with atomic_path(p) as tmp:
         pq.write_table(table, tmp)
+    if is_special(p):  # /dev/null, a pipe: no folder of its own for a sidecar
+        return
     sidecar = {"schema": SAMPLES_SCHEMA, **json.loads(prov_json)}
     atomic_write_bytes(
         p.parent / FINGERPRINT_FILE, (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()

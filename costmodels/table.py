@@ -48,11 +48,13 @@ from servecal.costmodels.interp import (
     axis_position,
     corner_value,
 )
+from servecal.costmodels.jsontext import DuplicateKeyError, loads_unique
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.costmodels.provenance import (
     FINGERPRINT_KEYS,
     FingerprintMismatchWarning,  # noqa: F401 - re-exported: where it always lived
     check_content_hash,
+    check_hash_present,
     compare_fingerprints,
     content_hash,
     fingerprint_diff,  # noqa: F401 - re-exported
@@ -889,12 +891,14 @@ class CostTable:
         allow_edited: bool | None = None,
         other: str = "the samples",
     ) -> CostTable:
-        """Load a cost table; warn (or, if ``strict``, refuse) on a fingerprint mismatch
-        with ``fingerprint`` (that of ``other``); refuse edited numbers unless
-        ``allow_edited``. ``None`` for either: the process's ``--strict`` /
-        ``--allow-edited`` (:mod:`.provenance`)."""
+        """Load a cost table; refuse (or, if not ``strict``, warn on) a fingerprint
+        mismatch with ``fingerprint`` (that of ``other``); refuse edited numbers, or a
+        file without a content hash, unless ``allow_edited``. ``None`` for either: the
+        process's ``--allow-mismatch`` / ``--allow-edited`` (:mod:`.provenance`)."""
         p = Path(path)
-        table = cls.from_json(read_table_document(p), str(p), allow_edited)
+        doc = read_table_document(p)
+        check_hash_present(doc, str(p), allow_edited)
+        table = cls.from_json(doc, str(p), allow_edited)
         if fingerprint is not None:
             compare_fingerprints(table.fingerprint, fingerprint, str(p), other, strict)
         return table
@@ -915,7 +919,9 @@ def read_table_document(path: str | os.PathLike[str]) -> Any:
     except (OSError, UnicodeDecodeError) as exc:
         raise InputError(f"cannot read cost table {p} ({type(exc).__name__})") from None
     try:
-        doc = json.loads(text)
+        doc = loads_unique(text)
+    except DuplicateKeyError as exc:
+        raise InputError(f"{p}: not a cost table: {exc}") from None
     except ValueError as exc:
         raise InputError(f"{p}: not a cost table: invalid JSON ({exc})") from None
     except RecursionError:

@@ -30,6 +30,10 @@ REQUIRED = (
 MAX_NUMBER = 2.0**53
 
 
+#: Largest tensor-parallel degree a table may record (profiler.shapes.MAX_TP).
+MAX_TABLE_TP = 1024
+
+
 def _num_list(value: Any, source: str, name: str) -> list[float]:
     if not isinstance(value, list) or not all(
         isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
@@ -112,8 +116,12 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
         except (TypeError, ValueError, OverflowError) as exc:
             raise InputError(f"{source}: field 'margin': {exc}") from None
     tp = doc.get("tp")  # absent in tables written before tensor parallelism: TP 1
-    if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
-        raise InputError(f"{source}: field 'tp': must be an integer >= 1, got {tp!r}")
+    if tp is not None and (
+        not isinstance(tp, int) or isinstance(tp, bool) or not 1 <= tp <= MAX_TABLE_TP
+    ):
+        raise InputError(
+            f"{source}: field 'tp': must be an integer in 1..{MAX_TABLE_TP}, got {tp!r}"
+        )
     tail = doc["tail"]
     if tail != (margin.quantile if margin else None):
         raise InputError(f"{source}: field 'tail': {tail!r} does not match the margin")
@@ -135,4 +143,30 @@ def parse_document(cls: type, doc: Any, source: str) -> Any:
     domain = doc.get("domain")
     if domain is not None and domain != {a: [lo, hi] for a, (lo, hi) in table.domain.items()}:
         raise InputError(f"{source}: field 'domain': does not match the axes")
+    _check_working_cells(axes, parsed, AXES, source)
     return table
+
+
+def _check_working_cells(
+    axes: dict[str, list[int]], quantiles: dict[float, list[float]], order: tuple[str, ...],
+    source: str,
+) -> None:  # fmt: skip
+    """An iteration that does work (a decode or a prefill token) takes time: a cell of
+    0 ms (or less) there is a broken fit, not a fast device."""
+    import numpy as np
+
+    shape = tuple(len(axes[a]) for a in order)
+    grids = np.meshgrid(*(np.asarray(axes[a]) for a in order), indexing="ij")
+    work = (grids[order.index("n_decode")] + grids[order.index("chunk")]) >= 1
+    for q, values in quantiles.items():
+        cells = np.asarray(values, dtype=float)
+        if cells.size != work.size:
+            return  # the constructor has refused a wrong length already
+        bad = np.flatnonzero((cells.reshape(shape) <= 0) & work)
+        if bad.size:
+            at = np.unravel_index(int(bad[0]), shape)
+            where = ", ".join(f"{a} {axes[a][i]}" for a, i in zip(order, at, strict=True))
+            raise InputError(
+                f"{source}: field 'quantiles.{q:g}': {bad.size} cells of <= 0 ms where an "
+                f"iteration does work (first at {where}): a broken fit; refit it"
+            )

@@ -86,6 +86,11 @@ class CalibrateConfig:
             raise InputError(f"--block must be >= 1, got {self.block}")
         if self.threads is not None and self.threads < 1:
             raise InputError(f"--threads must be >= 1, got {self.threads}")
+        cores = os.cpu_count() or 1
+        if self.threads is not None and self.threads > cores:
+            # more threads than cores time the scheduler, not the model (and huge counts
+            # exhaust the process: torch crashes past a few thousand)
+            raise InputError(f"--threads {self.threads}: this machine has {cores} cores")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
 

@@ -13,6 +13,7 @@ slow drifts (heat, clocks) do not line up with any axis.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,12 @@ class Point:
         return f"n={self.n_decode} c={self.chunk} ctx={self.ctx} prefix={self.prefix}"
 
 
+#: Largest value of any grid axis: 2**24 tokens (16M; no model's context is longer).
+MAX_AXIS_VALUE = 2**24
+#: Most points a grid may span (a calibration measures each; an import composes each).
+MAX_GRID_POINTS = 200_000
+
+
 @dataclass(frozen=True)
 class Grid:
     """Values per axis (each sorted, unique, >= 0)."""
@@ -60,9 +67,20 @@ class Grid:
                 raise ValueError(f"grid axis {axis} is empty")
             if any(not isinstance(v, int) or isinstance(v, bool) or v < 0 for v in values):
                 raise ValueError(f"grid axis {axis} must hold integers >= 0, got {list(values)}")
+            if max(values) > MAX_AXIS_VALUE:
+                raise ValueError(
+                    f"grid axis {axis}: {max(values):,} is beyond any model's context "
+                    f"(at most {MAX_AXIS_VALUE:,})"
+                )
             object.__setattr__(self, axis, tuple(sorted(set(values))))
         if max(self.n_decode) + max(self.chunk) < 1:
             raise ValueError("grid has no point with n_decode + chunk >= 1")
+        points = math.prod(len(getattr(self, a)) for a in AXES)
+        if points > MAX_GRID_POINTS:
+            raise ValueError(
+                f"grid of {points:,} points (the product of its axes): at most "
+                f"{MAX_GRID_POINTS:,}; a table needs far fewer (docs/profiler.md)"
+            )
 
     def to_dict(self) -> dict[str, list[int]]:
         return {k: list(v) for k, v in asdict(self).items()}

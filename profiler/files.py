@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from servecal.costmodels.errors import InputError
+from servecal.costmodels.jsontext import DuplicateKeyError, loads_unique
 
 try:
     import tomllib
@@ -32,9 +33,11 @@ def load_mapping(path: str | Path, what: str) -> dict[str, Any]:
             raise InputError(f"{path}: not a {what}: nested too deeply") from None
     else:
         try:
-            data = json.loads(text)
+            data = loads_unique(text)
         except json.JSONDecodeError as exc:
             raise InputError(f"{path}: not valid JSON: {exc}") from None
+        except DuplicateKeyError as exc:
+            raise InputError(f"{path}: not a {what}: {exc}") from None
         except RecursionError:
             raise InputError(f"{path}: not a {what}: nested too deeply") from None
     if not isinstance(data, dict):

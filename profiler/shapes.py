@@ -17,6 +17,9 @@ from typing import Any
 from servecal.costmodels.errors import InputError
 from servecal.profiler.files import load_mapping
 
+#: Largest tensor-parallel degree accepted anywhere (the largest NVLink domains hold 72).
+MAX_TP = 1024
+
 
 @dataclass(frozen=True)
 class ModelShape:
@@ -74,6 +77,8 @@ class ModelShape:
         it by them (then each KV head is replicated on ``tp / n_kv_heads`` ranks)."""
         if not isinstance(tp, int) or isinstance(tp, bool) or tp < 1:
             raise InputError(f"--tp must be an integer >= 1, got {tp!r}")
+        if tp > MAX_TP:
+            raise InputError(f"--tp {tp}: at most {MAX_TP}")
         parts = {"query heads": self.n_heads, "MLP width": self.intermediate, "vocab": self.vocab}
         bad = [f"{what} {n}" for what, n in parts.items() if n % tp]
         if self.n_kv_heads % tp and tp % self.n_kv_heads:

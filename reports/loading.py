@@ -26,6 +26,7 @@ from servecal.costmodels.predictor import Predictor
 from servecal.costmodels.segments import read_table, table_exists
 
 RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
+RUN_SCHEMA = "servecal.run/1"
 FLEET_INDEX = "index.json"
 ITERATION_COLUMNS = ("start_ms", "duration_ms", "n_decode", "chunk")
 REQUEST_COLUMNS = ("rid", "arrival_ms", "first_token_ms", "tpot_p99_ms")
@@ -242,6 +243,12 @@ def load_run(folder: Path) -> RunData:
         if not table_exists(folder / name):
             raise InputError(f"{folder}: not a run folder (no {name})")
     info = _read_json(folder / "run.json")
+    schema = info.get("schema", RUN_SCHEMA)  # run folders from before the field: version 1
+    if schema != RUN_SCHEMA:
+        raise InputError(
+            f"{folder / 'run.json'}: field 'schema': {schema!r}, this servecal reads "
+            f"{RUN_SCHEMA!r} (a newer servecal wrote it?)"
+        )
     config = info.get("config", {})
     if not isinstance(config, dict):
         raise InputError(f"{folder / 'run.json'}: 'config' must be an object")

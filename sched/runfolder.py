@@ -9,10 +9,17 @@ leaves a half-written run that a report would pick up.
 the folder's lock (one writer at a time, :mod:`servecal.costmodels.folders`), and
 a record (``.servecal-outputs.json``) of what the command wrote there. When a
 later command into the same folder has written its runs, it removes what the
-previous one recorded and it did not rewrite (and temporary leftovers), so a
-rerun with fewer seeds or other cells never mixes its runs with stale ones;
-folders servecal did not write are left alone (so are runs written before the
-record existed), and a command that wrote nothing changes nothing.
+previous one recorded and it did not rewrite or resume (and temporary
+leftovers), so a rerun with fewer seeds or other cells never mixes its runs with
+stale ones. That clean-up happens only when the command finishes: one that is
+interrupted or fails removes nothing and records what it wrote beside what was
+there. Folders servecal did not write are never removed or replaced (see
+:func:`is_servecal_run`), and a command that wrote nothing changes nothing.
+
+A rerun resumes: :func:`finished_run` finds a run folder already holding the
+same run (the same ``config``), which the sweep reuses instead of recomputing;
+one holding another configuration is refused unless the command was given
+``--force``.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import json
 import math
 import os
 import shutil
+import signal
 import time
 import uuid
 from collections.abc import Iterator
@@ -30,6 +38,7 @@ from typing import Any
 
 from servecal.costmodels.arrow_numpy import write_parquet
 from servecal.costmodels.atomic import temporary_folder
+from servecal.costmodels.errors import InputError
 from servecal.costmodels.folders import folder_lock, make_folder
 from servecal.sched.result import RunResult
 
@@ -40,6 +49,9 @@ OUTPUTS_SCHEMA = "servecal.outputs/1"
 #: The id of the command writing runs, carried into worker processes; ``write_run``
 #: stamps it into ``run.json`` (``invocation``) so the command knows its own runs.
 INVOCATION_ENV = "SERVECAL_INVOCATION"
+RUN_SCHEMA = "servecal.run/1"
+#: Run folders the command holding :func:`run_output` resumed (kept as its outputs).
+_resumed: set[Path] = set()
 
 
 def _plain(value: Any) -> Any:
@@ -55,6 +67,48 @@ def _plain(value: Any) -> Any:
     return value
 
 
+def is_servecal_run(folder: Path) -> bool:
+    """Whether ``folder`` is a run folder servecal wrote, which servecal may replace
+    or remove: a ``run.json`` of a ``servecal.run/`` schema, and nothing in the
+    folder but :data:`RUN_FILES` (a file a person put there makes it theirs)."""
+    try:
+        if folder.is_symlink() or not folder.is_dir():
+            return False
+        if any(p.name not in RUN_FILES for p in folder.iterdir()):
+            return False
+        doc = json.loads((folder / "run.json").read_text())
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(doc, dict) and str(doc.get("schema", "")).startswith("servecal.run/")
+
+
+def _not_ours(folder: Path) -> InputError:
+    return InputError(
+        f"{folder} exists and was not written by servecal (it holds other files, or no "
+        "servecal run.json): servecal never replaces it; move it away or choose another --out"
+    )
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold Ctrl-C (and SIGTERM) back for a few system calls: delivered right after."""
+    held = {signal.SIGINT, signal.SIGTERM}
+    try:
+        previous = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    except (AttributeError, OSError, ValueError):  # pragma: no cover - not POSIX
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+def as_recorded(doc: Any) -> Any:
+    """``doc`` as ``run.json`` holds it (JSON: NaN as None, plain numbers, lists)."""
+    return json.loads(json.dumps(_plain(doc)))
+
+
 def write_run(
     folder: str | os.PathLike[str],
     result: RunResult,
@@ -62,16 +116,22 @@ def write_run(
     summary: dict[str, Any],
     seeds: dict[str, Any],
 ) -> Path:
-    """Write ``result`` as a run folder at ``folder`` (replacing one already there)."""
+    """Write ``result`` as a run folder at ``folder``, replacing a run folder servecal
+    wrote there (:func:`is_servecal_run`); anything else there is refused
+    (:class:`InputError`). The old run is renamed away and the new one renamed in
+    with Ctrl-C held back, so an interrupt leaves one whole run or the other."""
     target = Path(folder)
     make_folder(target.parent)
+    if (target.exists() or target.is_symlink()) and not is_servecal_run(target):
+        raise _not_ours(target)
     tmp = temporary_folder(target.parent, target.name)
+    old: Path | None = None
     try:
         # numpy → Parquet without pandas (costmodels.arrow_numpy); nulls as pandas writes them
         write_parquet(dict(result.iteration_columns), tmp / "iterations.parquet")
         write_parquet(dict(result.request_columns), tmp / "requests.parquet")
         doc = {
-            "schema": "servecal.run/1",
+            "schema": RUN_SCHEMA,
             "config": config,
             "seeds": seeds,
             "summary": summary,
@@ -83,13 +143,74 @@ def write_run(
         if os.environ.get(INVOCATION_ENV):
             doc["invocation"] = os.environ[INVOCATION_ENV]
         (tmp / "run.json").write_text(json.dumps(_plain(doc), indent=2) + "\n")
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(tmp, target)
+        with _signals_held():
+            if target.exists():
+                old = target.parent / f".{target.name}.{uuid.uuid4().hex[:8]}.old.tmp"
+                os.rename(target, old)
+            try:
+                os.rename(tmp, target)
+            except BaseException:
+                if old is not None:  # the new run could not go in: the old one goes back
+                    os.rename(old, target)
+                    old = None
+                raise
     finally:
         if tmp.exists():
             shutil.rmtree(tmp)
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _comparable(config: Any) -> Any:
+    """``config`` as ``run.json`` holds it, less ``seeds`` (one run is one seed)."""
+    plain = as_recorded(config)
+    if isinstance(plain, dict):
+        plain.pop("seeds", None)
+    return plain
+
+
+def _first_difference(mine: dict[str, Any], theirs: Any) -> str:
+    if not isinstance(theirs, dict):
+        return "its run.json has no config"
+    for key in sorted(set(mine) | set(theirs)):
+        if mine.get(key) != theirs.get(key):
+            return f"{key} {theirs.get(key)!r} there, {mine.get(key)!r} now"
+    return "its run.json differs"
+
+
+def finished_run(
+    folder: str | os.PathLike[str], config: dict[str, Any], force: bool = False
+) -> dict[str, Any] | None:
+    """The ``run.json`` of a finished run of ``config`` at ``folder`` (to resume), or
+    ``None`` when the run must be made (nothing there; with ``force``, a run folder
+    servecal wrote of another configuration, to be replaced). Refused
+    (:class:`InputError`): a folder servecal did not write (even with ``force``), and,
+    without ``force``, a run of another configuration."""
+    path = Path(folder)
+    if not (path.exists() or path.is_symlink()):
+        return None
+    if not is_servecal_run(path):
+        raise _not_ours(path)
+    doc = json.loads((path / "run.json").read_text())
+    mine = _comparable(config)
+    theirs = _comparable(doc.get("config"))
+    complete = doc.get("schema") == RUN_SCHEMA and isinstance(doc.get("summary"), dict)
+    if complete and mine == theirs:
+        return doc
+    if force:
+        return None
+    why = _first_difference(mine, theirs) if complete else f"schema {doc.get('schema')!r}"
+    raise InputError(
+        f"{path} holds a finished run of another configuration ({why}): pass --force to "
+        "replace the runs there, or choose another --out"
+    )
+
+
+def mark_resumed(folder: str | os.PathLike[str]) -> None:
+    """Count a resumed run folder among the outputs of the command holding
+    :func:`run_output` (so its clean-up keeps it)."""
+    _resumed.add(Path(folder).absolute())
 
 
 def write_json(path: str | os.PathLike[str], doc: Any) -> None:
@@ -152,9 +273,14 @@ def _written_by(run: Path, invocation: str) -> bool:
 
 
 def fresh_outputs(root: Path, invocation: str, since_ns: int) -> set[str]:
-    """Run folders this invocation wrote (``run.json`` says so), and top-level files
-    written since it started."""
-    fresh = {str(p.relative_to(root)) for p in _run_folders(root) if _written_by(p, invocation)}
+    """Run folders this invocation wrote (``run.json`` says so) or resumed, and
+    top-level files written since it started."""
+    absolute = root.absolute()
+    fresh = {
+        str(p.relative_to(root))
+        for p in _run_folders(root)
+        if _written_by(p, invocation) or (absolute / p.relative_to(root)) in _resumed
+    }
     fresh |= {
         p.name
         for p in root.iterdir()
@@ -163,18 +289,23 @@ def fresh_outputs(root: Path, invocation: str, since_ns: int) -> set[str]:
     return fresh
 
 
-def replace_outputs(root: Path, previous: set[str], fresh: set[str], command: str) -> int:
-    """Remove what the last command wrote and this one did not rewrite; record this
-    one's outputs. Returns how many stale entries went."""
+def replace_outputs(
+    root: Path, previous: set[str], fresh: set[str], command: str, finished: bool = True
+) -> int:
+    """Remove what the last command wrote and this one did not rewrite (only when this
+    one ``finished``: else keep it, and record it beside this one's outputs); record
+    this one's outputs. Returns how many stale entries went."""
     removed = 0
+    if not finished:
+        fresh = fresh | {rel for rel in previous if _inside(root, rel) is not None}
     for rel in sorted(previous - fresh):
         path = _inside(root, rel)
         if path is None:
             continue
-        if path.is_dir() and (path / "run.json").is_file():
+        if is_servecal_run(path):
             shutil.rmtree(path)
             removed += 1
-        elif path.is_file():
+        elif path.is_file() and not path.is_symlink():
             path.unlink()
             removed += 1
     write_json(
@@ -189,8 +320,9 @@ def run_output(folder: str | os.PathLike[str], command: str = "servecal") -> Ite
     """Hold ``folder`` for one command that writes runs (see the module docstring).
 
     The last command's outputs are replaced at the end, and only if this one wrote
-    something: a command refused for bad input, or stopped before its first run,
-    leaves the folder as it found it (less temporary leftovers).
+    something and finished: a command refused for bad input, or stopped before its
+    first run, leaves the folder as it found it (less temporary leftovers); one
+    interrupted or failing midway keeps every run there and records its own beside.
     """
     root = Path(folder)
     with folder_lock(root, command):
@@ -200,14 +332,18 @@ def run_output(folder: str | os.PathLike[str], command: str = "servecal") -> Ite
         saved = os.environ.get(INVOCATION_ENV)
         os.environ[INVOCATION_ENV] = invocation  # worker processes inherit it
         since_ns = time.time_ns() - 20_000_000  # a file system clock may lag by a tick
+        _resumed.clear()
+        finished = False
         try:
             yield root
+            finished = True
         finally:
             if saved is None:
                 os.environ.pop(INVOCATION_ENV, None)
             else:
                 os.environ[INVOCATION_ENV] = saved
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError), _signals_held():
                 fresh = fresh_outputs(root, invocation, since_ns)
                 if fresh:
-                    replace_outputs(root, previous, fresh, command)
+                    replace_outputs(root, previous, fresh, command, finished)
+            _resumed.clear()

@@ -28,7 +28,7 @@ from servecal.commands._common import (
     describe_error,
     one_line,
 )
-from servecal.costmodels.provenance import ALLOW_EDITED_ENV, STRICT_ENV
+from servecal.costmodels.provenance import ALLOW_EDITED_ENV, ALLOW_MISMATCH_ENV, STRICT_ENV
 
 try:  # typer >= 0.16 vendors (a part of) click; older typer uses the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -41,7 +41,7 @@ class OneLineGroup(TyperGroup):
     for one command only."""
 
     def invoke(self, ctx: Any) -> Any:
-        saved = {k: os.environ.get(k) for k in (ALLOW_EDITED_ENV, STRICT_ENV)}
+        saved = {k: os.environ.get(k) for k in (ALLOW_EDITED_ENV, STRICT_ENV, ALLOW_MISMATCH_ENV)}
         try:
             return super().invoke(ctx)
         finally:  # the flags hold for one command (CliRunner runs many in one process)

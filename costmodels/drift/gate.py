@@ -25,9 +25,13 @@ exceedance fraction lies in [0, 1]; under "the mean exceedance rate is at most
 ``tail_ratio × tail_p0``" (2%), Bennett's inequality bounds the chance of the
 observed mean, whatever the correlation inside a cluster.
 
-Family: 3 global tests (slowdown, speedup, tail) share half of α, the 2 × B
-band tests (slowdown and speedup per band) the other half (weighted Bonferroni):
-the probability that any test fires on a table that holds is ≤ α.
+Family: 3 global tests (slowdown, speedup, tail) share a third of α, the 2 × B
+region tests (slowdown and speedup per band or tail region, :class:`Bands`) the
+other two thirds (weighted Bonferroni): the probability that any test fires on a
+table that holds is ≤ α. The regions get the larger share because a drift is
+usually regional (long prefills, large batches): with the default 1%, a region
+of 12 grid points that all moved beyond the tolerance is reported, while the
+global tests keep needing only 10 points to speak at all.
 
 Stability: a row changes one cluster (its votes, its exceedance fraction, or
 removes it if it was its last row), so the global tests and its two bands' tests.
@@ -94,12 +98,12 @@ class GateConfig:
 
     @property
     def alpha_global(self) -> float:
-        """Level of each of the three global tests."""
-        return self.false_alarm / 2 / 3
+        """Level of each of the three global tests (a third of the bound)."""
+        return self.false_alarm / 3 / 3
 
     def alpha_band(self, bands: int) -> float:
-        """Level of each of the 2 × ``bands`` band tests."""
-        return self.false_alarm / 2 / (2 * bands)
+        """Level of each of the 2 × ``bands`` region tests (two thirds of the bound)."""
+        return 2 * self.false_alarm / 3 / (2 * bands)
 
     @property
     def min_clusters(self) -> int:
@@ -163,41 +167,77 @@ def tail_p_value(mean: float, clusters: int, null: float) -> float:
 
 @dataclass(frozen=True)
 class Bands:
-    """The regions a drift is attributed to: bands of ``n_decode`` and of ``chunk``
-    (and, for a run, quarters of its time).
+    """The regions a drift is attributed to: bands of ``n_decode`` and of ``chunk``,
+    the upper tails above their inner edges (``n_decode 8+``, ``n_decode 32+``,
+    ``chunk 256+``) and, for a run, quarters of its time.
 
     Bands, not the ``n_decode × chunk`` cells of :class:`RegionGrid` (whose edges
     they use): a cell of a calibration grid holds a handful of points, too few
     for any test to speak at a 1% family-wise bound, while a band pools a whole
-    row or column of the grid. A slow-down of long prefills shows as the
-    ``chunk 1024+`` band, one of large batches as an ``n_decode`` band, a change
-    in the middle of a run as its last quarters.
+    row or column of the grid. The tails pool further: a slow-down of every
+    prefill of 256 tokens or more spans two chunk bands, each too small on a small
+    calibration to reject alone, but together one ``chunk 256+`` region. A
+    slow-down of long prefills shows as the ``chunk 1024+`` band, one of large
+    batches as an ``n_decode`` band or tail, a change in the middle of a run as its
+    last quarters.
+
+    A row lies in a fixed number of regions' columns (:meth:`of`); a tail it does
+    not reach is the sentinel :attr:`size` (no region).
     """
 
     grid: RegionGrid = field(default_factory=RegionGrid)
     quarters: bool = False
 
     @property
-    def size(self) -> int:
+    def n_tails(self) -> tuple[int, ...]:
+        """``n_decode`` edges that start a tail region (not the first edge: almost every
+        row; not the last: that tail is the top band)."""
+        return self.grid.n_edges[1:-1]
+
+    @property
+    def c_tails(self) -> tuple[int, ...]:
+        return self.grid.c_edges[1:-1]
+
+    @property
+    def _tails_start(self) -> int:
         return self.grid.n_buckets + self.grid.c_buckets + (4 if self.quarters else 0)
+
+    @property
+    def size(self) -> int:
+        return self._tails_start + len(self.n_tails) + len(self.c_tails)
 
     def of(
         self, n_decode: np.ndarray, chunk: np.ndarray, quarter: np.ndarray | None = None
     ) -> np.ndarray:
-        """``(rows, 2 or 3)``: each row's n_decode band, chunk band (and time quarter)."""
+        """``(rows, columns)``: each row's n_decode band, chunk band (time quarter), and
+        each tail region it lies in (:attr:`size` where it does not)."""
         g = self.grid
-        nb = np.searchsorted(g.n_edges, np.asarray(n_decode), side="right")
-        cb = g.n_buckets + np.searchsorted(g.c_edges, np.asarray(chunk), side="right")
+        n, c = np.asarray(n_decode), np.asarray(chunk)
+        nb = np.searchsorted(g.n_edges, n, side="right")
+        cb = g.n_buckets + np.searchsorted(g.c_edges, c, side="right")
         cols = [nb, cb]
         if self.quarters:
             if quarter is None:
                 raise ValueError("Bands(quarters=True) needs each row's quarter")
             cols.append(g.n_buckets + g.c_buckets + np.asarray(quarter))
+        k = self._tails_start
+        for values, edges in ((n, self.n_tails), (c, self.c_tails)):
+            for edge in edges:
+                cols.append(np.where(values >= edge, k, self.size))
+                k += 1
         return np.stack(cols, axis=1).astype(np.int64)
 
     def describe(self, band: int) -> dict[str, Any]:
-        """Label, axis and inclusive range (``None``: unbounded) of one band."""
+        """Label, axis and inclusive range (``None``: unbounded) of one region."""
         g = self.grid
+        if band >= self._tails_start:
+            t = band - self._tails_start
+            axis, edge = (
+                ("n_decode", self.n_tails[t])
+                if t < len(self.n_tails)
+                else ("chunk", self.c_tails[t - len(self.n_tails)])
+            )
+            return {"region": f"{axis} {edge}+", "axis": axis, "range": [edge, None]}
         if band < g.n_buckets:
             axis, (lo, hi) = "n_decode", g.describe(band * g.c_buckets)["n_decode"]
         elif band < g.n_buckets + g.c_buckets:
@@ -395,7 +435,8 @@ class _State:
 
         def per_band(weights: np.ndarray | None) -> np.ndarray:
             w = None if weights is None else rep(weights, c.bands.shape[1])
-            return np.bincount(flat, weights=w, minlength=fam.bands).astype(np.int64)
+            counts = np.bincount(flat, weights=w, minlength=fam.bands + 1)
+            return counts[: fam.bands].astype(np.int64)  # the last: "in no tail region"
 
         totals = (c.size, int(up.sum()), int(down.sum()), float(frac.sum()))
         b_g, b_up, b_down = per_band(None), per_band(up), per_band(down)
@@ -498,6 +539,7 @@ def _single_row_flips(
             fam.global_rejects(g_all - gone, up_all + du, down_all + dd, tail_sum - s.frac[g] + nf)
         )
         mine = c.bands[g]
+        mine = mine[mine < fam.bands]  # not the "in no tail region" sentinel
         for band in mine:
             answer = answer or any(
                 fam.band_rejects(

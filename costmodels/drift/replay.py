@@ -33,6 +33,11 @@ QUERY_COLUMNS = ("n_decode", "chunk", "ctx", "prefix")
 NAME_REGIONS = 4
 
 
+class CannotDecide(InputError):
+    """The measurements cannot be checked against the table at all (none inside its
+    grid, too few points): exit 2, like an ``undecided`` verdict."""
+
+
 def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
     """Rows with ``n_decode, chunk, ctx, prefix, ms`` (+ ``start_ms`` for runs); and the kind.
 
@@ -156,7 +161,7 @@ def replay(
     hit = None if bound is None else ms > bound
     checked = int(inside.sum())
     if checked == 0:
-        raise InputError(
+        raise CannotDecide(
             f"none of the {len(frame)} rows lies inside the table's grid "
             f"({_describe_domain(predictor)}): nothing to check"
         )
@@ -181,7 +186,7 @@ def replay(
             r, None if hit is None else hit[rows], cluster, n_dec, chunk, config, quarter
         )
     except ValueError as exc:
-        raise InputError(
+        raise CannotDecide(
             f"cannot decide: {str(exc).replace('grid points', plural(unit))}"
         ) from None
     out_rows = len(frame) - checked
@@ -271,9 +276,17 @@ def _recommend(doc: dict[str, Any]) -> str:
     if doc["verdict"] == "undecided":
         return f"cannot decide ({checked}): {doc['reason']}" + tail
     if doc["verdict"] == "valid":
+        tol = doc["min_shift"]
+        if 1 - tol <= doc["factor"] <= 1 + tol:
+            shift = f"median shift ×{doc['factor']:.3f}, within ±{tol:.0%}"
+        else:  # the median moved, but on too few points for any test to be sure
+            shift = (
+                f"median shift ×{doc['factor']:.3f}, beyond ±{tol:.0%} but on too few "
+                f"{plural(doc['unit'])} past the tolerance for a test to reject: measure more"
+            )
         return (
-            f"the table holds ({checked}; median shift ×{doc['factor']:.3f}, within "
-            f"±{doc['min_shift']:.0%}; false-alarm bound {doc['false_alarm_bound']:.0%})" + tail
+            f"the table holds ({checked}; {shift}; false-alarm bound "
+            f"{doc['false_alarm_bound']:.0%})" + tail
         )
     moved = [r for r in doc["regions"] if r["status"] == "drift"]
     rejected = [t["test"] for t in doc["tests"] if t["rejected"]]

@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, fields
@@ -56,6 +57,10 @@ from servecal.profiler.shapes import ModelShape
 KINDS = ("calibrate", "import")
 #: Timing options of a calibrate job (``servecal calibrate``'s names).
 TIMING_KEYS = ("budget", "repeats", "layers", "dtype", "threads", "seed", "block", "kv_layout")
+#: A GPU type as a plan names it: letters and its model number (H100, A100, L4, MI300X).
+GPU_TYPE = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}[0-9][A-Za-z0-9_-]{0,15}")
+#: Most torch threads a job may ask for (calibrate refuses more than its host's cores).
+MAX_THREADS = 1024
 COMMON_KEYS = ("name", "kind", "device", "model", "tp", "grid", "cpus")
 IMPORT_KEYS = ("source", "path")
 #: The reference iteration of the fleet report's table (inside both default grids).
@@ -215,8 +220,18 @@ def _resolve(raw: Mapping[str, Any], base: Path, where: str) -> JobSpec:
     device = device.strip()
     device = device.lower() if device.lower() in ("cpu", "gpu", "cuda") else device
     device = "gpu" if device == "cuda" else device
+    if device not in ("cpu", "gpu") and not GPU_TYPE.fullmatch(device):
+        raise _fail(
+            where,
+            f"device {device!r}: expected cpu, gpu or a GPU type with its model number "
+            "(H100, A100, L4, MI300X)",
+        )
     shape = _shape(raw.get("model"), base, where)
     tp = _positive_int(raw.get("tp", 1), "tp", where)
+    try:
+        shape.check_tp(tp)
+    except InputError as exc:
+        raise _fail(where, str(exc).replace("--tp", "tp")) from None
     values: dict[str, Any] = {
         "device": device,
         "model": shape.name,
@@ -252,6 +267,8 @@ def _resolve(raw: Mapping[str, Any], base: Path, where: str) -> JobSpec:
         name = slug(f"{device}-{shape.name}-tp{tp}{suffix}")
     elif not isinstance(name, str) or slug(name) != name.lower():
         raise _fail(where, f"name {name!r}: use letters, digits, '.', '_' and '-' only")
+    elif name.startswith("."):  # ".", "..": the fleet's own folder or above; hidden
+        raise _fail(where, f"name {name!r}: must not start with '.' (it names a folder)")
     return JobSpec(name=name.lower(), **values)
 
 
@@ -261,12 +278,19 @@ def _timing(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     out: dict[str, Any] = {}
     if raw.get("budget") is not None:
         budget = raw["budget"]
-        if not isinstance(budget, (int, float)) or isinstance(budget, bool) or budget <= 0:
-            raise _fail(where, f"budget must be seconds > 0, got {budget!r}")
+        if (
+            not isinstance(budget, (int, float))
+            or isinstance(budget, bool)
+            or not math.isfinite(budget)
+            or budget <= 0
+        ):
+            raise _fail(where, f"budget must be a finite number of seconds > 0, got {budget!r}")
         out["budget"] = float(budget)
     for key, minimum in (("repeats", 2), ("layers", 1), ("threads", 1), ("block", 1)):
         if raw.get(key) is not None:
             out[key] = _positive_int(raw[key], key, where, minimum)
+    if out.get("threads", 0) > MAX_THREADS:  # the worker checks its own core count too
+        raise _fail(where, f"threads must be at most {MAX_THREADS}, got {out['threads']}")
     if "seed" in raw:
         out["seed"] = _positive_int(raw["seed"], "seed", where, 0)
     if raw.get("dtype") is not None:

@@ -28,6 +28,7 @@ import pandas as pd
 from servecal.costmodels.errors import InputError
 from servecal.profiler.importers import collective
 from servecal.profiler.importers.collective import CommOptions
+from servecal.profiler.importers.csvfile import read_profile_csv
 from servecal.profiler.importers.interp import ExtrapolationLog, Series, bracket
 from servecal.profiler.shapes import ModelShape
 
@@ -45,16 +46,8 @@ def _find(folder: Path, kind: str) -> pd.DataFrame:
     if len(matches) != 1:
         found = "none" if not matches else ", ".join(m.name for m in matches)
         raise InputError(f"{folder}: expected one {pattern} file for {kind} times, found {found}")
-    path = matches[0]
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: unreadable CSV ({type(exc).__name__})") from None
     needed = needed + (HEAD_COLUMNS if kind != "gemm" else ())
-    missing = [c for c in needed if c not in frame.columns]
-    if missing:
-        raise InputError(f"{path}: column '{missing[0]}': missing")
-    return frame
+    return read_profile_csv(matches[0], needed)
 
 
 class AiConfiguratorSource:

@@ -97,14 +97,9 @@ class CollectiveTable:
 
 
 def _read_csv(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:
-    try:
-        frame = pd.read_csv(path)
-    except (OSError, pd.errors.ParserError, UnicodeDecodeError) as exc:
-        raise InputError(f"{path}: unreadable CSV ({type(exc).__name__})") from None
-    missing = [c for c in needed if c not in frame.columns]
-    if missing:
-        raise InputError(f"{path}: column '{missing[0]}': missing")
-    return frame
+    from servecal.profiler.importers.csvfile import read_profile_csv
+
+    return read_profile_csv(path, needed)
 
 
 def _one_table(folder: Path, pattern: str, tp: int) -> Path:

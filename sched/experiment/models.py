@@ -133,19 +133,41 @@ def cost_table(path: str, truth: Any) -> Any:
     return CostTable.load(path)
 
 
+#: The fingerprint of a simulated truth a cost table can be compared with: the device
+#: truth is an A100's shape at TP 1, and tables fitted on it say ``simulated``.
+SIMULATED_DEVICE = {"device_name": "simulated", "tp": 1}
+
+
+def truth_fingerprint(truth_spec: str) -> tuple[dict[str, Any] | None, str]:
+    """``(fingerprint, name)`` of what a truth was measured on: a samples file's
+    provenance (``samples:PATH``, ``fit:PATH``), the device truth's
+    :data:`SIMULATED_DEVICE`; ``None`` for the analytic formula (no device)."""
+    name, _, arg = truth_spec.partition(":")
+    if name in ("samples", "fit") and arg:
+        from servecal.costmodels.samples import read_provenance
+
+        return read_provenance(arg) or None, arg
+    if name == "device":
+        return dict(SIMULATED_DEVICE), f"--truth {truth_spec}"
+    return None, f"--truth {truth_spec}"
+
+
 def compare_provenance(predictor_spec: str, truth_spec: str) -> None:
-    """Warn (or under ``--strict`` refuse) when a cost table plans for a samples truth
-    measured on another device, model or TP degree (not cached: the CLI dedupes the
-    warning per command, and ``--strict`` must hold on every command)."""
+    """Refuse (``--allow-mismatch``: warn) a cost table that plans for a truth of
+    another device, model or TP degree: a samples or fitted truth measured elsewhere,
+    or the simulated device truth (not cached: the CLI dedupes the warning per
+    command, and the refusal must hold on every command)."""
     path = table_path(predictor_spec)
-    source = getattr(load_truth(truth_spec), "path", None)
-    if path is None or source is None:
+    if path is None:
+        return
+    fingerprint, source = truth_fingerprint(truth_spec)
+    if fingerprint is None:
         return
     from servecal.costmodels.provenance import compare_fingerprints
-    from servecal.costmodels.samples import read_provenance
 
+    load_truth(truth_spec)  # a bad truth is its own error first
     table = load_predictor(predictor_spec, truth_spec)
-    compare_fingerprints(table.fingerprint, read_provenance(source), str(path), str(source))
+    compare_fingerprints(table.fingerprint, fingerprint, str(path), source)
 
 
 def table_path(predictor_spec: str) -> Path | None:

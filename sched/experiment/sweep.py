@@ -16,12 +16,14 @@ or in which order tasks run.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -50,13 +52,88 @@ def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any
         result = run(task.spec, task.seed, on_progress)
         summary = summarize(task.spec, result)
         if task.folder is not None:
-            from servecal.sched.runfolder import write_run
+            from servecal.sched.runfolder import as_recorded, write_run
 
-            config = {**task.spec.describe(), "seed": task.seed}
-            write_run(task.folder, result, config, summary, {"seed": task.seed, "streams": STREAMS})
+            write_run(task.folder, result, run_config(task), summary,
+                      {"seed": task.seed, "streams": STREAMS})  # fmt: skip
+            return as_recorded(summary)  # a resumed run's summary reads the same
         return summary
     finally:
         _running = False
+
+
+def run_config(task: Task) -> dict[str, Any]:
+    """What ``run.json`` records as the run's ``config`` (what resuming compares): the
+    spec, the seed, and the SHA-256 of every file the spec names (a table refitted at
+    the same path is another run)."""
+    config = {**task.spec.describe(), "seed": task.seed}
+    files = input_files(task.spec)
+    if files:
+        config["input_sha256"] = {f: _file_digest(f) for f in files}
+    return config
+
+
+def input_files(spec: RunSpec) -> list[str]:
+    """The files a spec's results depend on: a predictor table, a truth's samples, a
+    workload's trace."""
+    from servecal.sched.experiment.models import table_path
+
+    table = table_path(spec.predictor)
+    out = [] if table is None else [str(table)]
+    for text, kinds in ((spec.truth, ("samples", "fit")), (spec.workload, ("trace",))):
+        name, sep, arg = text.partition(":")
+        if sep and name in kinds:
+            out.append(arg)
+    return [f for f in out if Path(f).is_file()]
+
+
+def _file_digest(path: str) -> str:
+    stat = Path(path).stat()
+    return _digest(str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+
+
+@lru_cache(maxsize=64)
+def _digest(path: str, mtime_ns: int, size: int) -> str:
+    import hashlib
+
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return "sha256:" + h.hexdigest()
+
+
+def _resumable(tasks: Sequence[Task], force: bool) -> dict[str, dict[str, Any]]:
+    """The ``run.json`` of every task whose run folder already holds its finished run
+    (by folder); refuses, before anything runs, a folder that is not servecal's or
+    (without ``force``) holds another configuration's run."""
+    from servecal.sched.runfolder import finished_run
+
+    found = {}
+    for task in tasks:
+        if task.folder is not None:
+            doc = finished_run(task.folder, run_config(task), force=force)
+            if doc is not None:
+                found[task.folder] = doc
+    return found
+
+
+def _replay(search: GoodputSearch, record: Any, bracket: Bracket) -> list[dict[str, Any]] | None:
+    """Feed a finished run's recorded search (``goodput_search``) into a new search of
+    the same bracket; its probes when they replay to the end, else ``None``."""
+    if not isinstance(record, dict) or not isinstance(record.get("probes"), list):
+        return None
+    if record.get("bracket") != bracket_record(bracket) or record.get("target") != bracket.target:
+        return None
+    for probe in record["probes"]:
+        rate = search.next_rate()
+        attainment = probe.get("attainment") if isinstance(probe, dict) else None
+        if rate is None or not isinstance(attainment, (int, float)):
+            return None
+        if not math.isclose(rate, float(probe.get("rate") or "nan"), rel_tol=1e-12):
+            return None
+        search.record(float(attainment))
+    return list(record["probes"]) if search.next_rate() is None else None
 
 
 #: Whether this process is inside :func:`execute` (what a pool worker's Ctrl-C may
@@ -179,6 +256,7 @@ def sweep(
     pool: Executor | None = None,
     on_progress: Callable[[SweepProgress], None] | None = None,
     on_run_progress: RunProgress | None = None,
+    force: bool = False,
 ) -> list[SpecOutcome]:
     """Run every seed of every spec; return one :class:`SpecOutcome` per spec.
 
@@ -197,6 +275,13 @@ def sweep(
       ``jobs`` workers (all cores).
     * ``on_progress(SweepProgress)`` after each task; ``on_run_progress`` is passed to
       runs that report progress inside a run (in-process only).
+
+    * A run whose folder already holds its finished run (the same config, written by
+      servecal) is resumed, not run again: its summary (and its recorded max-goodput
+      search, when it replays to the same answer) is read back. A folder servecal did
+      not write is refused, and one holding another configuration's run unless
+      ``force`` (then it is run again and replaced): :class:`InputError`, before
+      anything runs.
 
     Ctrl-C (``KeyboardInterrupt``) cancels the tasks not started and propagates; run
     folders already written stay.
@@ -217,10 +302,29 @@ def sweep(
     searches = {(i, seed): GoodputSearch(brackets[i]) for i, seed, _ in runs if brackets[i]}
     probes: dict[tuple[int, int], list[dict[str, Any]]] = {key: [] for key in searches}
     summaries: dict[tuple[int, int], dict[str, Any]] = {}
+    resumed = _resumable([task for _, _, task in runs], force)
+    replayed: set[tuple[int, int]] = set()
+    for i, seed, task in runs:
+        doc = resumed.get(task.folder) if task.folder is not None else None
+        if doc is None:
+            continue
+        from servecal.sched.runfolder import mark_resumed
+
+        mark_resumed(task.folder)  # type: ignore[arg-type]
+        summaries[(i, seed)] = {k: v for k, v in doc["summary"].items() if k != "max_goodput"}
+        if (i, seed) in searches:
+            recorded = _replay(searches[(i, seed)], doc.get("goodput_search"), brackets[i])  # type: ignore[arg-type]
+            if recorded is None:
+                searches[(i, seed)] = GoodputSearch(brackets[i])  # type: ignore[arg-type]
+            else:
+                probes[(i, seed)] = recorded
+                replayed.add((i, seed))
+    to_run = [(i, seed, task) for i, seed, task in runs if (i, seed) not in summaries]
+    to_search = [key for key in searches if key not in replayed]
     own = pool is None
-    pool = pool or _local_pool(jobs, len(runs), on_run_progress)
+    pool = pool or _local_pool(jobs, len(to_run) + len(to_search), on_run_progress)
     pending: dict[Future, tuple[int, int, float | None]] = {}
-    done = 0
+    done = len(runs) - len(to_run) if not searches else 0
     total = None if searches else len(runs)
     searched = {i for i, _ in searches}
 
@@ -231,9 +335,9 @@ def sweep(
             pending[pool.submit(execute, task)] = (i, seed, rate)
 
     try:
-        for i, seed, task in runs:
+        for i, seed, task in to_run:
             pending[pool.submit(execute, task)] = (i, seed, None)
-        for i, seed in searches:
+        for i, seed in to_search:
             submit_probe(i, seed)
         while pending:
             finished, _ = wait(pending, return_when=FIRST_COMPLETED)
@@ -263,7 +367,7 @@ def sweep(
         for i, o in enumerate(outcomes)
     ]
     for i, seed, task in runs:
-        if task.folder is not None and i in searched:
+        if task.folder is not None and i in searched and (i, seed) not in replayed:
             record = search_record(brackets[i], searches[(i, seed)], probes[(i, seed)])  # type: ignore[arg-type]
             add_search(task.folder, record)
     return done_outcomes
@@ -297,17 +401,22 @@ def probe_record(rate: float, summary: dict[str, Any]) -> dict[str, Any]:
     return {"rate": rate, **{k: summary.get(k) for k in PROBE_KEYS}}
 
 
+def bracket_record(bracket: Bracket) -> dict[str, Any]:
+    """A search's bracket as ``run.json`` keeps it."""
+    floor, cap = bracket.limits()
+    return {"lo": bracket.lo, "hi": bracket.hi, "floor": floor, "cap": cap,
+            "rel_tol": bracket.rel_tol}  # fmt: skip
+
+
 def search_record(
     bracket: Bracket, search: GoodputSearch, probes: list[dict[str, Any]]
 ) -> dict[str, Any]:
     """One (spec, seed)'s search as ``run.json`` keeps it (``goodput_search``): the
     bracket, the answer and every probe in the order it ran."""
-    floor, cap = bracket.limits()
     found = search.result
     return {
         "target": bracket.target,
-        "bracket": {"lo": bracket.lo, "hi": bracket.hi, "floor": floor, "cap": cap,
-                    "rel_tol": bracket.rel_tol},
+        "bracket": bracket_record(bracket),
         "max_goodput": found.rate,
         "bound": found.bound,
         "probes": probes,

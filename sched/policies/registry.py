@@ -28,6 +28,7 @@ from functools import lru_cache
 from typing import Any
 
 from servecal.costmodels.errors import InputError
+from servecal.sched.policies.guard import PolicyError, failure, guarded, import_failure
 from servecal.sched.policies.options import Option, options_of
 
 ENGINE = "engine"
@@ -76,18 +77,25 @@ _BY_NAME = {e.name: e for e in POLICIES}
 
 
 def load_object(path: str, what: str = "--policy") -> Any:
-    """``module.sub:Name`` (or ``module.sub:Outer.Name``) → the object; one-line errors."""
+    """``module.sub:Name`` (or ``module.sub:Outer.Name``) → the object; one-line errors
+    (whatever the module raises while it imports, ``exit()`` included)."""
     module_name, sep, attr = path.partition(":")
     if not sep or not module_name or not attr:
         raise InputError(f"{what} {path!r}: expected MODULE:NAME, e.g. mypkg.policies:MyPolicy")
     try:
         obj: Any = importlib.import_module(module_name)
     except ImportError as exc:
-        raise InputError(f"{what} {path}: cannot import {module_name!r} ({exc})") from None
+        raise import_failure(path, f"cannot import {module_name!r} ({exc})") from None
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module, any failure
+        raise import_failure(path, exc) from None
     for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise InputError(f"{what} {path}: {module_name!r} has no {attr!r}")
-        obj = getattr(obj, part)
+        try:
+            found = hasattr(obj, part)
+            obj = getattr(obj, part) if found else obj
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a module's own __getattr__
+            raise import_failure(path, exc) from None
+        if not found:
+            raise import_failure(path, f"{module_name!r} has no {attr!r}")
     return obj
 
 
@@ -124,6 +132,8 @@ class ResolvedPolicy:
             raise InputError(f"policy {self.name} on the {backend} has no option {stray[0]!r}")
         try:
             return cls(**self.values)
+        except PolicyError:
+            raise
         except ValueError as exc:
             raise InputError(f"policy {self.name}: {exc}") from None
 
@@ -142,18 +152,21 @@ def _entry_for(name: str) -> tuple[PolicyEntry, dict[str, Any]]:
 
 
 def _user_policy(path: str) -> tuple[dict[str, type], type]:
+    """A user's class by import path: ``(guarded class per backend, the class)``."""
     cls = load_object(path)
     if not isinstance(cls, type):
-        raise InputError(f"--policy {path}: not a class")
-    classes = {
-        b: cls for b, method in ((ENGINE, "plan"), (DRIVER, "decide")) if hasattr(cls, method)
-    }
-    if not classes:
-        raise InputError(
-            f"--policy {path}: a policy needs a method {INTERFACES[ENGINE]} (engine) "
+        raise PolicyError(f"policy {path}: not a class")
+    try:
+        methods = [(b, m) for b, m in ((ENGINE, "plan"), (DRIVER, "decide")) if hasattr(cls, m)]
+    except Exception as exc:  # noqa: BLE001 - a metaclass's own __getattr__
+        raise failure(path, "class", exc) from None
+    if not methods:
+        raise PolicyError(
+            f"policy {path}: a policy needs a method {INTERFACES[ENGINE]} (engine) "
             f"or {INTERFACES[DRIVER]} (operator driver)"
         )
-    return classes, cls
+    safe = guarded(path, cls)
+    return {b: safe for b, _ in methods}, cls
 
 
 @dataclass(frozen=True)
@@ -166,8 +179,10 @@ class _Found:
     named_options: bool = False  # the entry names its options dataclass
 
     def takes(self, backend: str) -> frozenset[str]:
-        """Options the backend's class accepts: the named dataclass's, else its own."""
-        cls = self.options_cls if self.named_options else self.classes[backend]
+        """Options the backend's class accepts: the named dataclass's (a user's: the
+        class itself), else its own."""
+        own = self.named_options or self.user
+        cls = self.options_cls if own else self.classes[backend]
         return frozenset(o.name for o in options_of(cls))
 
 
@@ -188,7 +203,10 @@ def resolve(name: str, given: tuple[tuple[str, Any], ...] = ()) -> ResolvedPolic
     """Resolve a policy name (built-in, ``NAME-N``, or ``MODULE:CLASS``) with its typed
     ``--opt`` values (see :func:`parse_policy_options`); one-line errors."""
     found = _find(name)
-    options = options_of(found.options_cls)
+    try:
+        options = options_of(found.options_cls)
+    except Exception as exc:  # noqa: BLE001 - only a user's class gets here
+        raise failure(name, "options", exc) from None
     clash = sorted(set(found.fixed) & {k for k, _ in given})
     if clash:
         raise InputError(f"policy {name} fixes {clash[0]}; use its base name with --opt")

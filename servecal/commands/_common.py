@@ -23,6 +23,7 @@ import typer
 from servecal.costmodels.errors import InputError, NoticeWarning
 from servecal.costmodels.provenance import (
     ALLOW_EDITED_ENV,
+    ALLOW_MISMATCH_ENV,
     STRICT_ENV,
     FingerprintMismatchWarning,
 )
@@ -146,10 +147,19 @@ def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
 def writable_file(path: Path, flag: str = "--out") -> Path:
     """Check, before any work, that ``path`` can be written as a file; one-line
     :class:`InputError` if not. Creates nothing."""
+    from servecal.costmodels.atomic import is_special
+
     p = Path(path)
     if p.is_dir():
         raise InputError(f"{flag} {p}: is a folder, expected a file")
-    _probe(p.parent if str(p.parent) else Path("."), flag, p)
+    if is_special(p):  # a device or FIFO: written in place, never replaced
+        if not os.access(p, os.W_OK):
+            raise InputError(f"{flag} {p}: cannot write there (permission denied)")
+        return p
+    if p.is_symlink() and not p.exists():
+        raise InputError(f"{flag} {p}: a symbolic link to nothing (servecal will not replace it)")
+    real = p.resolve() if p.is_symlink() else p
+    _probe(real.parent if str(real.parent) else Path("."), flag, p)
     return p
 
 
@@ -178,15 +188,24 @@ def _probe(folder: Path, flag: str, shown: Path) -> None:
         raise InputError(f"{flag} {shown}: cannot write there ({describe_error(exc)})") from None
 
 
-#: The two options of every command that loads cost tables (pass them to :func:`table_flags`).
-ALLOW_EDITED_HELP = "Load cost tables whose numbers no longer match their content hash."
-STRICT_HELP = "Refuse (exit 2), not just warn on, a table/measurement fingerprint mismatch."
+#: The options of every command that loads cost tables (pass them to :func:`table_flags`).
+ALLOW_EDITED_HELP = (
+    "Load cost tables whose numbers no longer match their content hash, or that have none."
+)
+ALLOW_MISMATCH_HELP = (
+    "Warn on, instead of refusing (exit 2), a table whose fingerprint (device, model, TP) "
+    "is not that of the measurements or truth it meets."
+)
+STRICT_HELP = "Refuse a fingerprint mismatch even with --allow-mismatch (the default refuses)."
 
 
-def table_flags(allow_edited: bool, strict: bool) -> None:
-    """Put ``--allow-edited`` / ``--strict`` in force for this command, including in
-    worker processes (through the environment; the CLI restores it afterwards)."""
-    for name, on in ((ALLOW_EDITED_ENV, allow_edited), (STRICT_ENV, strict)):
+def table_flags(allow_edited: bool, strict: bool, allow_mismatch: bool = False) -> None:
+    """Put ``--allow-edited`` / ``--strict`` / ``--allow-mismatch`` in force for this
+    command, including in worker processes (through the environment; the CLI restores
+    it afterwards)."""
+    flags = ((ALLOW_EDITED_ENV, allow_edited), (STRICT_ENV, strict),
+             (ALLOW_MISMATCH_ENV, allow_mismatch))  # fmt: skip
+    for name, on in flags:
         if on:
             os.environ[name] = "1"
         else:

@@ -27,6 +27,10 @@ POWER_HELP = (
     "Price every simulated iteration's energy with a power model: a100-llama3-8b or a "
     "JSON file (docs/energy.md); none: no energy [default: the truth's own]."
 )
+FORCE_HELP = (
+    "Rerun and replace runs already in --out that another configuration wrote "
+    "[default: resume the same runs, refuse others]."
+)
 POLICY_OPT_HELP = "A policy option KEY=VALUE (repeatable; `servecal policies` lists them)."
 
 
@@ -40,6 +44,14 @@ def checked(make: Callable[[], Any]) -> Any:
         return make()
     except ValueError as exc:
         raise InputError(str(exc)) from None
+
+
+def named(flag: str, value: str) -> str:
+    """A ``--truth``/``--predictor`` value given on the command line: an empty one is a
+    mistake (an unset shell variable), never the default."""
+    if not value.strip():
+        raise InputError(f"{flag} '': empty; leave the flag out for the default")
+    return value.strip()
 
 
 def make_spec(
@@ -70,8 +82,10 @@ def make_spec(
             rate=rate if rate is not None else ex.default_rate(workload, setting),
             n_requests=requests,
             seeds=tuple(range(seeds)),
-            truth=truth or ex.DEFAULT_TRUTH,
-            predictor=predictor or ex.DEFAULT_PREDICTOR,
+            truth=ex.DEFAULT_TRUTH if truth is None else named("--truth", truth),
+            predictor=ex.DEFAULT_PREDICTOR
+            if predictor is None
+            else named("--predictor", predictor),
             backend=backend,
             setting=setting,
             kv_capacity=kv_tokens,

@@ -158,7 +158,10 @@ def bench_command(
         raise InputError("give --rate, or --max-goodput to search it")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
         raise InputError(f"--rate {rate:g}: expected req/s > 0")
-    bracket = Bracket.parse(rate_range, rel_tol=rate_tol) if max_goodput else None
+    bracket = None
+    if max_goodput:  # a real server's probe costs minutes: expand down at most 4x
+        parsed = Bracket.parse(rate_range, rel_tol=rate_tol)
+        bracket = replace(parsed, floor=parsed.lo / 4)
     settings = {"workload": workload, "requests": requests, "seed": seed,
                 "tpot_slo_ms": tpot_slo, "timeout_s": timeout_s,
                 "policy": policy if url is None else "server"}  # fmt: skip

@@ -10,12 +10,13 @@ import typer
 
 from servecal.commands._common import (
     ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
     STRICT_HELP,
     table_flags,
     user_errors,
     writes_folder,
 )
-from servecal.commands._runs import POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
+from servecal.commands._runs import FORCE_HELP, POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
 
 #: TPOT targets (ms) when none are given and some workload needs one (docs/spec.md §1's).
 DEFAULT_TARGETS = (10.0, 25.0, 50.0)
@@ -119,9 +120,11 @@ def compare_command(
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
-    table_flags(allow_edited, strict)
+    table_flags(allow_edited, strict, allow_mismatch)
     from servecal.commands._runs import Bars, driver_options, make_spec, split_list
     from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex
@@ -177,6 +180,7 @@ def compare_command(
             jobs=jobs,
             pool=executor,
             on_progress=bars.sweep("compare", total),
+            force=force,
         )
     rows = [row(o) for o in outcomes]
     ratio_rows = ratios(rows)

@@ -8,7 +8,13 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import ALLOW_EDITED_HELP, user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+)
 
 
 def print_metrics(metrics: dict[str, Any]) -> None:
@@ -36,10 +42,12 @@ def eval_table(
     table: Path = typer.Argument(..., help="Cost table (JSON)."),
     samples: Path = typer.Argument(..., help="Samples file (Parquet or CSV) to check against."),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    strict: bool = typer.Option(False, "--strict", help="Refuse a fingerprint mismatch."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """P50 MAPE, P99+δ coverage, pinball loss, margin tightness and rows out of domain."""
+    table_flags(allow_edited, strict, allow_mismatch)
     from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.evaluate import evaluate
     from servecal.costmodels.samples import read_samples
@@ -47,9 +55,7 @@ def eval_table(
     data = read_samples(samples)
     loaded = CostTable.load(
         table,
-        strict=strict,
         fingerprint=data.provenance or None,
-        allow_edited=allow_edited or None,
         other=str(samples),
     )
     if data.frame.empty:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 from pathlib import Path
 
 import typer
@@ -46,19 +48,25 @@ def export(
     """Write the table in another format; fitted formats print the fit's error
     (docs/export.md: each consumer, its version, what its format cannot express)."""
     from servecal.costmodels import CostTable
+    from servecal.costmodels.atomic import atomic_path, is_special
     from servecal.costmodels.export import export_table
 
     writable_file(out)
-    done = export_table(
-        CostTable.load(table, allow_edited=allow_edited or None),
-        out,
-        fmt,
-        max_num_seqs=max_num_seqs,
-        source=table.name,
-        max_num_batched_tokens=max_num_batched_tokens,
-        decode_ctx=decode_ctx,
-        force=force,
-    )
+    loaded = CostTable.load(table, allow_edited=allow_edited or None)
+    options = {
+        "max_num_seqs": max_num_seqs,
+        "source": table.name,
+        "max_num_batched_tokens": max_num_batched_tokens,
+        "decode_ctx": decode_ctx,
+        "force": force,
+    }
+    if is_special(out):  # /dev/null, a pipe: written in place, no sidecar beside it
+        with tempfile.TemporaryDirectory() as folder, atomic_path(out) as tmp:
+            staged = Path(folder) / f"export{out.suffix or '.' + fmt}"
+            done = export_table(loaded, staged, fmt, **options)
+            shutil.copyfile(staged, tmp)
+    else:
+        done = export_table(loaded, out, fmt, **options)
     what = "lines" if fmt == "llm-d-sim" else "rows"
     typer.echo(f"wrote {done.rows} {what} to {out}")
     for note in done.notes:

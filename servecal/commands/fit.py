@@ -66,6 +66,7 @@ def fit(
             seed=seed,
             progress=lambda msg: status.update(msg),
         )
+    _loads_back(result.table, samples)
     result.table.save(out)
     if as_json:
         doc = {
@@ -126,6 +127,22 @@ def print_candidates(model: dict[str, Any]) -> None:
         f"    (pinball in ms; fit = the candidate's cross-validation; final fit of "
         f"{model['kind']} {selection.get('final_fit_s', 0.0):.1f}s; total {total:.1f}s)"
     )
+
+
+def _loads_back(table: object, samples: Path) -> None:
+    """Refuse (before writing) a fitted table its own loader would refuse: a file that
+    ``eval``/``validate``/``simulate`` cannot read is no result."""
+    import json
+
+    from servecal.costmodels import CostTable, InputError
+
+    try:
+        CostTable.from_json(json.loads(table.dumps()), "the fitted table", allow_edited=True)  # type: ignore[attr-defined]
+    except (InputError, ValueError) as exc:
+        raise InputError(
+            f"{samples}: the fit made a table that does not load ({exc}); too few points "
+            "for this model? (add points, or try --model piecewise/gbm)"
+        ) from None
 
 
 def register(app: typer.Typer) -> None:

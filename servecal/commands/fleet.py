@@ -7,7 +7,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors
+from servecal.commands._common import user_errors, writable_folder
 
 
 def register(app: typer.Typer) -> None:
@@ -67,7 +67,14 @@ def fleet(
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
     )
-    with open_backend(backend, address) as runner, Progress(*columns, console=console) as bar:
+    from servecal.costmodels.folders import folder_lock
+
+    writable_folder(out, "--out")
+    with (
+        folder_lock(out, "servecal fleet"),
+        open_backend(backend, address) as runner,
+        Progress(*columns, console=console) as bar,
+    ):
         task = bar.add_task("", total=None)
 
         def started(todo: list[str], kept: list[str], refused: dict[str, str]) -> None:

@@ -18,6 +18,13 @@ def register(app: typer.Typer) -> None:
     )(offline)
 
 
+#: Bounds that keep one command within hours: Sorted-F and the baselines are O(n log n)
+#: per batch at n = 2,000 in seconds; a polish move costs 0.2-3.7 ms at n = 25-200.
+MAX_REQUESTS = 200_000
+MAX_SEEDS = 10_000
+MAX_POLISH = 1_000_000
+
+
 @user_errors
 def offline(
     requests: Path | None = typer.Option(
@@ -71,6 +78,10 @@ def offline(
         raise InputError("give exactly one of --requests FILE or --generate short-long:F")
     if n < 1 or seeds < 1 or memory < 1:
         raise InputError("--n, --seeds and --memory must be >= 1")
+    for flag, value, most in (("--n", n, MAX_REQUESTS), ("--seeds", seeds, MAX_SEEDS),
+                              ("--polish", polish, MAX_POLISH)):  # fmt: skip
+        if value > most:
+            raise InputError(f"{flag} {value}: at most {most:,} (one instance would run for hours)")
     try:
         config = OfflineConfig(
             algos=tuple(a.strip() for a in algos.split(",") if a.strip()),

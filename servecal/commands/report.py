@@ -8,6 +8,7 @@ import typer
 
 from servecal.commands._common import (
     ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
     STRICT_HELP,
     table_flags,
     user_errors,
@@ -25,9 +26,10 @@ def report(
     title: str = typer.Option("servecal report", "--title", help="Page title."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """Write an HTML report (figures embedded) and a Markdown summary of runs and calibrations."""
-    table_flags(allow_edited, strict)
+    table_flags(allow_edited, strict, allow_mismatch)
     from servecal.reports import build_report
 
     files = build_report(inputs, out, title=title)

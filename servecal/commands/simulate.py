@@ -9,12 +9,19 @@ import typer
 
 from servecal.commands._common import (
     ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
     STRICT_HELP,
     table_flags,
     user_errors,
     writes_folder,
 )
-from servecal.commands._runs import POLICY_OPT_HELP, POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
+from servecal.commands._runs import (
+    FORCE_HELP,
+    POLICY_OPT_HELP,
+    POWER_HELP,
+    PREDICTOR_HELP,
+    TRUTH_HELP,
+)
 
 #: Keys of ``simulate --json``, in order (those a run does not have are left out).
 SUMMARY_KEYS = (
@@ -100,9 +107,11 @@ def simulate_command(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
+    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
-    table_flags(allow_edited, strict)
+    table_flags(allow_edited, strict, allow_mismatch)
     from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex
@@ -164,6 +173,7 @@ def simulate_command(
             jobs=1 if chosen == TORCH else jobs,  # one device: runs one after the other
             on_progress=bars.sweep(label, total),
             on_run_progress=bars.tokens(label) if chosen == TORCH else None,
+            force=force,
         )
     means = outcome.mean
     write_json(out / "summary.json", {"config": spec.describe(), "mean_over_seeds": means})

@@ -15,7 +15,13 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import ALLOW_EDITED_HELP, STRICT_HELP, user_errors
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+)
 
 #: Exit code per verdict.
 EXIT = {"valid": 0, "drifted": 1, "undecided": 2}
@@ -38,11 +44,18 @@ def validate(
     ),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """Check measurements against a table: valid (exit 0), drifted (1), cannot decide (2)."""
+    table_flags(allow_edited, strict, allow_mismatch)
     from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.drift.gate import GateConfig
-    from servecal.costmodels.drift.replay import load_measurements, measured_fingerprint, replay
+    from servecal.costmodels.drift.replay import (
+        CannotDecide,
+        load_measurements,
+        measured_fingerprint,
+        replay,
+    )
     from servecal.costmodels.provenance import compare_fingerprints
 
     try:
@@ -50,17 +63,25 @@ def validate(
     except ValueError as exc:
         flag = "--min-shift" if "min_shift" in str(exc) else "--false-alarm"
         raise InputError(f"{flag}: {exc}") from None
-    cost_table = CostTable.load(table, allow_edited=allow_edited or None)
+    cost_table = CostTable.load(table)
     frame, kind = load_measurements(measurements)
     mismatch = compare_fingerprints(
         cost_table.fingerprint,
         measured_fingerprint(measurements),
         str(table),
         str(measurements),
-        strict=strict,
     )
-    result = replay(cost_table, frame, kind, config=config)
-    result["table"] = {"path": str(table), "content_hash": cost_table.content_hash()}
+    table_doc = {"path": str(table), "content_hash": cost_table.content_hash()}
+    try:
+        result = replay(cost_table, frame, kind, config=config)
+    except CannotDecide as exc:
+        if not as_json:
+            raise
+        doc = {"verdict": "undecided", "reason": str(exc), "rows": len(frame), "kind": kind,
+               "table": table_doc, "fingerprint_mismatch": mismatch}  # fmt: skip
+        typer.echo(json.dumps(doc, indent=1))
+        raise typer.Exit(EXIT["undecided"]) from None
+    result["table"] = table_doc
     result["fingerprint_mismatch"] = mismatch
     typer.echo(json.dumps(result, indent=1) if as_json else text(result))
     raise typer.Exit(EXIT[result["verdict"]])

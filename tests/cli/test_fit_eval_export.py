@@ -138,11 +138,13 @@ def test_bad_tables_exit_2(fitted: Path, tmp_path: Path) -> None:
 def test_strict_eval_refuses_another_device(fitted: Path, tmp_path: Path) -> None:
     frame = pd.read_parquet(EXAMPLE)
     write_samples(frame, tmp_path / "other.parquet", {"device_name": "A100"})
-    result = runner.invoke(app, ["eval", str(fitted), str(tmp_path / "other.parquet")])
-    assert result.exit_code == 0  # warns only, one line
+    _fails_with_one_line(
+        ["eval", str(fitted), str(tmp_path / "other.parquet")], "fingerprint mismatch"
+    )
+    args = ["eval", str(fitted), str(tmp_path / "other.parquet"), "--allow-mismatch"]
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0  # allowed: warns, one line
     warned = [line for line in result.output.splitlines() if line.startswith("warning:")]
     assert len(warned) == 1 and "fingerprint mismatch" in warned[0]
     assert "device_name 'synthetic' vs 'A100'" in warned[0]
-    _fails_with_one_line(
-        ["eval", str(fitted), str(tmp_path / "other.parquet"), "--strict"], "fingerprint mismatch"
-    )
+    _fails_with_one_line([*args, "--strict"], "fingerprint mismatch")

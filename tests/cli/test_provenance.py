@@ -1,6 +1,7 @@
 """Provenance: every table carries a content hash of its numbers, an edited one fails to
-load, and a table of another device or model warns (``--strict``: refuses) wherever a
-table meets measurements: validate, eval, simulate --predictor, report."""
+load (so does one whose hash was deleted), and a table of another device or model is
+refused (``--allow-mismatch``: warns) wherever a table meets measurements or a truth:
+validate, eval, simulate/compare --predictor, report."""
 
 from __future__ import annotations
 
@@ -85,18 +86,29 @@ def test_a_table_with_any_number_edited_fails_to_load(made, tmp_path: Path, edit
     with pytest.raises(EditedTableError, match="content hash mismatch"):
         CostTable.load(path)
     CostTable.load(path, allow_edited=True)  # explicitly allowed
-    for args in (["eval", str(path), str(made["samples"])],
-                 ["export", str(path), "--out", str(tmp_path / "x.csv")]):  # fmt: skip
+    # an edited fingerprint (another model) also mismatches the samples: allowed apart
+    mismatch = ["--allow-mismatch"] if doc["fingerprint"]["model"] != PROV["model"] else []
+    for args, more in ((["eval", str(path), str(made["samples"])], mismatch),
+                       (["export", str(path), "--out", str(tmp_path / "x.csv")], [])):  # fmt: skip
         r = runner.invoke(app, args)
         assert r.exit_code == 2 and r.output.startswith("error: ") and "--allow-edited" in r.output
-        assert runner.invoke(app, [*args, "--allow-edited"]).exit_code == 0
+        assert runner.invoke(app, [*args, "--allow-edited", *more]).exit_code == 0
 
 
-def test_a_table_written_before_hashes_still_loads(made, tmp_path: Path) -> None:
+def test_a_table_without_a_content_hash_is_refused_unless_allowed(made, tmp_path: Path) -> None:
     doc = json.loads(made["table"].read_text())
-    del doc["content_hash"]
+    del doc["content_hash"]  # deleted: an edit must not hide behind it
+    doc["quantiles"]["0.5"][0] *= 0.5
     (tmp_path / "old.json").write_text(json.dumps(doc))
-    assert CostTable.load(tmp_path / "old.json").content_hash() == doc_hash(made["table"])
+    with pytest.raises(EditedTableError, match="no content_hash"):
+        CostTable.load(tmp_path / "old.json")
+    assert CostTable.load(tmp_path / "old.json", allow_edited=True).quantiles == (0.5, 0.99)
+    r = runner.invoke(app, ["validate", str(tmp_path / "old.json"), str(made["samples"])])
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "no content_hash" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(app, ["validate", str(tmp_path / "old.json"), str(made["samples"]),
+                            "--allow-edited"])  # fmt: skip
+    assert r.exit_code in (0, 1, 2) and "verdict:" in r.output
     doc["content_hash"] = "md5:abc"
     (tmp_path / "odd.json").write_text(json.dumps(doc))
     with pytest.raises(InputError, match="content_hash"):
@@ -117,19 +129,47 @@ def _warnings(output: str) -> list[str]:
     return [x for x in output.splitlines() if x.startswith("warning: ")]
 
 
-def test_simulate_with_a_table_of_another_model_warns_once(made, tmp_path: Path) -> None:
+def test_simulate_with_a_table_of_another_model_is_refused(made, tmp_path: Path) -> None:
     truth = _other_model_samples(made, tmp_path / "other.parquet", model="mistral-7b", tp=2)
     args = ["simulate", "--workload", "chat", "--policy", "sloweave", "--tpot-slo", "50",
             "--seeds", "2", "--requests", "10", "--predictor", str(made["table"]),
             "--truth", f"samples:{truth}"]  # fmt: skip
-    r = runner.invoke(app, [*args, "--out", str(tmp_path / "a")])
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "b")])
+    assert r.exit_code == 2 and r.output.startswith("error: fingerprint mismatch"), r.output
+    assert "model 'analytic' vs 'mistral-7b'" in r.output and "tp 1 vs 2" in r.output
+    assert "--allow-mismatch" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not (tmp_path / "b").exists()
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "a"), "--allow-mismatch"])
     assert r.exit_code == 0, r.output
     warned = _warnings(r.output)
-    assert len(warned) == 1, r.output
-    assert "model 'analytic' vs 'mistral-7b'" in warned[0] and "tp 1 vs 2" in warned[0]
-    r = runner.invoke(app, [*args, "--out", str(tmp_path / "b"), "--strict"])
-    assert r.exit_code == 2 and r.output.startswith("error: fingerprint mismatch"), r.output
-    assert not (tmp_path / "b").exists()
+    assert len(warned) == 1 and "model 'analytic' vs 'mistral-7b'" in warned[0], r.output
+    r = runner.invoke(app, [*args, "--out", str(tmp_path / "c"), "--allow-mismatch", "--strict"])
+    assert r.exit_code == 2 and "fingerprint mismatch" in r.output
+
+
+def test_a_table_of_another_device_than_the_truth_is_refused(made, tmp_path: Path) -> None:
+    # the table was fitted on "synthetic" samples; the device truth is simulated (an A100)
+    args = ["simulate", "--workload", "chat", "--policy", "fixed-256", "--tpot-slo", "50",
+            "--seeds", "1", "--requests", "10", "--predictor", str(made["table"]),
+            "--out", str(tmp_path / "d")]  # fmt: skip
+    r = runner.invoke(app, args)
+    assert r.exit_code == 2 and "device_name 'synthetic' vs 'simulated'" in r.output, r.output
+    assert "--truth device" in r.output
+    compare = ["compare", "--workloads", "chat", "--policies", "fixed-256", "--tpot-slo", "50",
+               "--seeds", "1", "--requests", "10", "--predictor", str(made["table"]),
+               "--out", str(tmp_path / "e")]  # fmt: skip
+    r = runner.invoke(app, compare)
+    assert r.exit_code == 2 and "fingerprint mismatch" in r.output
+    assert runner.invoke(app, [*args, "--allow-mismatch"]).exit_code == 0
+
+
+def test_validate_refuses_a_table_of_another_device(made, tmp_path: Path) -> None:
+    other = _other_model_samples(made, tmp_path / "gpu.parquet", device_name="NVIDIA H100")
+    r = runner.invoke(app, ["validate", str(made["table"]), str(other)])
+    assert r.exit_code == 2 and "device_name 'synthetic' vs 'NVIDIA H100'" in r.output
+    assert len(r.output.strip().splitlines()) == 1
+    r = runner.invoke(app, ["validate", str(made["table"]), str(other), "--allow-mismatch"])
+    assert r.exit_code == 0 and "warning: fingerprint mismatch" in r.output
 
 
 def test_report_compares_tables_with_their_measurements(made, tmp_path: Path) -> None:
@@ -139,10 +179,11 @@ def test_report_compares_tables_with_their_measurements(made, tmp_path: Path) ->
     CostTable.load(made["table"]).save(cal / "costtable.json")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = runner.invoke(app, ["report", str(cal), "--out", str(tmp_path / "r")])
+        r = runner.invoke(app, ["report", str(cal), "--out", str(tmp_path / "r"),
+                                "--allow-mismatch"])  # fmt: skip
     assert r.exit_code == 0, r.output
     assert len(_warnings(r.output)) == 1 and "model_hash 'm1' vs 'm9'" in r.output
-    r = runner.invoke(app, ["report", str(cal), "--out", str(tmp_path / "r2"), "--strict"])
+    r = runner.invoke(app, ["report", str(cal), "--out", str(tmp_path / "r2")])
     assert r.exit_code == 2 and "fingerprint mismatch" in r.output
 
 

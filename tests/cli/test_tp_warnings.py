@@ -1,4 +1,5 @@
-"""``validate`` and ``simulate --predictor`` warn (one line) when the table's TP is another's."""
+"""``validate`` and ``simulate --predictor`` refuse a table of another TP degree, and with
+``--allow-mismatch`` warn (one line)."""
 
 import warnings
 from pathlib import Path
@@ -29,7 +30,8 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     fresh = TRUTH.draw(POINTS, 20, np.random.default_rng(7))
     out = {"table": root / "tp4.json"}
     for name, prov in (("tp1", {"device": "synthetic"}), ("tp4", {"device": "synthetic", "tp": 4})):
-        out[name] = root / f"{name}.parquet"
+        (root / name).mkdir()  # a folder each: one fingerprint.json describes one samples file
+        out[name] = root / name / f"{name}.parquet"
         write_samples(fresh, out[name], prov)
     return out
 
@@ -39,7 +41,9 @@ def warning_lines(result) -> list[str]:
 
 
 def test_validate_warns_once_when_the_samples_are_another_tp(files) -> None:
-    r = runner.invoke(app, ["validate", str(files["table"]), str(files["tp1"])])
+    refused = runner.invoke(app, ["validate", str(files["table"]), str(files["tp1"])])
+    assert refused.exit_code == 2 and "(tp 4 vs 1)" in refused.output
+    r = runner.invoke(app, ["validate", str(files["table"]), str(files["tp1"]), "--allow-mismatch"])
     assert r.exit_code == 0, r.output
     (line,) = warning_lines(r)
     assert "fingerprint mismatch" in line and "(tp 4 vs 1)" in line
@@ -51,7 +55,8 @@ def test_validate_warns_once_when_the_samples_are_another_tp(files) -> None:
 def simulate(files, out: Path, truth: str) -> object:
     args = ["simulate", "--workload", "chat", "--policy", "fixed-256", "--tpot-slo", "50",
             "--rate", "5", "--seeds", "1", "--requests", "30", "--out", str(out),
-            "--truth", truth, "--predictor", str(files["table"]), "--json"]  # fmt: skip
+            "--truth", truth, "--predictor", str(files["table"]), "--json",
+            "--allow-mismatch"]  # fmt: skip
     result = runner.invoke(app, args)
     assert result.exit_code == 0, result.output
     return result
@@ -64,5 +69,6 @@ def test_simulate_warns_when_its_truth_samples_are_another_tp(files, tmp_path) -
     assert not warning_lines(simulate(files, tmp_path / "b", f"samples:{files['tp4']}"))
     assert not warning_lines(simulate(files, tmp_path / "c", "analytic"))  # no TP to compare
     # validating the run folder compares with the run's truth samples
-    v = runner.invoke(app, ["validate", str(files["table"]), str(tmp_path / "a" / "seed-0")])
+    v = runner.invoke(app, ["validate", str(files["table"]), str(tmp_path / "a" / "seed-0"),
+                            "--allow-mismatch"])  # fmt: skip
     assert v.exit_code in (0, 1) and len(warning_lines(v)) == 1

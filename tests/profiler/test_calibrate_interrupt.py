@@ -21,7 +21,15 @@ def start(out: Path, grid: Path, block: int) -> subprocess.Popen:
     cmd = [sys.executable, "-m", "servecal", "calibrate", "--device", "cpu", "--model", "tiny",
            "--grid", str(grid), "--repeats", "40", "--threads", "1", "--no-fit",
            "--block", str(block), "--out", str(out)]  # fmt: skip
-    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    # SIGINT as a terminal delivers it: a suite run in the background (``&``, nohup)
+    # hands its children SIGINT ignored, and Python then keeps ignoring it.
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
 
 
 def wait_for(path: Path, proc: subprocess.Popen) -> None:

@@ -213,6 +213,8 @@ def allreduce_rows(backend: str) -> pd.DataFrame:
 
 
 def import_and_fit(tmp_path: Path, name: str, *extra: str) -> tuple[CostTable, dict]:
+    tmp_path = tmp_path / name  # a folder each: one fingerprint.json describes one samples file
+    tmp_path.mkdir()
     grid = tmp_path / "grid70.json"
     grid.write_text(json.dumps(GRID70.to_dict()))
     samples = tmp_path / f"{name}.parquet"

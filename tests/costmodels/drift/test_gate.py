@@ -103,6 +103,39 @@ def test_one_band_slowed_is_attributed_to_it() -> None:
     assert moved == ["chunk 1024+"]
 
 
+def _small_calibration(rng, n_axis, c_axis, repeats: int = 10, sigma: float = 0.03):
+    """A demo-sized calibration: 42 grid points × ``repeats``, the table exact."""
+    grid = [(nd, ch) for nd in n_axis for ch in c_axis]
+    pid = np.repeat(np.arange(len(grid)), repeats)
+    n = np.array([grid[k][0] for k in pid])
+    c = np.array([grid[k][1] for k in pid])
+    return sigma * rng.standard_normal(pid.size), pid, n, c
+
+
+@pytest.mark.parametrize(
+    ("axis", "edge", "n_axis", "c_axis"),
+    [
+        ("chunk", 256, (1, 2, 4, 8, 16, 24), (0, 32, 64, 128, 200, 300, 1500)),
+        ("n_decode", 32, (1, 2, 4, 8, 16, 48, 96), (0, 64, 128, 200, 300, 1500)),
+    ],
+)
+def test_a_region_of_a_fifth_of_the_rows_slowed_15pct_is_drift(axis, edge, n_axis, c_axis):
+    """The audit's case: on a 42-point calibration, every iteration with chunk ≥ 256
+    (or ≥ 32 decodes), 29% of the rows, 15% slower. Neither of its bands alone holds
+    enough points to speak; the tail region does, and it is named."""
+    rng = np.random.default_rng(11)
+    r, pid, n, c = _small_calibration(rng, n_axis, c_axis)
+    inside = (c if axis == "chunk" else n) >= edge
+    assert 0.2 <= inside.mean() <= 0.3
+    same = decide(r, None, pid, n, c)
+    assert same.verdict == "valid"
+    res = decide(r + np.where(inside, math.log(1.15), 0.0), None, pid, n, c)
+    assert res.verdict == "drifted", res.tests
+    moved = [reg["region"] for reg in res.regions if reg["status"] == "drift"]
+    assert f"{axis} {edge}+" in moved
+    assert not [t for t in res.tests if t["rejected"]]  # the global tests did not see it
+
+
 def test_too_few_points_cannot_decide() -> None:
     rng = np.random.default_rng(4)
     r, x, pid, n, c = _rows(rng, CONFIG.min_clusters - 1, 30, 0.5, 0.05)
@@ -128,13 +161,14 @@ def _brute_force_flips(r, x, pid, n, c) -> set[int]:
 
 
 def test_single_row_stability_is_exact_on_a_knife_edge() -> None:
-    """17 of 20 points vote up with 2 of 3 rows past the tolerance: exactly the critical
-    count of the global test. Removing one of those rows flips; nothing else does."""
-    assert vote_critical(20, CONFIG.alpha_global) == 17
+    """18 of 20 points vote up with 2 of 3 rows past the tolerance: exactly the critical
+    count of the global test (and of the regions they all lie in). Removing one of
+    those rows flips; nothing else does."""
+    assert vote_critical(20, CONFIG.alpha_global) == 18
     rng = np.random.default_rng(5)
     pid = np.repeat(np.arange(20), 3)
     r = np.full(60, 0.0) + 0.001 * rng.standard_normal(60)
-    voting = pid < 17
+    voting = pid < 18
     first_two = np.tile([True, True, False], 20)
     r[voting & first_two] = 0.08  # past the 5% tolerance
     x = np.zeros(60, bool)
@@ -173,8 +207,8 @@ def test_quarters_and_bands() -> None:
     assert q.tolist() == [2, 0, 1, 1, 2, 0, 3, 3]
     b = Bands(quarters=True)
     rows = b.of(np.array([0, 100]), np.array([2048, 0]), np.array([0, 3]))
-    labels = [[b.describe(int(v))["region"] for v in row] for row in rows]
+    labels = [[b.describe(int(v))["region"] for v in row if v < b.size] for row in rows]
     assert labels == [
-        ["n_decode 0", "chunk 1024+", "time quarter 1 of 4"],
-        ["n_decode 32-127", "chunk 0", "time quarter 4 of 4"],
+        ["n_decode 0", "chunk 1024+", "time quarter 1 of 4", "chunk 256+"],
+        ["n_decode 32-127", "chunk 0", "time quarter 4 of 4", "n_decode 8+", "n_decode 32+"],
     ]

@@ -26,8 +26,15 @@ def test_interrupted_fleet_resumes_without_remeasuring(tmp_path):
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "servecal", "fleet", str(plan), "--out", str(out)]
     # A session of its own: Ctrl-C in a terminal reaches the driver and its workers alike.
+    # SIGINT as a terminal delivers it: a suite run in the background (``&``, nohup)
+    # hands its children SIGINT ignored, and Python then keeps ignoring it.
     proc = subprocess.Popen(
-        cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     store = ShardStore(out / "jobs" / "second")
     deadline = time.monotonic() + 240

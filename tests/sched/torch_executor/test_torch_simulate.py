@@ -73,13 +73,16 @@ def test_adaptive_margins_plan_a_real_run(table, tmp_path):
     assert "DriftMonitor" in doc["observers"]
 
 
-def test_a_table_from_another_model_is_used_with_a_warning(table, tmp_path):
+def test_a_table_from_another_model_is_refused_or_used_with_a_warning(table, tmp_path):
     res = _simulate(table, tmp_path / "run", "sloweave", "--model", "tests/none.json")
     assert res.exit_code == 2 and res.output.startswith("error:")
     shape = {"n_layers": 2, "hidden": 64, "n_heads": 2, "n_kv_heads": 1, "head_dim": 32,
              "intermediate": 128, "vocab": 512}  # fmt: skip
     (tmp_path / "small.json").write_text(json.dumps(shape))
     res = _simulate(table, tmp_path / "run", "sloweave", "--model", str(tmp_path / "small.json"))
+    assert res.exit_code == 2 and "fingerprint mismatch" in res.output, res.output
+    res = _simulate(table, tmp_path / "run", "sloweave", "--model", str(tmp_path / "small.json"),
+                    "--allow-mismatch")  # fmt: skip
     assert res.exit_code == 0, res.output
     assert "fingerprint mismatch" in res.stderr and "model" in res.stderr
 
