@@ -1,0 +1,106 @@
+"""The built-in routers: ``route(request, replicas) -> int`` (docs/capacity.md).
+
+A router is called once per request, at its arrival, with the replicas it may use
+(all of them, or its SLO tier's with SLO-class routing) and returns the chosen one's
+``index``. It reads only what a real gateway could know at that moment: each
+replica's outstanding requests, its queued prompt tokens, its decoding batch and its
+cost table; never output lengths. A fresh router is built for every run, so it may
+keep state (round-robin's turn). Names resolve through the policy registry
+(``sched/policies/registry.py``); ``module:Class`` loads a user's router, its
+constructor's keyword arguments being its options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from servecal.sched.cluster.replica import Replica
+from servecal.sched.request import Request
+
+
+@dataclass
+class RoundRobin:
+    """Each request to the next replica in turn (of those it may use)."""
+
+    _turn: int = field(default=0, init=False, repr=False)
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        chosen = replicas[self._turn % len(replicas)]
+        self._turn += 1
+        return chosen.index
+
+
+@dataclass(frozen=True)
+class LeastRequests:
+    """The replica with the fewest outstanding requests (ties: the lowest index)."""
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        return min(replicas, key=lambda r: (r.outstanding, r.index)).index
+
+
+@dataclass(frozen=True)
+class LeastTokens:
+    """The replica with the fewest queued prompt tokens, then the fewest requests."""
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        return min(replicas, key=lambda r: (r.queued_prompt_tokens, r.outstanding, r.index)).index
+
+
+@dataclass(frozen=True)
+class PredictedLatency:
+    """Where the replica's cost table predicts the request meets its TTFT and TPOT
+    (the llm-d gateway's predicted-latency idea, on calibrated P99 + margin).
+
+    For each replica, with ``n`` requests decoding, ``m`` more holding KV and ``Q``
+    prompt tokens queued, at mean context ``ctx``, and ``T(n, c) = P_q + δ`` of an
+    iteration with ``n`` decodes and a chunk of ``c``:
+
+    * TPOT ≈ ``T(n + m + 1, min(chunk, Q))``: the iterations it will decode in, once
+      everything admitted decodes beside the next chunk;
+    * TTFT ≈ wait for the current iteration + ``⌈(Q + prompt) / chunk⌉ · T(n, chunk)``:
+      the queue ahead of it and its own prompt, prefilled ``chunk`` tokens per iteration.
+
+    Of the replicas predicted to meet both, the one with the lowest predicted TTFT;
+    when none is, the one with the smallest worst ratio of prediction to SLO.
+    ``chunk``: the prefill tokens per iteration assumed (a SLOWeave replica's chunk
+    varies; 512 is a typical one at a 25 ms TPOT); ``quantile``, ``use_margin``: the
+    bound planned on (``use_margin=False`` with a P50-only table).
+    """
+
+    chunk: int = 512
+    quantile: float = 0.99
+    use_margin: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1:
+            raise ValueError("chunk must be >= 1")
+        if not 0 < self.quantile < 1:
+            raise ValueError("quantile must be in (0, 1)")
+
+    def _bound(self, replica: Replica, n: int, c: int, ctx: float) -> float:
+        p = replica.predictor
+        t = float(p.predict(n, c, ctx, 0, q=self.quantile))
+        return t + float(p.margin(n, c, ctx, 0)) if self.use_margin else t
+
+    def predict(self, request: Request, replica: Replica) -> tuple[float, float]:
+        """``(TTFT, TPOT)`` predicted for ``request`` on ``replica``, in ms."""
+        n, ctx = replica.n_decode, replica.ctx_mean
+        queued = replica.queued_prompt_tokens
+        held = replica.outstanding - n
+        tpot = self._bound(replica, n + max(0, held) + 1, min(self.chunk, queued + 1), ctx)
+        iterations = math.ceil((queued + request.prompt_tokens) / self.chunk)
+        wait = max(0.0, replica.now_ms - request.arrival_ms)
+        ttft = wait + iterations * self._bound(replica, n, self.chunk, ctx)
+        return ttft, tpot
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        best, best_key = replicas[0], (math.inf, math.inf)
+        for r in replicas:
+            ttft, tpot = self.predict(request, r)
+            worst = max(ttft / request.ttft_slo_ms, tpot / request.tpot_slo_ms)
+            key = (0.0, ttft) if worst <= 1.0 else (1.0, worst)
+            if key < best_key:
+                best, best_key = r, key
+        return best.index
