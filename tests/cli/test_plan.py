@@ -124,18 +124,24 @@ BAD = [
     ("[search]\nreplicas = [1, 4]", "missing the [workload] table"),
     (SMALL.replace('fleet = "H100x1"', 'fleet = "B200x1"'), "unknown fleet device"),
     (SMALL.replace("replicas = [1, 6]", "replicas = [4, 2]"), "search.replicas"),
-    (SMALL.replace('routers = ["round-robin", "least-requests"]', 'routers = ["sloweave"]'),
-     "is not a router"),  # fmt: skip
-    (SMALL.replace('policies = ["fixed-512"]', 'policies = ["round-robin"]'),
-     "is not a scheduling policy"),  # fmt: skip
+    (
+        SMALL.replace('routers = ["round-robin", "least-requests"]', 'routers = ["sloweave"]'),
+        "is not a router",
+    ),  # fmt: skip
+    (
+        SMALL.replace('policies = ["fixed-512"]', 'policies = ["round-robin"]'),
+        "is not a scheduling policy",
+    ),  # fmt: skip
     (SMALL.replace('policies = ["fixed-512"]', 'policies = ["nope"]'), "unknown policy"),
     (SMALL.replace("price_per_gpu_hour = 2.0", "price_per_gpu_hour = -1"), "price_per_gpu_hour"),
-    (SMALL.replace("rate = 120", 'rate = "fast"'), "workload.rate"),
+    (SMALL.replace("rate = 400", 'rate = "fast"'), "workload.rate"),
     (SMALL.replace(f'trace = "{TRACE}"', 'trace = "missing.csv"'), "no such file"),
     (SMALL.replace("size = 1\nfleet", "size = 0\nfleet", 1), "TP size"),
     (SMALL.replace('fleet = "A100x1"', 'fleet = "A100x1"\ntruth = "device"'), "not both"),
-    (SMALL.replace('fleet = "A100x1"', 'predictor = "none.json"\ntruth = "device"'),
-     "no such file"),  # fmt: skip
+    (
+        SMALL.replace('fleet = "A100x1"', 'predictor = "none.json"\ntruth = "device"'),
+        "no such file",
+    ),  # fmt: skip
     (SMALL + "\n[extra]\n", "unknown table"),
     ("[workload\n", "not valid TOML"),
 ]
