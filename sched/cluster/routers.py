@@ -62,8 +62,11 @@ class PredictedLatency:
     * TTFT ≈ wait for the current iteration + ``⌈(Q + prompt) / chunk⌉ · T(n, chunk)``:
       the queue ahead of it and its own prompt, prefilled ``chunk`` tokens per iteration.
 
-    Of the replicas predicted to meet both, the one with the lowest predicted TTFT;
-    when none is, the one with the smallest worst ratio of prediction to SLO.
+    The replicas are tried least loaded first (fewest queued prompt tokens, then fewest
+    outstanding requests) and the first predicted to meet both gets the request: on
+    identical replicas that is also the lowest predicted TTFT, and an uncongested fleet
+    costs one prediction per request. When none is predicted to meet both, the one with
+    the smallest worst ratio of prediction to SLO.
     ``chunk``: the prefill tokens per iteration assumed (a SLOWeave replica's chunk
     varies; 512 is a typical one at a 25 ms TPOT); ``quantile``, ``use_margin``: the
     bound planned on (``use_margin=False`` with a P50-only table).
@@ -82,7 +85,14 @@ class PredictedLatency:
     def _bound(self, replica: Replica, n: int, c: int, ctx: float) -> float:
         p = replica.predictor
         t = float(p.predict(n, c, ctx, 0, q=self.quantile))
-        return t + float(p.margin(n, c, ctx, 0)) if self.use_margin else t
+        if not self.use_margin:
+            return t
+        # a cost table's margin is rho × its tail quantile's prediction (costmodels/table.py):
+        # at that quantile, one lookup gives both
+        info = getattr(p, "margin_info", None)
+        if info is not None and info.quantile == self.quantile:
+            return t * (1.0 + info.rho)
+        return t + float(p.margin(n, c, ctx, 0))
 
     def predict(self, request: Request, replica: Replica) -> tuple[float, float]:
         """``(TTFT, TPOT)`` predicted for ``request`` on ``replica``, in ms."""
@@ -96,11 +106,13 @@ class PredictedLatency:
         return ttft, tpot
 
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
-        best, best_key = replicas[0], (math.inf, math.inf)
-        for r in replicas:
+        order = sorted(replicas, key=lambda r: (r.queued_prompt_tokens, r.outstanding, r.index))
+        best, best_worst = order[0], math.inf
+        for r in order:
             ttft, tpot = self.predict(request, r)
             worst = max(ttft / request.ttft_slo_ms, tpot / request.tpot_slo_ms)
-            key = (0.0, ttft) if worst <= 1.0 else (1.0, worst)
-            if key < best_key:
-                best, best_key = r, key
+            if worst <= 1.0:
+                return r.index
+            if worst < best_worst:
+                best, best_worst = r, worst
         return best.index
