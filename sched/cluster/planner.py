@@ -189,18 +189,26 @@ def _mean(values: list[Any]) -> float | None:
     return sum(present) / len(present) if present else None
 
 
+def candidates(space: Space) -> list[Config]:
+    """Every configuration of ``space``, nothing measured yet."""
+    return [
+        Config(i, h, p, r, ReplicaSearch(*space.replicas))
+        for i, (h, p, r) in enumerate(space.configs)
+    ]
+
+
 def plan(
     space: Space,
     pool: Executor,
     width: int,
     on_progress: Callable[[PlanProgress], None] | None = None,
     frontier: bool = True,
+    configs: list[Config] | None = None,
 ) -> list[Config]:
-    """Search every configuration of ``space`` (see the module docstring)."""
-    configs = [
-        Config(i, h, p, r, ReplicaSearch(*space.replicas))
-        for i, (h, p, r) in enumerate(space.configs)
-    ]
+    """Search every configuration of ``space`` (see the module docstring). ``configs``
+    (from :func:`candidates`) is filled in place, so a caller interrupted mid-search
+    still holds every simulation that finished."""
+    configs = candidates(space) if configs is None else configs
     runner = _Runner(pool, width, on_progress)
     try:
         _search_counts(space, configs, runner, prune=True)

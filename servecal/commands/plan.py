@@ -44,26 +44,32 @@ def plan_command(
     import os
 
     from servecal.commands._runs import Bars
-    from servecal.sched.cluster.planner import plan
+    from servecal.sched.cluster.planner import candidates, plan
     from servecal.sched.cluster.space import load_space
     from servecal.sched.experiment import open_pool
+    from servecal.sched.runfolder import write_json
 
     space = load_space(space_file)
     width = jobs or os.cpu_count() or 1
+    configs = candidates(space)
     start = time.perf_counter()
-    with open_pool(pool, address, jobs) as executor, Bars(quiet=as_json) as bars:
-        if executor is None:
-            executor = _local(width)
-        tick = bars.sweep("plan", None)
-        try:
-            configs = plan(space, executor, width, on_progress=tick, frontier=frontier)
-        finally:
-            if pool == "local":
-                executor.shutdown(wait=True, cancel_futures=True)
+    try:
+        with open_pool(pool, address, jobs) as executor, Bars(quiet=as_json) as bars:
+            if executor is None:
+                executor = _local(width)
+            tick = bars.sweep("plan", None)
+            try:
+                plan(space, executor, width, on_progress=tick, frontier=frontier, configs=configs)
+            finally:
+                if pool == "local":
+                    executor.shutdown(wait=True, cancel_futures=True)
+    except KeyboardInterrupt:  # keep every simulation that finished
+        doc = _document(space, configs, time.perf_counter() - start, pool)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "plan.json", {**doc, "answer": None, "interrupted": True})
+        raise
     doc = _document(space, configs, time.perf_counter() - start, pool)
     out.mkdir(parents=True, exist_ok=True)
-    from servecal.sched.runfolder import write_json
-
     write_json(out / "plan.json", doc)
     if frontier and doc["frontier"]:
         from servecal.costmodels.atomic import atomic_write_bytes

@@ -154,3 +154,23 @@ def test_a_bad_plan_is_one_line_and_exit_2_and_writes_nothing(tmp_path, text, me
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
     assert not (out / "plan.json").exists()
+
+
+def test_an_interrupted_plan_keeps_every_simulation_that_finished(tmp_path, monkeypatch):
+    import servecal.sched.cluster.planner as planner
+
+    calls = []
+    real = planner.execute
+
+    def stop_at_third(task, *args, **kwargs):
+        calls.append(task)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(task, *args, **kwargs)
+
+    monkeypatch.setattr(planner, "execute", stop_at_third)
+    result, out = _plan(tmp_path, SMALL)
+    assert result.exit_code == 130
+    doc = json.loads((out / "plan.json").read_text())
+    assert doc["interrupted"] is True and doc["answer"] is None
+    assert sum(len(r["probes"]) for r in doc["rows"]) == 2
