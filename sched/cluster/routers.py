@@ -53,9 +53,10 @@ class PredictedLatency:
     """Where the replica's cost table predicts the request meets its TTFT and TPOT
     (the llm-d gateway's predicted-latency idea, on calibrated P99 + margin).
 
-    For each replica, with ``n`` requests decoding, ``m`` more holding KV and ``Q``
-    prompt tokens queued, at mean context ``ctx``, and ``T(n, c) = P_q + δ`` of an
-    iteration with ``n`` decodes and a chunk of ``c``:
+    For each replica, with ``n`` requests decoding, ``m`` more routed to it and not yet
+    decoding (prefilling or queued) and ``Q`` prompt tokens queued, at mean context
+    ``ctx``, and ``T(n, c) = P_q + δ`` of an iteration with ``n`` decodes and a chunk of
+    ``c``:
 
     * TPOT ≈ ``T(n + m + 1, min(chunk, Q))``: the iterations it will decode in, once
       everything admitted decodes beside the next chunk;
