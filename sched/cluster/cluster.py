@@ -49,17 +49,19 @@ class Cluster:
                 raise ValueError(
                     f"tier {tier!r}: replica indices must be in 0..{len(replicas) - 1}"
                 )
-        self._choices: dict[str, list[Replica]] = {}
+        self._choices: dict[str, tuple[list[Replica], frozenset[int]]] = {}
         self.route_ns: list[int] = []
 
-    def _allowed(self, slo_class: str) -> list[Replica]:
+    def _allowed(self, slo_class: str) -> tuple[list[Replica], frozenset[int]]:
+        """The replicas a request of ``slo_class`` may use, and their indices."""
         found = self._choices.get(slo_class)
         if found is None:
             tier = next(
                 (k for k in self.groups if slo_class == k or slo_class.endswith("-" + k)), None
             )
             members = self.groups[tier] if tier is not None else range(len(self.replicas))
-            found = self._choices[slo_class] = [self.replicas[i] for i in members]
+            chosen = [self.replicas[i] for i in members]
+            found = self._choices[slo_class] = (chosen, frozenset(r.index for r in chosen))
         return found
 
     def run(self) -> RunResult:
@@ -80,16 +82,16 @@ class Cluster:
                     heappush(behind, (r.now_ms, k))
                 else:
                     queued.discard(k)
-            allowed = self._allowed(request.slo_class)
+            allowed, indices = self._allowed(request.slo_class)
             t0 = perf_counter_ns()
             chosen = route(request, allowed)
             times.append(perf_counter_ns() - t0)
-            target = by_index.get(chosen)
-            if target is None or target not in allowed:
+            if chosen not in indices:
                 raise ValueError(
                     f"router {type(self.router).__name__} chose replica {chosen!r} for request "
-                    f"{request.rid}, not one of {[r.index for r in allowed]}"
+                    f"{request.rid}, not one of {sorted(indices)}"
                 )
+            target = by_index[chosen]
             target.add(request)
             k = position[id(target)]
             if k not in queued:

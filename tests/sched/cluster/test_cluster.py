@@ -132,3 +132,35 @@ def test_cluster_specs_run_through_sweep_with_a_max_goodput_search():
     rate = outcome.mean["max_goodput"]
     assert outcome.mean["max_goodput_bound"] == "measured"
     assert 40 < rate < 400
+
+
+@pytest.mark.parametrize("router", ["round-robin", "predicted-latency"])
+def test_stepping_only_the_replicas_behind_an_arrival_changes_nothing(router):
+    """The cluster steps only replicas whose clock is behind an arrival; stepping every
+    replica to every arrival (the definition) gives the same run."""
+    from servecal.sched.cluster.cluster import Cluster, merged_result
+    from servecal.sched.cluster.spec import build_cluster
+    from servecal.sched.experiment.run import requests_for
+
+    class EveryReplica(Cluster):
+        def run(self):
+            for request in self.requests:
+                for r in self.replicas:
+                    r.advance_to(request.arrival_ms)
+                self.replicas[self.router.route(request, self.replicas)].add(request)
+            for r in self.replicas:
+                r.finish()
+            return merged_result([r.engine.result() for r in self.replicas])
+
+    spec = _cluster(4, router, rate=200)
+    requests = requests_for(spec, 0)  # type: ignore[arg-type]
+    stream = np.random.SeedSequence(0).spawn(2)[1]
+    fast = Cluster(requests, *build_cluster(spec, np.random.default_rng(stream))).run()
+    slow = EveryReplica(requests, *build_cluster(spec, np.random.default_rng(stream))).run()
+    for name, column in fast.request_columns.items():
+        other = slow.request_columns[name]
+        assert (
+            (column == other).all()
+            if column.dtype == object
+            else np.array_equal(column, other, equal_nan=True)
+        ), name
