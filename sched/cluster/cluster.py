@@ -7,6 +7,11 @@ those the request may use and the request is appended to its queue. After the la
 arrival every replica runs to the end. The work is the replicas' own iterations plus
 one decision per request (benchmarks/cluster.py measures it).
 
+A router that reads nothing of the replicas (``reads_replicas = False``: round-robin)
+needs no interleaving: every request is routed at once and each replica then runs as
+a plain engine with all its arrivals known, which is exactly what the replicas would
+cost alone.
+
 SLO-class routing (``groups``): a tier name maps to the replicas that serve it; a
 request of class ``K`` or ``*-K`` (``chat-strict`` is tier ``strict``) is routed among
 its tier's replicas only, any other request among all of them.
@@ -72,14 +77,22 @@ class Cluster:
         # it (most are mid-iteration past it), so an arrival costs O(log N), not O(N)
         behind: list[tuple[float, int]] = []
         queued: set[int] = set()
+        engines = [r.engine for r in replicas]
+        oblivious = not getattr(self.router, "reads_replicas", True)
         for request in self.requests:
             t = request.arrival_ms
-            while behind and behind[0][0] < t:
+            while behind and behind[0][0] < t and not oblivious:
                 _, k = heappop(behind)
-                r = replicas[k]
-                r.advance_to(t)
-                if r.engine.has_work():
-                    heappush(behind, (r.now_ms, k))
+                engine = engines[k]
+                engine.next_arrival_ms = t
+                state, step = engine.state, engine.step
+                working = True
+                while state.now_ms < t:  # Replica.advance_to, inlined: once per iteration
+                    if not step():
+                        working = False
+                        break
+                if working:
+                    heappush(behind, (state.now_ms, k))
                 else:
                     queued.discard(k)
             allowed, indices = self._allowed(request.slo_class)

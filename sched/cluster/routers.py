@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 from servecal.sched.cluster.replica import Replica
 from servecal.sched.request import Request
@@ -23,6 +24,9 @@ from servecal.sched.request import Request
 @dataclass
 class RoundRobin:
     """Each request to the next replica in turn (of those it may use)."""
+
+    #: It reads no replica's state, so the cluster routes every request up front.
+    reads_replicas: ClassVar[bool] = False
 
     _turn: int = field(default=0, init=False, repr=False)
 
