@@ -24,13 +24,13 @@ def plan_command(
     space_file: Path = typer.Argument(..., help="The plan: workload, SLOs, candidates (TOML)."),
     out: Path = typer.Option(..., help="Output folder: plan.json and frontier.png."),
     jobs: int = typer.Option(
-        None, min=1, help="Simulations at once [default: all cores / the cluster's CPUs]."
+        None, min=1, help="Simulations at once (default: all cores, or the Ray cluster's CPUs)."
     ),
     pool: str = typer.Option(
         "local", "--pool", help="Where simulations run: local (this machine) or ray."
     ),
     address: str = typer.Option(
-        None, "--address", help="With --pool ray: the cluster to join [default: a local Ray]."
+        None, "--address", help="With --pool ray: the cluster to join (default: a local Ray)."
     ),
     frontier: bool = typer.Option(
         True, "--frontier/--no-frontier", help="Also search every config's max goodput."
