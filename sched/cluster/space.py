@@ -139,6 +139,15 @@ def _policy(name: Any, backend: str, where: str) -> PolicySpec:
     return spec
 
 
+def _truth(text: str, base: Path, where: str) -> str:
+    """A truth spec with its file (``samples:PATH``, ``fit:PATH``) made absolute, relative
+    to the plan file (a pool worker may start elsewhere)."""
+    name, sep, arg = text.partition(":")
+    if name in ("samples", "fit") and sep:
+        return f"{name}:{_path(arg, base, where)}"
+    return text
+
+
 def _predictor(text: str, base: Path, where: str) -> str:
     if text.partition(":")[0] in ("fitted", "fitted-grid", "oracle"):
         return text
@@ -172,7 +181,7 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
                 raise InputError(f"{at}: give fleet = ... or truth/predictor, not both")
             found = fleet_device(_get(entry, "fleet", str, at))
         else:
-            found = {"truth": _get(entry, "truth", str, at),
+            found = {"truth": _truth(_get(entry, "truth", str, at), base, f"{at}.truth"),
                      "predictor": _predictor(_get(entry, "predictor", str, at), base, f"{at}.predictor"),  # noqa: E501
                      "kv_tokens": 500_000}  # fmt: skip
         kv = entry.get("kv_tokens", found["kv_tokens"])

@@ -178,8 +178,9 @@ def _print(doc: dict[str, Any]) -> None:
         lines,
     )  # fmt: skip
     a = doc["answer"]
-    took = (f"{doc['simulations_to_answer']} simulations to the answer, {doc['simulations']} "
-            f"in all, {doc['wall_s']:.0f} s on the {doc['pool']} pool")  # fmt: skip
+    n, total = doc["simulations_to_answer"], doc["simulations"]
+    took = (f"{n} simulation{'' if n == 1 else 's'} to the answer, {total} in all, "
+            f"{doc['wall_s']:.0f} s on the {doc['pool']} pool")  # fmt: skip
     if a is None:
         typer.echo(f"no configuration meets the target within {q['replicas']} replicas ({took})")
         return

@@ -174,3 +174,26 @@ def test_an_interrupted_plan_keeps_every_simulation_that_finished(tmp_path, monk
     doc = json.loads((out / "plan.json").read_text())
     assert doc["interrupted"] is True and doc["answer"] is None
     assert sum(len(r["probes"]) for r in doc["rows"]) == 2
+
+
+def test_your_own_device_from_samples_and_a_fitted_table(tmp_path, monkeypatch):
+    """A device given as measured samples (the truth) and a table fitted on them, both
+    named relative to the plan file, run from another working directory."""
+    samples = Path(__file__).resolve().parents[1] / "data" / "costmodels" / "tiny_cpu_noisy.parquet"
+    own = tmp_path / "mine"
+    own.mkdir()
+    (own / "samples.parquet").write_bytes(samples.read_bytes())
+    fitted = runner.invoke(app, ["fit", str(own / "samples.parquet"), "--out", str(own / "t.json")])
+    assert fitted.exit_code == 0, fitted.output
+    text = SMALL.split("[[device]]")[0].replace("requests = 300", "requests = 40")
+    text = text.replace("rate = 400", "rate = 20") + (
+        '[[device]]\nname = "cpu"\nprice_per_gpu_hour = 0.1\n[[device.tp]]\nsize = 1\n'
+        'truth = "samples:mine/samples.parquet"\npredictor = "mine/t.json"\n'
+    )
+    monkeypatch.chdir(tmp_path / "mine")
+    result, out = _plan(tmp_path, text, "--no-frontier")
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "plan.json").read_text())
+    [hardware] = doc["question"]["hardware"]
+    assert hardware["truth"] == f"samples:{own / 'samples.parquet'}"
+    assert doc["answer"]["config"].startswith("cpux1 · fixed-512")
