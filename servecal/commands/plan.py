@@ -57,6 +57,8 @@ def plan_command(
         with open_pool(pool, address, jobs) as executor, Bars(quiet=as_json) as bars:
             if executor is None:
                 executor = _local(width)
+            elif jobs is None:  # as many simulations at once as the Ray cluster has CPUs
+                width = _ray_cpus(width)
             tick = bars.sweep("plan", None)
             try:
                 plan(space, executor, width, on_progress=tick, frontier=frontier, configs=configs)
@@ -80,6 +82,15 @@ def plan_command(
         return
     _print(doc)
     typer.echo(f"plan.json{' and frontier.png' if frontier else ''}: {out}")
+
+
+def _ray_cpus(default: int) -> int:
+    try:
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", default)))
+    except Exception:  # noqa: BLE001 - a width is a hint; the pool still bounds the tasks
+        return default
 
 
 def _local(width: int) -> Any:
