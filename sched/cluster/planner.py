@@ -148,14 +148,15 @@ class _Runner:
 
     def __init__(self, pool: Executor, width: int, on_progress: Callable[..., None] | None):
         self.pool, self.width, self.on_progress = pool, max(1, width), on_progress
-        self.pending: dict[Future, tuple[Any, int]] = {}
-        self.partial: dict[Any, list[dict[str, Any]]] = {}
+        self.pending: dict[Future, tuple[Any, int, int]] = {}
+        self.partial: dict[Any, list[tuple[int, dict[str, Any]]]] = {}
         self.done = 0
 
     def submit(self, key: Any, spec: ClusterSpec) -> None:
         self.partial[key] = []
         for seed in spec.seeds:
-            self.pending[self.pool.submit(execute, Task(spec, seed))] = (key, len(spec.seeds))
+            task = Task(spec, seed)
+            self.pending[self.pool.submit(execute, task)] = (key, seed, len(spec.seeds))
 
     def room(self) -> bool:
         return len(self.pending) < self.width
@@ -167,11 +168,12 @@ class _Runner:
         ready, _ = wait(self.pending, return_when=FIRST_COMPLETED)
         out = []
         for future in ready:
-            key, seeds = self.pending.pop(future)
-            self.partial[key].append(future.result())
+            key, seed, seeds = self.pending.pop(future)
+            self.partial[key].append((seed, future.result()))
             self.done += 1
-            if len(self.partial[key]) == seeds:
-                out.append((key, self.partial.pop(key)))
+            if len(self.partial[key]) == seeds:  # in seed order: means do not depend on
+                done = sorted(self.partial.pop(key), key=lambda x: x[0])  # arrival order
+                out.append((key, [summary for _, summary in done]))
         return out
 
     def cancel(self) -> None:
