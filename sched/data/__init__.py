@@ -4,4 +4,12 @@
   written by ``scripts/derive_device_truth.py`` from public A100 profiles (docs/truth.md).
 * ``device_a100_fitted.json``: the cost table fitted on samples of that truth (the
   ``fitted`` predictor), written by ``scripts/fit_device_table.py``.
+* ``fleet_devices.json``: the fleet devices of ``servecal plan`` (A100 and H100 at TP 1
+  and 2, Llama-3-8B) as overrides of that truth, with the measured ratios they come
+  from, and ``device_{a100x2,h100x1,h100x2}_fitted.json``, their fitted tables; both
+  written by ``scripts/derive_fleet_devices.py`` (docs/capacity.md).
+* ``azure_conv_head4000.csv``: the first 4,000 rows of the Azure LLM inference trace
+  2023, conversation service (Azure/AzurePublicDataset @ b469a113,
+  ``data/AzureLLMInferenceTrace_conv.csv``, CC-BY 4.0; Patel et al., "Splitwise",
+  ISCA 2024), unchanged: the trace ``examples/capacity/`` plans for.
 """

@@ -135,11 +135,21 @@ def _on_torch(
     return run_torch(spec, requests, rng, on_progress)
 
 
-#: How each backend runs a spec's requests: ``(spec, requests, rng, on_progress)``.
+def _on_cluster(
+    spec: Any, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+) -> RunResult:
+    from servecal.sched.cluster.spec import run_cluster
+
+    return run_cluster(spec, requests, rng, on_progress)
+
+
+#: How each backend runs a spec's requests: ``(spec, requests, rng, on_progress)``;
+#: ``cluster``: replicas behind a router (:class:`servecal.sched.cluster.ClusterSpec`).
 RUNNERS: dict[str, Callable[..., RunResult]] = {
     ENGINE: _on_engine,
     DRIVER: _on_driver,
     TORCH: _on_torch,
+    "cluster": _on_cluster,
 }
 
 

@@ -111,12 +111,21 @@ def observe_problem(columns: Any) -> str | None:
     return f"returned {type(columns).__name__}, expected a dict of columns or None"
 
 
+def route_problem(index: Any) -> str | None:
+    import numbers
+
+    if isinstance(index, bool) or not isinstance(index, numbers.Integral):
+        return f"returned {type(index).__name__}, expected a replica's index (an int)"
+    return None
+
+
 #: The methods checked, and what each result must be (``None``: anything).
 CHECKS: dict[str, Callable[[Any], str | None]] = {
     "plan": plan_problem,
     "decide": decision_problem,
     "observe": observe_problem,
     "summary": summary_problem,
+    "route": route_problem,
 }
 
 

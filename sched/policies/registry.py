@@ -33,14 +33,19 @@ from servecal.sched.policies.options import Option, options_of
 
 ENGINE = "engine"
 DRIVER = "operator-driver"
+#: A cluster's global router (sched/cluster/): not a scheduler, but named, optioned and
+#: loaded by ``module:Class`` the same way.
+ROUTER = "router"
 #: What a policy class must have to run on each backend.
 INTERFACES = {
     ENGINE: "plan(view, predictor) -> Plan",
     DRIVER: "decide(view, predictor) -> Decision",
+    ROUTER: "route(request, replicas) -> int",
 }
 
 _P = "servecal.sched.policies"
 _F = "servecal.sched.flowprefill.policies"
+_R = "servecal.sched.cluster.routers"
 
 
 @dataclass(frozen=True)
@@ -71,6 +76,10 @@ POLICIES: tuple[PolicyEntry, ...] = (
     PolicyEntry("flowprefill-nopreempt", "FlowPrefill's order and batching, decided only when the device is free", {DRIVER: f"{_F}:FlowPrefill"}, preset={"preemptive": False}),  # noqa: E501
     PolicyEntry("flowprefill-srpt", "FlowPrefill's operator preemption, shortest remaining prefill first", {DRIVER: f"{_F}:FlowPrefill"}, preset={"order": "srpt"}),  # noqa: E501
     PolicyEntry("flowprefill-nobatch", "FlowPrefill without SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}, preset={"batching": False}),  # noqa: E501
+    PolicyEntry("round-robin", "router: replicas in turn", {ROUTER: f"{_R}:RoundRobin"}),  # noqa: E501
+    PolicyEntry("least-requests", "router: the replica with the fewest outstanding requests", {ROUTER: f"{_R}:LeastRequests"}),  # noqa: E501
+    PolicyEntry("least-tokens", "router: the replica with the fewest queued prompt tokens", {ROUTER: f"{_R}:LeastTokens"}),  # noqa: E501
+    PolicyEntry("predicted-latency", "router: where the cost table's P99 + margin predicts TTFT and TPOT are met", {ROUTER: f"{_R}:PredictedLatency"}),  # noqa: E501
 )  # fmt: skip
 
 _BY_NAME = {e.name: e for e in POLICIES}
@@ -156,14 +165,15 @@ def _user_policy(path: str) -> tuple[dict[str, type], type]:
     cls = load_object(path)
     if not isinstance(cls, type):
         raise PolicyError(f"policy {path}: not a class")
+    backends = ((ENGINE, "plan"), (DRIVER, "decide"), (ROUTER, "route"))
     try:
-        methods = [(b, m) for b, m in ((ENGINE, "plan"), (DRIVER, "decide")) if hasattr(cls, m)]
+        methods = [(b, m) for b, m in backends if hasattr(cls, m)]
     except Exception as exc:  # noqa: BLE001 - a metaclass's own __getattr__
         raise failure(path, "class", exc) from None
     if not methods:
         raise PolicyError(
             f"policy {path}: a policy needs a method {INTERFACES[ENGINE]} (engine) "
-            f"or {INTERFACES[DRIVER]} (operator driver)"
+            f"or {INTERFACES[DRIVER]} (operator driver); a router {INTERFACES[ROUTER]}"
         )
     safe = guarded(path, cls)
     return {b: safe for b, _ in methods}, cls

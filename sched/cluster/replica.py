@@ -1,0 +1,150 @@
+"""One replica of a cluster: an :class:`~servecal.sched.engine.Engine` fed online.
+
+A single engine is given all its requests up front. A replica is given them one at a
+time, as the router sends them, in arrival order, so its queue of future arrivals
+(``state.requests`` past the engine's cursor) is only ever what has already been
+routed to it. Two things follow, and :class:`ReplicaEngine` handles both:
+
+* a replica with nothing to do and nothing routed is not stepped (an engine would
+  end its run); the cluster steps it again once a request arrives;
+* a plan that runs nothing makes an engine wait for its next arrival. A replica does
+  not know its next arrival, only the cluster's (``next_arrival_ms``), so it waits for
+  that one and plans again then. With one replica the two are the same arrival, which
+  is why a 1-replica cluster runs exactly the engine's iterations.
+
+:class:`Replica` also keeps the load figures routers read, in O(1) per request.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from servecal.sched.engine import Engine, EngineConfig
+from servecal.sched.request import Request
+
+
+class ReplicaEngine(Engine):
+    """An engine whose arrivals are appended while it runs (see the module docstring)."""
+
+    #: The cluster's next arrival (ms), while the cluster steps this replica towards it;
+    #: ``None`` once every request is routed.
+    next_arrival_ms: float | None = None
+
+    def add(self, request: Request) -> None:
+        """Route ``request`` here: it arrives no earlier than any routed before it."""
+        pending = self.state.requests
+        if pending and request.arrival_ms < pending[-1].arrival_ms:
+            raise ValueError("requests must be routed in arrival order")
+        pending.append(request)
+
+    def has_work(self) -> bool:
+        """Something runs, waits, or is routed here and not yet admitted."""
+        s = self.state
+        return bool(s.running or s.waiting) or self._next < len(s.requests)
+
+    def _idle(self) -> bool:
+        s = self.state
+        nxt = self.next_arrival_ms
+        if self._next >= len(s.requests) and nxt is not None and (s.running or s.waiting):
+            s.now_ms = max(s.now_ms, nxt)  # wait for the cluster's next arrival
+            return True
+        return super()._idle()
+
+
+class Replica:
+    """One engine of a cluster and what a router may read about it.
+
+    ``index``, ``name`` (its device label), ``predictor`` (its cost table), ``engine``;
+    load: ``outstanding`` (routed and not finished or rejected), ``queued_prompt_tokens``
+    (prompt tokens routed and not yet prefilled; recompute preemptions re-prefill and
+    are not counted), ``n_decode``, ``ctx_mean``, ``now_ms``, ``kv_capacity``, ``kv_used``.
+    """
+
+    __slots__ = ("index", "name", "engine", "predictor", "_routed_prompt", "_seen_rows",
+                 "_prefilled")  # fmt: skip
+
+    def __init__(self, index: int, name: str, engine: ReplicaEngine) -> None:
+        self.index = index
+        self.name = name
+        self.engine = engine
+        self.predictor: Any = engine.predictor
+        self._routed_prompt = 0
+        self._seen_rows = 0
+        self._prefilled = 0
+
+    # -- what the cluster does --------------------------------------------------------
+    def add(self, request: Request) -> None:
+        self.engine.add(request)
+        self._routed_prompt += request.prompt_tokens
+
+    def advance_to(self, t_ms: float) -> None:
+        """Run iterations that start before ``t_ms`` (an arrival then sees this state)."""
+        engine = self.engine
+        engine.next_arrival_ms = t_ms
+        state = engine.state
+        step, has_work = engine.step, engine.has_work
+        while state.now_ms < t_ms and has_work():
+            step()
+
+    def finish(self) -> None:
+        """Run to the end: every request is routed."""
+        engine = self.engine
+        engine.next_arrival_ms = None
+        step, has_work = engine.step, engine.has_work
+        while has_work() and step():
+            pass
+
+    # -- what a router reads ----------------------------------------------------------
+    @property
+    def outstanding(self) -> int:
+        s = self.engine.state
+        return len(s.running) + len(s.waiting) + len(s.requests) - self.engine._next
+
+    @property
+    def queued_prompt_tokens(self) -> int:
+        rows = self.engine.log.rows
+        if self._seen_rows < len(rows):
+            self._prefilled += sum(r[3] for r in rows[self._seen_rows :])
+            self._seen_rows = len(rows)
+        return max(0, self._routed_prompt - self._prefilled)
+
+    @property
+    def n_decode(self) -> int:
+        return self.engine.state.n_ready
+
+    @property
+    def ctx_mean(self) -> float:
+        s = self.engine.state
+        return s.kv_ready / s.n_ready if s.n_ready else 0.0
+
+    @property
+    def now_ms(self) -> float:
+        return self.engine.state.now_ms
+
+    @property
+    def kv_capacity(self) -> int:
+        return self.engine.state.kv_capacity
+
+    @property
+    def kv_used(self) -> int:
+        return self.engine.state.kv_used
+
+
+def replica_engine(
+    policy: Any,
+    predictor: Any,
+    executor: Any,
+    kv_capacity: int,
+    policy_name: str,
+    observers: tuple[Any, ...] = (),
+) -> ReplicaEngine:
+    """An empty replica engine (requests come from the router)."""
+    return ReplicaEngine(
+        [],
+        policy,
+        predictor,
+        executor,
+        EngineConfig(kv_capacity=kv_capacity),
+        observers=observers,
+        policy_name=policy_name,
+    )

@@ -1,0 +1,123 @@
+"""The built-in routers: ``route(request, replicas) -> int`` (docs/capacity.md).
+
+A router is called once per request, at its arrival, with the replicas it may use
+(all of them, or its SLO tier's with SLO-class routing) and returns the chosen one's
+``index``. It reads only what a real gateway could know at that moment: each
+replica's outstanding requests, its queued prompt tokens, its decoding batch and its
+cost table; never output lengths. A fresh router is built for every run, so it may
+keep state (round-robin's turn). Names resolve through the policy registry
+(``sched/policies/registry.py``); ``module:Class`` loads a user's router, its
+constructor's keyword arguments being its options.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from servecal.sched.cluster.replica import Replica
+from servecal.sched.request import Request
+
+
+@dataclass
+class RoundRobin:
+    """Each request to the next replica in turn (of those it may use)."""
+
+    #: It reads no replica's state, so the cluster routes every request up front.
+    reads_replicas: ClassVar[bool] = False
+
+    _turn: int = field(default=0, init=False, repr=False)
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        chosen = replicas[self._turn % len(replicas)]
+        self._turn += 1
+        return chosen.index
+
+
+@dataclass(frozen=True)
+class LeastRequests:
+    """The replica with the fewest outstanding requests (ties: the lowest index)."""
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        return min(replicas, key=lambda r: (r.outstanding, r.index)).index
+
+
+@dataclass(frozen=True)
+class LeastTokens:
+    """The replica with the fewest queued prompt tokens, then the fewest requests."""
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        return min(replicas, key=lambda r: (r.queued_prompt_tokens, r.outstanding, r.index)).index
+
+
+@dataclass(frozen=True)
+class PredictedLatency:
+    """Where the replica's cost table predicts the request meets its TTFT and TPOT
+    (the llm-d gateway's predicted-latency idea, on calibrated P99 + margin).
+
+    For each replica, with ``n`` requests decoding, ``m`` more routed to it and not yet
+    decoding (prefilling or queued) and ``Q`` prompt tokens queued, at mean context
+    ``ctx``, and ``T(n, c) = P_q + δ`` of an iteration with ``n`` decodes and a chunk of
+    ``c``:
+
+    * TPOT ≈ ``T(n + m + 1, min(chunk, Q))``: the iterations it will decode in, once
+      everything admitted decodes beside the next chunk;
+    * TTFT ≈ wait for the current iteration + ``⌈(Q + prompt) / chunk⌉ · T(n, chunk)``:
+      the queue ahead of it and its own prompt, prefilled ``chunk`` tokens per iteration.
+
+    The replicas are tried least loaded first (fewest queued prompt tokens, then fewest
+    outstanding requests) and the first predicted to meet both gets the request: on
+    identical replicas that is also the lowest predicted TTFT, and an uncongested fleet
+    costs one prediction per request. When none is predicted to meet both, the one with
+    the smallest worst ratio of prediction to SLO.
+    ``chunk``: the prefill tokens per iteration assumed (a SLOWeave replica's chunk
+    varies; 512 is a typical one at a 25 ms TPOT); ``quantile``, ``use_margin``: the
+    bound planned on (``use_margin=False`` with a P50-only table).
+    """
+
+    chunk: int = 512
+    quantile: float = 0.99
+    use_margin: bool = True
+
+    def __post_init__(self) -> None:
+        if self.chunk < 1:
+            raise ValueError("chunk must be >= 1")
+        if not 0 < self.quantile < 1:
+            raise ValueError("quantile must be in (0, 1)")
+
+    def _bound(self, replica: Replica, n: int, c: int, ctx: float) -> float:
+        p = replica.predictor
+        t = float(p.predict(n, c, ctx, 0, q=self.quantile))
+        if not self.use_margin:
+            return t
+        # a cost table's margin is rho × its tail quantile's prediction (costmodels/table.py):
+        # at that quantile, one lookup gives both
+        info = getattr(p, "margin_info", None)
+        if info is not None and info.quantile == self.quantile:
+            return t * (1.0 + info.rho)
+        return t + float(p.margin(n, c, ctx, 0))
+
+    def predict(self, request: Request, replica: Replica) -> tuple[float, float]:
+        """``(TTFT, TPOT)`` predicted for ``request`` on ``replica``, in ms."""
+        n, ctx = replica.n_decode, replica.ctx_mean
+        queued = replica.queued_prompt_tokens
+        held = replica.outstanding - n
+        tpot = self._bound(replica, n + max(0, held) + 1, min(self.chunk, queued + 1), ctx)
+        iterations = math.ceil((queued + request.prompt_tokens) / self.chunk)
+        wait = max(0.0, replica.now_ms - request.arrival_ms)
+        ttft = wait + iterations * self._bound(replica, n, self.chunk, ctx)
+        return ttft, tpot
+
+    def route(self, request: Request, replicas: Sequence[Replica]) -> int:
+        order = sorted(replicas, key=lambda r: (r.queued_prompt_tokens, r.outstanding, r.index))
+        best, best_worst = order[0], math.inf
+        for r in order:
+            ttft, tpot = self.predict(request, r)
+            worst = max(ttft / request.ttft_slo_ms, tpot / request.tpot_slo_ms)
+            if worst <= 1.0:
+                return r.index
+            if worst < best_worst:
+                best, best_worst = r, worst
+        return best.index

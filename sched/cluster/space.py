@@ -1,0 +1,271 @@
+"""A capacity plan's question, read from TOML: workload, SLOs, target, candidates.
+
+    [workload]
+    trace = "azure_conv_head4000.csv"   # or: name = "tenants"  (relative to this file)
+    rate = 40                # req/s, the trace's gaps scaled to it; omit: its own times
+    requests = 2000          # the first N rows (a contiguous window)
+    tpot_slo_ms = 25
+    seeds = [0]
+
+    [target]
+    attainment = 0.9         # share of requests good (TTFT and TPOT met) at that rate
+
+    [search]
+    replicas = [1, 16]       # smallest and largest replica count tried
+    policies = ["sloweave", "fixed-512"]
+    routers = ["round-robin", "predicted-latency"]
+
+    [[device]]
+    name = "A100"
+    price_per_gpu_hour = 2.0
+    [[device.tp]]            # one entry per TP size: a fleet device shipped with servecal,
+    size = 1                 # or truth / predictor / kv_tokens of your own
+    fleet = "A100x1"
+
+Every mistake is one :class:`InputError` line naming the key (docs/capacity.md).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from servecal.costmodels.errors import InputError
+from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
+
+DATA = Path(__file__).resolve().parents[1] / "data"
+FLEET_PATH = DATA / "fleet_devices.json"
+#: Where each fleet device's table lies (A100 TP 1 is the shipped ``fitted`` table).
+SHIPPED_A100 = "A100x1"
+
+
+@dataclass(frozen=True)
+class Hardware:
+    """One (device, TP) a replica can be: its price and what it is simulated with."""
+
+    device: str
+    tp: int
+    price_per_hour: float  # the replica's: tp × the device's price per GPU-hour
+    truth: str
+    predictor: str
+    kv_capacity: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.device}x{self.tp}"
+
+
+@dataclass(frozen=True)
+class Space:
+    """The question: the workload side of a :class:`~servecal.sched.cluster.ClusterSpec`
+    (``workload``, ``rate``, ``n_requests``, ``tpot_slo_ms``, ``slo_classes``, ``seeds``),
+    the ``target`` attainment and the candidates."""
+
+    workload: str
+    rate: float | None
+    n_requests: int
+    tpot_slo_ms: float
+    slo_classes: str | None
+    seeds: tuple[int, ...]
+    target: float
+    replicas: tuple[int, int]
+    policies: tuple[PolicySpec, ...]
+    routers: tuple[PolicySpec, ...]
+    hardware: tuple[Hardware, ...]
+
+    @property
+    def configs(self) -> list[tuple[Hardware, PolicySpec, PolicySpec]]:
+        """Every (hardware, policy, router), the cheapest replica first."""
+        combos = [(h, p, r) for h in self.hardware for p in self.policies for r in self.routers]
+        return sorted(combos, key=lambda c: c[0].price_per_hour)
+
+
+def fleet_device(name: str) -> dict[str, Any]:
+    """A device of ``sched/data/fleet_devices.json`` as truth, predictor, KV capacity."""
+    doc = json.loads(FLEET_PATH.read_text())
+    dev = doc["devices"].get(name)
+    if dev is None:
+        known = ", ".join(doc["devices"])
+        raise InputError(f"fleet = {name!r}: unknown fleet device; known: {known}")
+    overrides = dev["overrides"]
+    truth = "device" + (
+        ":" + ",".join(f"{k}={v!r}" for k, v in overrides.items()) if overrides else ""
+    )  # noqa: E501
+    table = "fitted" if name == SHIPPED_A100 else str(DATA / f"device_{name.lower()}_fitted.json")
+    return {"truth": truth, "predictor": table, "kv_tokens": int(dev["kv_capacity"])}
+
+
+def _get(table: dict[str, Any], key: str, kind: type | tuple[type, ...], where: str) -> Any:
+    if key not in table:
+        raise InputError(f"{where}: missing {key!r}")
+    value = table[key]
+    if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
+        raise InputError(f"{where}.{key} = {value!r}: expected {_kind_name(kind)}")
+    return value
+
+
+def _kind_name(kind: type | tuple[type, ...]) -> str:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    return " or ".join({"str": "text", "int": "an integer", "float": "a number", "list": "a list",
+                        "dict": "a table"}.get(k.__name__, k.__name__) for k in kinds)  # fmt: skip
+
+
+def _positive(value: float, where: str) -> float:
+    if not (value > 0 and math.isfinite(value)):
+        raise InputError(f"{where} = {value!r}: expected a number > 0")
+    return float(value)
+
+
+def _path(text: str, base: Path, where: str) -> str:
+    path = Path(text)
+    path = path if path.is_absolute() else base / path
+    if not path.is_file():
+        raise InputError(f"{where} = {text!r}: no such file ({path})")
+    return str(path.resolve())
+
+
+def _policy(name: Any, backend: str, where: str) -> PolicySpec:
+    if not isinstance(name, str) or not name.strip():
+        raise InputError(f"{where}: expected policy names as text, got {name!r}")
+    spec = PolicySpec.parse(name)
+    if backend not in spec.resolve().backends:
+        what = "a router" if backend == ROUTER else "a scheduling policy"
+        raise InputError(
+            f"{where}: {name!r} is not {what} (it runs on {spec.resolve().backends[0]})"
+        )  # noqa: E501
+    return spec
+
+
+def _truth(text: str, base: Path, where: str) -> str:
+    """A truth spec with its file (``samples:PATH``, ``fit:PATH``) made absolute, relative
+    to the plan file (a pool worker may start elsewhere)."""
+    name, sep, arg = text.partition(":")
+    if name in ("samples", "fit") and sep:
+        return f"{name}:{_path(arg, base, where)}"
+    return text
+
+
+def _predictor(text: str, base: Path, where: str) -> str:
+    if text.partition(":")[0] in ("fitted", "fitted-grid", "oracle"):
+        return text
+    return _path(text.removeprefix("table:"), base, where)
+
+
+def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
+    where = f"device[{i}]"
+    if not isinstance(dev, dict):
+        raise InputError(f"{where}: expected a [[device]] table")
+    name = _get(dev, "name", str, where)
+    price = _positive(
+        _get(dev, "price_per_gpu_hour", (int, float), where), f"{where}.price_per_gpu_hour"
+    )  # noqa: E501
+    sizes = _get(dev, "tp", list, where)
+    if not sizes:
+        raise InputError(f"{where}.tp: expected at least one [[device.tp]] entry")
+    out = []
+    for j, entry in enumerate(sizes):
+        at = f"{where}.tp[{j}]"
+        if not isinstance(entry, dict):
+            raise InputError(f"{at}: expected a table (size = N, fleet = ... or truth/predictor)")
+        size = _get(entry, "size", int, at)
+        if size < 1:
+            raise InputError(f"{at}.size = {size}: expected a TP size >= 1")
+        stray = set(entry) - {"size", "fleet", "truth", "predictor", "kv_tokens"}
+        if stray:
+            raise InputError(f"{at}: unknown key {sorted(stray)[0]!r}")
+        if "fleet" in entry:
+            if {"truth", "predictor"} & set(entry):
+                raise InputError(f"{at}: give fleet = ... or truth/predictor, not both")
+            found = fleet_device(_get(entry, "fleet", str, at))
+        else:
+            found = {"truth": _truth(_get(entry, "truth", str, at), base, f"{at}.truth"),
+                     "predictor": _predictor(_get(entry, "predictor", str, at), base, f"{at}.predictor"),  # noqa: E501
+                     "kv_tokens": 500_000}  # fmt: skip
+        kv = entry.get("kv_tokens", found["kv_tokens"])
+        if not isinstance(kv, int) or isinstance(kv, bool) or kv < 1:
+            raise InputError(f"{at}.kv_tokens = {kv!r}: expected an integer >= 1")
+        out.append(Hardware(name, size, price * size, found["truth"], found["predictor"], kv))
+    return out
+
+
+def load_space(path: Path) -> Space:
+    """The plan file at ``path`` (TOML, or the same as JSON); one :class:`InputError` line
+    for any mistake."""
+    from servecal.profiler.files import load_mapping
+
+    doc = load_mapping(path, "capacity plan")
+    base = Path(path).resolve().parent
+    for section in ("workload", "search"):
+        if not isinstance(doc.get(section), dict):
+            raise InputError(f"{path}: missing the [{section}] table")
+    stray = set(doc) - {"workload", "target", "search", "device"}
+    if stray:
+        raise InputError(f"{path}: unknown table [{sorted(stray)[0]}]")
+    w = doc["workload"]
+    if ("trace" in w) == ("name" in w):
+        raise InputError("[workload]: give trace = PATH or name = WORKLOAD (one of them)")
+    if "trace" in w:
+        workload = "trace:" + _path(_get(w, "trace", str, "workload"), base, "workload.trace")
+    else:
+        from servecal.sched.workloads import parse_workload
+
+        workload = _get(w, "name", str, "workload")
+        parse_workload(workload)  # an unknown name is one line
+    rate = w.get("rate")
+    if rate is None and not workload.startswith("trace:"):
+        raise InputError("[workload]: a named workload needs rate = REQ_PER_S")
+    if rate is not None:
+        if not isinstance(rate, (int, float)) or isinstance(rate, bool):
+            raise InputError(f"workload.rate = {rate!r}: expected a number")
+        rate = _positive(rate, "workload.rate")
+    n = w.get("requests", 2000)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InputError(f"workload.requests = {n!r}: expected an integer >= 1")
+    tpot = _positive(_get(w, "tpot_slo_ms", (int, float), "workload"), "workload.tpot_slo_ms")
+    seeds = w.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise InputError(f"workload.seeds = {seeds!r}: expected a list of integers")
+    slo_classes = w.get("slo_classes")
+    if slo_classes is not None and not isinstance(slo_classes, str):
+        raise InputError(f"workload.slo_classes = {slo_classes!r}: expected a workload name")
+    stray = set(w) - {"trace", "name", "rate", "requests", "tpot_slo_ms", "seeds", "slo_classes"}
+    if stray:
+        raise InputError(f"[workload]: unknown key {sorted(stray)[0]!r}")
+    target = doc.get("target", {}).get("attainment", 0.9)
+    if not isinstance(target, (int, float)) or not 0 < target <= 1:
+        raise InputError(f"target.attainment = {target!r}: expected a share in (0, 1]")
+    s = doc["search"]
+    bounds = _get(s, "replicas", list, "search")
+    if (
+        len(bounds) != 2
+        or not all(isinstance(b, int) for b in bounds)
+        or not 1 <= bounds[0] <= bounds[1]
+    ):  # noqa: E501
+        raise InputError(f"search.replicas = {bounds!r}: expected [MIN, MAX] with 1 <= MIN <= MAX")
+    policies = tuple(
+        _policy(p, ENGINE, "search.policies") for p in _get(s, "policies", list, "search")
+    )  # noqa: E501
+    routers = tuple(
+        _policy(r, ROUTER, "search.routers") for r in _get(s, "routers", list, "search")
+    )  # noqa: E501
+    if not policies or not routers:
+        raise InputError("[search]: need at least one policy and one router")
+    devices = doc.get("device")
+    if not isinstance(devices, list) or not devices:
+        raise InputError(f"{path}: need at least one [[device]] table")
+    hardware = tuple(h for i, d in enumerate(devices) for h in _hardware(d, i, base))
+    _check_models(hardware)
+    return Space(workload, rate, n, tpot, slo_classes, tuple(seeds), float(target),
+                 (bounds[0], bounds[1]), policies, routers, hardware)  # fmt: skip
+
+
+def _check_models(hardware: tuple[Hardware, ...]) -> None:
+    """Load every truth and table now: a bad one is one line before any simulation."""
+    from servecal.sched.experiment.models import load_predictor, load_truth
+
+    for h in hardware:
+        load_truth(h.truth)
+        load_predictor(h.predictor, h.truth)

@@ -1,0 +1,163 @@
+"""A cluster run as the experiment layer runs it: :class:`ClusterSpec` and its runner.
+
+A :class:`ClusterSpec` names the workload the way a :class:`RunSpec` does (the same
+fields, so :func:`servecal.sched.experiment.run.requests_for` draws the same requests
+for a seed) and, instead of one policy on one engine, its replicas and router. Its
+``backend`` is ``cluster``, whose runner (:func:`run_cluster`) the experiment layer's
+``RUNNERS`` table names, so :func:`~servecal.sched.experiment.sweep` runs cluster specs
+as it runs engine specs: run folders, seeds, max-goodput searches, local or Ray pools.
+
+Randomness: replica 0 draws its iteration noise from the run's executor stream (child
+1 of ``SeedSequence(seed)``, as a single engine does: a 1-replica cluster *is* that
+run), replica ``i > 0`` from its own child ``SeedSequence(seed, spawn_key=(1, i))``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
+from servecal.sched.experiment.spec import SETTINGS
+from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
+from servecal.sched.request import Request
+from servecal.sched.result import RunResult
+
+CLUSTER = "cluster"
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One replica: its ``policy``, the ``truth`` its iterations are drawn from, the
+    ``predictor`` (cost table) its policy and the router plan with, its KV capacity in
+    tokens, and a ``name`` (the device and TP it stands for, e.g. ``A100x1``)."""
+
+    policy: PolicySpec
+    truth: str = DEFAULT_TRUTH
+    predictor: str = DEFAULT_PREDICTOR
+    kv_capacity: int = 500_000
+    name: str = "replica"
+
+    def __post_init__(self) -> None:
+        if self.kv_capacity < 1:
+            raise ValueError("kv_capacity must be >= 1")
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Everything a cluster run depends on (see the module docstring).
+
+    ``replicas``; ``router`` (a registry name such as ``round-robin`` or
+    ``module:Class``, with options); ``groups``: SLO-class routing, ``(tier, replica
+    indices)`` pairs (``()``: every request may go anywhere). The workload fields mean
+    what they mean on :class:`~servecal.sched.experiment.spec.RunSpec`.
+    """
+
+    workload: str
+    replicas: tuple[ReplicaSpec, ...]
+    router: PolicySpec = field(default_factory=lambda: PolicySpec("round-robin"))
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    tpot_slo_ms: float | None = None
+    rate: float | None = None
+    n_requests: int = 2000
+    seeds: tuple[int, ...] = (0,)
+    setting: str = "colocated"
+    slo_classes: str | None = None
+    prompt_scale: float = 1.0
+    ttft_scale: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.replicas:
+            raise ValueError("a cluster needs at least one replica")
+        if self.setting != "colocated":
+            raise ValueError(f"a cluster runs the colocated setting (of {', '.join(SETTINGS)})")
+        if self.rate is None and not self.workload.startswith("trace:"):
+            raise ValueError("rate is required for a synthetic workload")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ValueError("rate must be > 0")
+        if self.n_requests < 1 or not self.seeds:
+            raise ValueError("need n_requests >= 1 and at least one seed")
+        for tier, members in self.groups:
+            if not members or any(not 0 <= i < len(self.replicas) for i in members):
+                raise ValueError(
+                    f"tier {tier!r}: replica indices must be in 0..{len(self.replicas) - 1}"
+                )
+
+    backend = CLUSTER  # not a field: what the experiment layer's RUNNERS dispatch on
+
+    @property
+    def slos(self) -> tuple[str, ...]:
+        return ("ttft", "tpot")
+
+    @property
+    def models(self) -> str:
+        from servecal.sched.experiment.models import models_label
+
+        pairs = dict.fromkeys(models_label(r.truth, r.predictor) for r in self.replicas)
+        return " | ".join(pairs)
+
+    @property
+    def label(self) -> str:
+        """``2×A100x1[sloweave] + 1×H100x1[fixed-512] · round-robin``."""
+        parts: dict[str, int] = {}
+        for r in self.replicas:
+            key = f"{r.name}[{r.policy.label}]"
+            parts[key] = parts.get(key, 0) + 1
+        fleet = " + ".join(f"{n}×{k}" for k, n in parts.items())
+        tiers = " (tiers " + ", ".join(t for t, _ in self.groups) + ")" if self.groups else ""
+        return f"{fleet} · {self.router.label}{tiers}"
+
+    def at_rate(self, rate: float) -> ClusterSpec:
+        return replace(self, rate=rate)
+
+    def describe(self) -> dict[str, Any]:
+        doc = asdict(self)
+        doc["backend"] = CLUSTER
+        doc["router"] = self.router.label
+        doc["replicas"] = [
+            {**asdict(r), "policy": r.policy.label} for r in self.replicas
+        ]  # fmt: skip
+        doc["groups"] = {t: list(m) for t, m in self.groups}
+        doc["seeds"] = list(self.seeds)
+        return doc
+
+
+def replica_rng(rng: np.random.Generator, i: int) -> np.random.Generator:
+    """Replica ``i``'s noise stream: the run's executor stream for 0, else its own child."""
+    if i == 0:
+        return rng
+    ss = rng.bit_generator.seed_seq
+    return np.random.default_rng(
+        np.random.SeedSequence(ss.entropy, spawn_key=(*ss.spawn_key, i))  # type: ignore[attr-defined]
+    )
+
+
+def build_cluster(spec: ClusterSpec, rng: np.random.Generator) -> tuple[list[Any], Any]:
+    """``(replicas, router)`` for one run of ``spec``."""
+    from servecal.sched.cluster.replica import Replica, replica_engine
+    from servecal.sched.experiment.models import load_predictor, load_truth
+
+    replicas = []
+    for i, r in enumerate(spec.replicas):
+        engine = replica_engine(
+            r.policy.build(ENGINE),
+            load_predictor(r.predictor, r.truth),
+            load_truth(r.truth).executor(replica_rng(rng, i), None),
+            r.kv_capacity,
+            r.policy.label,
+        )
+        replicas.append(Replica(i, r.name, engine))
+    return replicas, spec.router.build(ROUTER)
+
+
+def run_cluster(
+    spec: ClusterSpec, requests: list[Request], rng: np.random.Generator, on_progress: Any
+) -> RunResult:
+    """The experiment layer's runner for ``backend = cluster``."""
+    from servecal.sched.cluster.cluster import Cluster
+
+    replicas, router = build_cluster(spec, rng)
+    return Cluster(requests, replicas, router, dict(spec.groups)).run()

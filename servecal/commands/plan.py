@@ -1,0 +1,247 @@
+"""``servecal plan``: the cheapest fleet that serves a workload within SLO (docs/capacity.md)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    STRICT_HELP,
+    table_flags,
+    user_errors,
+    writes_folder,
+)
+
+
+@user_errors
+@writes_folder("out", runs=False)
+def plan_command(
+    space_file: Path = typer.Argument(..., help="The plan: workload, SLOs, candidates (TOML)."),
+    out: Path = typer.Option(..., help="Output folder: plan.json and frontier.png."),
+    jobs: int = typer.Option(
+        None, min=1, help="Simulations at once (default: all cores, or the Ray cluster's CPUs)."
+    ),
+    pool: str = typer.Option(
+        "local", "--pool", help="Where simulations run: local (this machine) or ray."
+    ),
+    address: str = typer.Option(
+        None, "--address", help="With --pool ray: the cluster to join (default: a local Ray)."
+    ),
+    frontier: bool = typer.Option(
+        True, "--frontier/--no-frontier", help="Also search every config's max goodput."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="Print plan.json's answer and rows."),
+    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
+    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+) -> None:
+    """Find the cheapest (device, TP, policy, router, replicas) meeting the target."""
+    table_flags(allow_edited, strict)
+    import os
+
+    from servecal.commands._runs import Bars
+    from servecal.sched.cluster.planner import candidates, plan
+    from servecal.sched.cluster.space import load_space
+    from servecal.sched.experiment import open_pool
+    from servecal.sched.runfolder import write_json
+
+    space = load_space(space_file)
+    width = jobs or os.cpu_count() or 1
+    configs = candidates(space)
+    start = time.perf_counter()
+    try:
+        with open_pool(pool, address, jobs) as executor, Bars(quiet=as_json) as bars:
+            if executor is None:
+                executor = _local(width)
+            elif jobs is None:  # as many simulations at once as the Ray cluster has CPUs
+                width = _ray_cpus(width)
+            tick = bars.sweep("plan", None)
+            try:
+                plan(space, executor, width, on_progress=tick, frontier=frontier, configs=configs)
+            finally:
+                if pool == "local":
+                    executor.shutdown(wait=True, cancel_futures=True)
+    except KeyboardInterrupt:  # keep every simulation that finished
+        doc = _document(space, configs, time.perf_counter() - start, pool)
+        out.mkdir(parents=True, exist_ok=True)
+        write_json(out / "plan.json", {**doc, "answer": None, "interrupted": True})
+        raise
+    doc = _document(space, configs, time.perf_counter() - start, pool)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "plan.json", doc)
+    if frontier and doc["frontier"]:
+        from servecal.costmodels.atomic import atomic_write_bytes
+
+        atomic_write_bytes(out / "frontier.png", _figure(doc))
+    if as_json:
+        typer.echo(json.dumps({"answer": doc["answer"], "rows": doc["rows"]}, default=float))
+        return
+    _print(doc)
+    typer.echo(f"plan.json{' and frontier.png' if frontier else ''}: {out}")
+
+
+def _ray_cpus(default: int) -> int:
+    try:
+        import ray
+
+        return max(1, int(ray.cluster_resources().get("CPU", default)))
+    except Exception:  # noqa: BLE001 - a width is a hint; the pool still bounds the tasks
+        return default
+
+
+def _local(width: int) -> Any:
+    from concurrent.futures import ProcessPoolExecutor
+
+    from servecal.sched.experiment.sweep import InProcess, _init_worker
+
+    if width == 1:
+        return InProcess()
+    return ProcessPoolExecutor(max_workers=width, initializer=_init_worker)
+
+
+def _row(space: Any, c: Any, pareto_ids: set[int]) -> dict[str, Any]:
+    at_rate = [p for p in c.probes if not p.get("frontier") and p["replicas"] == c.replicas]
+    if c.replicas is None:
+        status = "not within the replica range"
+    else:
+        status = "frontier" if c.index in pareto_ids else "meets the target"
+    return {
+        "config": c.label,
+        "device": c.hardware.device,
+        "tp": c.hardware.tp,
+        "policy": c.policy.label,
+        "router": c.router.label,
+        "price_per_replica_hour": c.hardware.price_per_hour,
+        "replicas": c.replicas,
+        "cost_per_hour": None if c.replicas is None else c.cost(),
+        "attainment": at_rate[0]["attainment"] if at_rate else None,
+        "max_goodput": c.max_goodput,
+        "max_goodput_bound": c.goodput_bound,
+        "status": status,
+        "simulations_to_answer": c.to_answer * len(space.seeds),
+        "simulations": sum(len(space.seeds) for _ in c.probes),
+        "probes": c.probes,
+    }
+
+
+def _document(space: Any, configs: list[Any], wall_s: float, pool: str) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from servecal.sched.cluster.planner import answer, pareto
+
+    best = answer(configs)
+    front = pareto(configs)
+    ids = {c.index for c in front}
+    rows = [_row(space, c, ids) for c in sorted(configs, key=lambda c: (c.cost(), c.index))]
+    by_label = {r["config"]: r for r in rows}
+    return {
+        "schema": "servecal.plan/1",
+        "question": {
+            "workload": space.workload,
+            "rate": space.rate,
+            "requests": space.n_requests,
+            "tpot_slo_ms": space.tpot_slo_ms,
+            "slo_classes": space.slo_classes,
+            "seeds": list(space.seeds),
+            "target": space.target,
+            "replicas": list(space.replicas),
+            "policies": [p.label for p in space.policies],
+            "routers": [r.label for r in space.routers],
+            "hardware": [asdict(h) for h in space.hardware],
+        },
+        "answer": None
+        if best is None
+        else {k: v for k, v in by_label[best.label].items() if k != "probes"},  # fmt: skip
+        "frontier": [by_label[c.label]["config"] for c in front],
+        "simulations_to_answer": sum(r["simulations_to_answer"] for r in rows),
+        "simulations": sum(r["simulations"] for r in rows),
+        "wall_s": wall_s,
+        "pool": pool,
+        "rows": rows,
+    }
+
+
+def _print(doc: dict[str, Any]) -> None:
+    from servecal.commands._runs import fmt
+
+    q = doc["question"]
+    rate = "its own timestamps" if q["rate"] is None else f"{q['rate']:g} req/s"
+    where = f"{Path(q['workload'].removeprefix('trace:')).name} at {rate}, {q['requests']} requests"
+    target = f"{100 * q['target']:g}% good (TTFT and TPOT {q['tpot_slo_ms']:g} ms met)"
+    lines = []
+    for r in doc["rows"]:
+        att = None if r["attainment"] is None else 100 * r["attainment"]
+        mg = r["max_goodput"]
+        mg_text = "-" if mg is None else (f"> {mg:.4g}" if r["max_goodput_bound"] == "above_cap"
+                                          else f"{mg:.4g}")  # fmt: skip
+        mark = "*" if r["status"] == "frontier" else ""
+        lines.append([f"{r['device']}x{r['tp']}", r["policy"], r["router"], fmt(r["replicas"]),
+                      fmt(r["cost_per_hour"]), fmt(att, 3), mg_text, mark,
+                      str(r["simulations"])])  # fmt: skip
+    _table(
+        f"{where} · target {target} · cost per hour against max goodput (* = frontier)",
+        ["device×TP", "policy", "router", "replicas", "$/hour", "good %", "max goodput/s",
+         "front", "sims"],
+        lines,
+    )  # fmt: skip
+    a = doc["answer"]
+    n, total = doc["simulations_to_answer"], doc["simulations"]
+    took = (f"{n} simulation{'' if n == 1 else 's'} to the answer, {total} in all, "
+            f"{doc['wall_s']:.0f} s on the {doc['pool']} pool")  # fmt: skip
+    if a is None:
+        typer.echo(f"no configuration meets the target within {q['replicas']} replicas ({took})")
+        return
+    typer.echo(
+        f"cheapest: {a['replicas']} × {a['config']}: ${a['cost_per_hour']:.2f}/hour, "
+        f"{100 * a['attainment']:.1f}% good at {rate} ({took})"
+    )
+
+
+def _table(title: str, columns: list[str], rows: list[list[str]]) -> None:
+    """A table on stdout, at least 130 columns wide when stdout is not a terminal (a
+    file or a pipe: the names are never cut short there)."""
+    import sys
+
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for k, col in enumerate(columns):
+        table.add_column(col, justify="left" if k < 3 else "right")
+    for r in rows:
+        table.add_row(*r)
+    Console(width=None if sys.stdout.isatty() else 130).print(table)
+
+
+def _figure(doc: dict[str, Any]) -> bytes:
+    from servecal.reports.figures import colour_map, new_figure, to_png
+
+    rows = [r for r in doc["rows"] if r["max_goodput"] is not None]
+    fig, axes = new_figure(width=7.0, height=4.2)
+    ax = axes[0][0]
+    colours = colour_map([f"{r['device']}x{r['tp']}" for r in rows])
+    for key, colour in colours.items():
+        mine = [r for r in rows if f"{r['device']}x{r['tp']}" == key]
+        ax.scatter([r["cost_per_hour"] for r in mine], [r["max_goodput"] for r in mine],
+                   color=colour, label=key, s=24)  # fmt: skip
+    front = sorted((r for r in rows if r["status"] == "frontier"), key=lambda r: r["cost_per_hour"])
+    ax.step([r["cost_per_hour"] for r in front], [r["max_goodput"] for r in front], where="post",
+            color="black", linewidth=1, label="frontier")  # fmt: skip
+    rate = doc["question"]["rate"]
+    if rate is not None:
+        ax.axhline(rate, color="grey", linestyle="--", linewidth=1, label="offered rate")
+    ax.set_xlabel("fleet cost, $ per hour")
+    ax.set_ylabel("max goodput, req/s")
+    ax.set_title("cost against max goodput, each config at its fewest replicas")
+    ax.legend(fontsize=7)
+    return to_png(fig)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plan", help="The cheapest fleet (device, TP, policy, router, replicas) in SLO.")(
+        plan_command
+    )
