@@ -28,6 +28,9 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
 
 #: Gap count assumed before any request has finished (the chat output median, 129
 #: tokens: docs/workloads.md).
@@ -44,41 +47,64 @@ def allowed_misses(gaps: int) -> int:
     return max(0, gaps - 1 - math.ceil(position - 1e-9))
 
 
-def _fail_probability(gaps: int, allowed: int, alpha: float) -> float:
-    """``P(Binom(gaps, alpha) > allowed)``."""
-    if alpha <= 0.0:
-        return 0.0
-    q = 1.0 - alpha
-    term = q**gaps  # P(X = 0)
-    cdf = term
-    for j in range(allowed):
-        term *= (gaps - j) / (j + 1) * alpha / q
-        cdf += term
-    return max(0.0, 1.0 - cdf)
-
-
-def affordable_miss_rate(gap_counts: dict[int, int], share: float) -> float:
+def affordable_miss_rate(
+    gap_counts: dict[int, int], share: float, near: float | None = None
+) -> float:
     """The per-iteration miss rate at which the requests of ``gap_counts`` (gaps →
-    how many requests) fail their P99 with mean probability ``share`` (bisection;
-    the failure probability rises with the rate)."""
-    total = sum(gap_counts.values())
+    how many requests) fail their P99 with mean probability ``share`` (bisection on
+    its logarithm, to 0.3%; the failure probability rises with the rate). ``near``: a
+    previous answer to start from (the search then starts within 4× of it)."""
+    total = sum(n for k, n in gap_counts.items() if k >= 1)
     if total == 0 or share <= 0.0:
         return 0.0
-    pairs = [(k, allowed_misses(k), n / total) for k, n in gap_counts.items() if k >= 1]
+    ks = np.array([k for k in gap_counts if k >= 1], dtype=float)
+    weights = np.array([gap_counts[int(k)] for k in ks], dtype=float) / total
+    allowed = np.array([allowed_misses(int(k)) for k in ks])
 
-    def failing(alpha: float) -> float:
-        return sum(w * _fail_probability(k, m, alpha) for k, m, w in pairs)
+    def fits(log_alpha: float) -> bool:
+        return float(weights @ fail_probability(ks, allowed, math.exp(log_alpha))) <= share
 
-    lo, hi = 0.0, 0.5
-    if failing(hi) <= share:
-        return hi
-    for _ in range(40):
+    lo, hi = math.log(1e-7), math.log(0.5)
+    if fits(hi):
+        return 0.5
+    if not fits(lo):
+        return 1e-7
+    if near is not None and 1e-7 < near < 0.5:
+        a, b = math.log(near) - math.log(4.0), math.log(near) + math.log(4.0)
+        if lo < a and fits(a):
+            lo = a
+        if b < hi and not fits(b):
+            hi = b
+    while hi - lo > 0.003:
         mid = 0.5 * (lo + hi)
-        if failing(mid) <= share:
+        if fits(mid):
             lo = mid
         else:
             hi = mid
-    return lo
+    return math.exp(lo)
+
+
+def fail_probability(gaps: np.ndarray, allowed: np.ndarray, alpha: float) -> np.ndarray:
+    """``P(Binom(gaps, alpha) > allowed)``, elementwise."""
+    q = 1.0 - alpha
+    term = np.exp(gaps * math.log(q))  # P(X = 0)
+    cdf = term.copy()
+    for j in range(int(allowed.max(initial=0))):
+        term = term * (gaps - j) / (j + 1) * (alpha / q)
+        cdf += np.where(j < allowed, term, 0.0)
+    return np.clip(1.0 - cdf, 0.0, 1.0)
+
+
+#: Finished requests after which ``α`` is solved again: often while the first ones
+#: arrive, then every :data:`RESOLVE_EVERY` (it moves slowly: a window of 256).
+RESOLVE_AT = (16, 128)
+RESOLVE_EVERY = 512
+
+
+@lru_cache(maxsize=16)
+def _prior_rate(share: float) -> float:
+    """``α`` before any request has finished: every request of :data:`PRIOR_GAPS` gaps."""
+    return affordable_miss_rate({PRIOR_GAPS: 1}, share)
 
 
 @dataclass
@@ -90,7 +116,9 @@ class GapMissControl:
     * ``gain`` (0.05): log-scale step per miss; ``min_scale``/``max_scale`` bound the
       budget scale (``max_scale`` 1 would never plan looser than the table's P99 + δ;
       1.1, the default, lets a smooth cost use a tenth of the margin's room).
-    * ``window`` (256): finished requests whose gap counts set ``α``.
+    * ``window`` (256): finished requests whose gap counts set ``α`` (solved again after
+      16 and 128 of them, then every 512; before the first 16, the prior of
+      :data:`PRIOR_GAPS` gaps per request).
 
     Use: ``settle(now_ms)`` at each decision (scores the last counted iteration),
     ``scale()`` for the budget, ``planned(deadline_ms)`` after deciding a chunk the
@@ -124,9 +152,9 @@ class GapMissControl:
         self._scale = math.exp(-self.u)
         self._pending = math.nan  # deadline of the last counted iteration
         self._recent: deque[int] = deque()
-        self._counts: dict[int, int] = {PRIOR_GAPS: 1}
-        self._since = 0
-        self.alpha = affordable_miss_rate(self._counts, self._share())
+        self._counts: dict[int, int] = {}
+        self._seen = 0
+        self.alpha = _prior_rate(self._share())
 
     def _share(self) -> float:
         return self.tpot_share * (1.0 - self.target)
@@ -160,8 +188,6 @@ class GapMissControl:
         """A request completed with ``gaps`` inter-token gaps (output tokens − 1)."""
         if gaps < 1:
             return
-        if not self._recent:
-            self._counts = {}  # the prior gives way to the first measured request
         self._recent.append(gaps)
         self._counts[gaps] = self._counts.get(gaps, 0) + 1
         if len(self._recent) > self.window:
@@ -171,10 +197,9 @@ class GapMissControl:
                 self._counts[old] = left
             else:
                 del self._counts[old]
-        self._since += 1
-        if self._since >= 16 or len(self._recent) <= 16:
-            self._since = 0
-            self.alpha = affordable_miss_rate(self._counts, self._share())
+        self._seen += 1
+        if self._seen in RESOLVE_AT or self._seen % RESOLVE_EVERY == 0:
+            self.alpha = affordable_miss_rate(self._counts, self._share(), self.alpha)
 
     def summary(self) -> dict[str, float | int]:
         """What it ended at: scale, ``α``, counted iterations and misses."""

@@ -12,7 +12,6 @@ from servecal.sched import experiment as ex
 from servecal.sched.experiment.goodput import Bracket, search_sequentially
 from servecal.sched.policies.miss_control import (
     GapMissControl,
-    _fail_probability,
     affordable_miss_rate,
     allowed_misses,
 )
@@ -31,11 +30,16 @@ def test_allowed_misses_is_what_numpy_p99_lets_through() -> None:
     assert [allowed_misses(k) for k in (50, 100, 101, 200, 201, 1000)] == [0, 0, 1, 1, 2, 9]
 
 
+def _binomial_tail(k: int, m: int, p: float) -> float:
+    """P(Binom(k, p) > m), summed term by term."""
+    return 1.0 - sum(math.comb(k, j) * p**j * (1 - p) ** (k - j) for j in range(m + 1))
+
+
 def test_affordable_rate_makes_the_given_share_fail() -> None:
     counts = {40: 3, 129: 5, 400: 2}
     alpha = affordable_miss_rate(counts, 0.05)
-    share = sum(n * _fail_probability(k, allowed_misses(k), alpha) for k, n in counts.items())
-    assert share / 10 == pytest.approx(0.05, abs=1e-6)
+    share = sum(n * _binomial_tail(k, allowed_misses(k), alpha) for k, n in counts.items())
+    assert share / 10 == pytest.approx(0.05, rel=0.01)  # the search stops within 0.3% of α
     assert affordable_miss_rate(counts, 0.02) < alpha < affordable_miss_rate(counts, 0.1)
     # longer requests afford more misses per gap before their P99 moves
     assert affordable_miss_rate({1000: 1}, 0.05) > affordable_miss_rate({60: 1}, 0.05)
