@@ -141,3 +141,23 @@ def test_smooth_truth_wastes_no_room_against_the_fixed_margin() -> None:
     old_rate, old_tpot = _max_goodput(SMOOTH, "fixed")
     assert rate >= old_rate
     assert tpot >= 0.9
+
+
+def test_the_vllm_planner_decides_with_the_same_controller() -> None:
+    from servecal.integrations.vllm.planner import StepState, plan_step
+    from servecal.sched.experiment.models import load_predictor
+    from servecal.sched.policies.sloweave import controlled_chunk
+
+    table = load_predictor("fitted", "device")
+    cfg = SLOWeaveConfig()
+    plugin, engine = cfg.controller(), cfg.controller()
+    now, chunks = 0.0, []
+    for step in range(60):
+        deadline = now + 10.0
+        plan = plan_step(StepState(now, 8, 8, 1024.0, deadline, 0, 5000, 8192), table, cfg, plugin)
+        c, _, _ = controlled_chunk(engine, table, cfg, 8, 1024.0, 0, 4096, now, deadline, 0.0)
+        assert plan.chunk == c
+        chunks.append(c)
+        now = deadline + (0.5 if step % 4 == 0 else -1.0)  # every fourth step overshoots
+    assert plugin.summary() == engine.summary()
+    assert plugin.misses == 15 and plugin.scale() < 1.0 and chunks[-1] < chunks[0]
