@@ -5,7 +5,9 @@ target), by how much over the best static policy, and under which truth and
 predictor. It ranks by maximum goodput where the runs carry max-goodput searches
 (``goodput_search`` in ``run.json``) and says so; otherwise by goodput at the
 offered rate, and says that this is a weaker answer. Runs planned on the oracle
-(the truth's own formula) are called out: their figures are an upper bound.
+(the truth's own formula) are called out: their figures are an upper bound. Where
+an adaptive policy's maximum ends because its TPOT attainment falls below the
+target (its planning margin crossed the TPOT edge, not TTFT), the line says so.
 """
 
 from __future__ import annotations
@@ -61,6 +63,47 @@ def _rival(top: Cell, ranked: list[Cell], searched: bool, cs: Sequence[Cell]) ->
     return best_static(cs, top.tpot_slo_ms, top.workload, of=top), "the best static"
 
 
+def tpot_bound(cell: Cell) -> tuple[float, float] | None:
+    """``(rate, TPOT attainment)``, means over seeds, of the lowest rate each seed's
+    search failed at, when TPOT alone missed the target there (else ``None``: the
+    maximum was set by TTFT, or by both together, or was not searched)."""
+    rates, tpots, targets = [], [], []
+    for search in cell.searches:
+        target = float(search.get("target", 0.9))
+        top = float(search.get("max_goodput", 0.0))
+        failing = [
+            p for p in search.get("probes", ())
+            if p.get("attainment") is not None and p["attainment"] < target and p["rate"] > top
+        ]  # fmt: skip
+        if not failing:
+            return None
+        first = min(failing, key=lambda p: p["rate"])
+        if first.get("tpot_attainment") is None:
+            return None
+        rates.append(float(first["rate"]))
+        tpots.append(float(first["tpot_attainment"]))
+        targets.append(target)
+    if not tpots or not sum(tpots) / len(tpots) < min(targets):
+        return None
+    return sum(rates) / len(rates), sum(tpots) / len(tpots)
+
+
+def _margin_note(cells: Sequence[Cell | None]) -> str:
+    """``; the margin decided …`` for the adaptive cells whose maximum TPOT ended."""
+    notes = []
+    for cell in cells:
+        if cell is None or is_baseline(cell.policy):
+            continue
+        found = tpot_bound(cell)
+        if found is not None:
+            notes.append(
+                f"{cell.policy}'s maximum is where its TPOT attainment falls below the "
+                f"target ({100 * found[1]:.1f}% at {fmt(found[0])} req/s): its planning "
+                "margin decided it"
+            )
+    return "".join(f"; {n}" for n in notes)
+
+
 def _line(group: list[Cell], searched: bool, cs: Sequence[Cell]) -> tuple[str, tuple] | None:
     ranked = sorted(
         (c for c in group if not math.isnan(_value(c, searched))),
@@ -90,6 +133,8 @@ def _line(group: list[Cell], searched: bool, cs: Sequence[Cell]) -> tuple[str, t
                 text += ", within the search's resolution"
             else:
                 text += f"; {ratio:.2f}× {kind}, {rival_cell}"
+    if searched:
+        text += _margin_note((top, rival))
     seeds = len(top.runs)
     text += f" ({seeds} seed{'s' if seeds != 1 else ''})."
     row = (top.workload, fmt(top.tpot_slo_ms), top.policy, show(top), rival_cell, ratio_cell,

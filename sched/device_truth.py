@@ -55,7 +55,24 @@ OPTIONS = (
     "prefill_fixed",
     "prefill_per_token",
     "prefill_attention",
+    "tile",
 )
+
+
+def _tiled(
+    tokens: tuple[int, ...], excess: tuple[float, ...], tile: float
+) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Steps every ``tile`` rows: each multiple of ``tile`` keeps the cost the profile
+    gives it, and every size in between costs what the next multiple costs."""
+    k = int(tile)
+    if k != tile or k < 1:
+        raise ValueError("DeviceTruth tile must be a whole number of token rows >= 1")
+    dense = _dense_steps(tokens, excess)
+    top = len(dense) - 1
+    multiples = tuple(range(k, top + 1, k))
+    if not multiples:
+        raise ValueError(f"DeviceTruth tile {k} is beyond the profiled sizes ({top})")
+    return multiples, tuple(dense[t] for t in multiples)
 
 
 def _dense_steps(tokens: tuple[int, ...], excess: tuple[float, ...]) -> list[float]:
@@ -124,19 +141,22 @@ class DeviceTruth:
         **overrides: float,
     ) -> DeviceTruth:
         """The truth of a ``servecal.device_truth/1`` file (default: the shipped A100 one),
-        with any parameter of :data:`OPTIONS` overridden and ``power`` its power model."""
+        with any parameter of :data:`OPTIONS` overridden and ``power`` its power model.
+        ``tile=K`` coarsens the linear layers' steps to one every ``K`` token rows: ``T``
+        rows cost what the next multiple of ``K`` costs (a GEMM whose tiles are ``K`` rows
+        tall)."""
         doc = _read_profile(Path(path) if path is not None else PROFILE_PATH)
         unknown = set(overrides) - set(OPTIONS)
         if unknown:
             raise ValueError(f"unknown DeviceTruth option(s) {sorted(unknown)}")
+        tokens = tuple(int(t) for t in doc["steps"]["tokens"])
+        excess = tuple(float(e) for e in doc["steps"]["excess"])
+        tile = overrides.pop("tile", 0)
+        if tile:
+            tokens, excess = _tiled(tokens, excess, tile)
         params: dict[str, Any] = {**doc["coefficients"], **doc["noise"]}
         params.update(overrides)
-        return cls(
-            step_tokens=tuple(int(t) for t in doc["steps"]["tokens"]),
-            step_excess=tuple(float(e) for e in doc["steps"]["excess"]),
-            power=power,
-            **params,
-        )
+        return cls(step_tokens=tokens, step_excess=excess, power=power, **params)
 
     @property
     def energy_source(self) -> str:

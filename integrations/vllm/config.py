@@ -16,6 +16,7 @@ from typing import Any
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
+from servecal.sched.policies.sloweave import MARGIN_CONTROLS
 
 #: Key of the plug-in's section in vLLM's ``--additional-config``.
 SECTION = "servecal"
@@ -68,6 +69,10 @@ class PluginConfig:
       may span up to ``max_prefills`` prompts (off, as in the engine policy: one
       prompt per step; on admits bursts of short prompts faster).
     * ``check_model``: refuse a table whose fingerprint names another model shape.
+    * ``margin_control``: SLOWeave's ``margin_control`` (``slo``: the budget scaled online
+      from the SLO's gap misses, the engine policy's default; ``fixed``: the whole
+      budget). ``fixed`` here until the scheduler keeps a controller across steps
+      (``planner.plan_chunk(..., control=)``).
     """
 
     table: Path
@@ -84,6 +89,7 @@ class PluginConfig:
     multi_prefill: bool = False
     max_prefills: int = 8
     check_model: bool = True
+    margin_control: str = "fixed"
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tpot_slo_ms) and self.tpot_slo_ms > 0):
@@ -109,6 +115,11 @@ class PluginConfig:
             raise PluginConfigError(f"'max_prefills' must be >= 1, got {self.max_prefills}")
         if not 0.0 < self.quantile < 1.0:
             raise PluginConfigError(f"'quantile' must be in (0, 1), got {self.quantile}")
+        if self.margin_control not in MARGIN_CONTROLS:
+            raise PluginConfigError(
+                f"'margin_control' must be one of {', '.join(MARGIN_CONTROLS)}, "
+                f"got {self.margin_control!r}"
+            )
 
     def describe(self) -> dict[str, Any]:
         """JSON-friendly fields (for ``run.json``)."""
@@ -134,6 +145,7 @@ _TYPES: dict[str, tuple[type, ...]] = {
     "multi_prefill": (bool,),
     "max_prefills": (int,),
     "check_model": (bool,),
+    "margin_control": (str,),
 }
 
 

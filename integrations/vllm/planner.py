@@ -23,7 +23,8 @@ import math
 from typing import NamedTuple
 
 from servecal.costmodels.predictor import Predictor
-from servecal.sched.policies.sloweave import SLOWeaveConfig, deadline_chunk
+from servecal.sched.policies.miss_control import GapMissControl
+from servecal.sched.policies.sloweave import SLOWeaveConfig, controlled_chunk
 
 
 class StepState(NamedTuple):
@@ -72,17 +73,25 @@ def plan_chunk(
     next_remaining: int,
     token_cap: int,
     next_waited_ms: float = 0.0,
+    control: GapMissControl | None = None,
 ) -> tuple[int, int | None, float]:
     """:func:`plan_step` on the numbers themselves (:class:`StepState`'s fields, in its
     order) and as a plain ``(chunk, token_budget, budget_ms)``: what the vLLM
-    scheduler calls every step, with no tuple class built around either side."""
+    scheduler calls every step, with no tuple class built around either side.
+
+    ``control``: the engine's margin controller (``config.controller()``, one per
+    engine, kept across steps; ``None``: plan on the whole budget). A step that does
+    not call this must still call ``control.settle(now_ms)``, and a finished request
+    ``control.finished(output_tokens - 1)``, as the engine policy does."""
+    if control is not None:
+        control.settle(now_ms)
     if next_remaining <= 0:
         return DECODE_ONLY
     room = token_cap - decode_tokens
     limit = max(0, min(config.c_max, next_remaining, room))
     # no decode running: no deadline binds (budget inf)
-    chunk, budget, _aged = deadline_chunk(
-        predictor, config, n_decode, ctx, next_prefix, limit,
+    chunk, budget, _aged = controlled_chunk(
+        control, predictor, config, n_decode, ctx, next_prefix, limit,
         now_ms, earliest_deadline_ms, next_waited_ms,
     )  # fmt: skip
     tokens = min(token_cap, decode_tokens + chunk)
@@ -90,6 +99,11 @@ def plan_chunk(
     return chunk, tokens if tokens > 0 else None, budget
 
 
-def plan_step(state: StepState, predictor: Predictor, config: SLOWeaveConfig) -> StepPlan:
+def plan_step(
+    state: StepState,
+    predictor: Predictor,
+    config: SLOWeaveConfig,
+    control: GapMissControl | None = None,
+) -> StepPlan:
     """SLOWeave's chunk for ``state`` and the token budget that gives vLLM exactly it."""
-    return StepPlan._make(plan_chunk(predictor, config, *state))
+    return StepPlan._make(plan_chunk(predictor, config, *state, control=control))

@@ -30,7 +30,14 @@ from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.live import LiveRequest
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.policies._common import room_for
+from servecal.sched.policies.miss_control import GapMissControl
 from servecal.sched.view import EngineView
+
+#: ``margin_control`` values: the budget scaled online from the SLO's gap misses, or
+#: the whole budget planned on ``T̂_q + δ`` (before issue 31).
+SLO_CONTROL = "slo"
+FIXED = "fixed"
+MARGIN_CONTROLS = (SLO_CONTROL, FIXED)
 
 
 @dataclass(frozen=True)
@@ -47,6 +54,11 @@ class SLOWeaveConfig:
       it admitted exceeds ``admission_fraction`` (0.9) of its ``D_i``.
     * ``multi_prefill`` (False): after the oldest prompt's whole remainder fits, fill the
       rest of the budget first-fit with the next prompts, up to ``max_prefills`` (8).
+    * ``margin_control`` (``slo``): ``slo`` scales the budget online so that the iterations
+      filled to the deadline overshoot it no more often than the SLO affords
+      (:mod:`~servecal.sched.policies.miss_control`; ``control_gain``,
+      ``control_max_scale``, ``control_tpot_share`` are its options); ``fixed`` plans on
+      ``T̂_q + δ`` against the whole budget (the behaviour before issue 31).
     """
 
     c_max: int = 4096
@@ -58,6 +70,10 @@ class SLOWeaveConfig:
     admission_fraction: float = 0.9
     multi_prefill: bool = False
     max_prefills: int = 8
+    margin_control: str = "slo"
+    control_gain: float = 0.05
+    control_max_scale: float = 1.1
+    control_tpot_share: float = 0.5
 
     def __post_init__(self) -> None:
         if self.c_max < 1:
@@ -72,6 +88,24 @@ class SLOWeaveConfig:
             raise ValueError("SLOWeaveConfig.admission_fraction must be in (0, 1]")
         if self.max_prefills < 1:
             raise ValueError("SLOWeaveConfig.max_prefills must be >= 1")
+        if self.margin_control not in MARGIN_CONTROLS:
+            raise ValueError(
+                f"SLOWeaveConfig.margin_control must be one of {', '.join(MARGIN_CONTROLS)}"
+            )
+        self.controller()  # checks the controller's options
+
+    def controller(self) -> GapMissControl | None:
+        """A fresh margin controller for one run (``None`` for ``margin_control=fixed``)."""
+        if self.margin_control == FIXED:
+            return None
+        try:
+            return GapMissControl(
+                tpot_share=self.control_tpot_share,
+                gain=self.control_gain,
+                max_scale=self.control_max_scale,
+            )
+        except ValueError as exc:
+            raise ValueError(f"SLOWeaveConfig: {exc}") from None
 
 
 def deadline_chunk(
@@ -84,6 +118,7 @@ def deadline_chunk(
     now_ms: float,
     earliest_deadline_ms: float,
     waited_ms: float,
+    scale: float = 1.0,
 ) -> tuple[int, float, bool]:
     """SLOWeave's decision for the oldest prompt, as a pure function of numbers.
 
@@ -94,14 +129,16 @@ def deadline_chunk(
     and the chunk is the predictor's ``max_chunk`` on the configured quantile (and
     margin); ``aged`` is true when the aging rule raised it to ``aging_chunk``,
     knowingly breaking deadlines. The engine policy below and any other scheduler
-    (a vLLM plug-in) call this one function, so they decide alike.
+    (a vLLM plug-in) call this one function, so they decide alike. ``scale`` multiplies
+    the budget the chunk is fitted into (a margin controller's, :func:`controlled_chunk`);
+    the returned ``budget_ms`` is the deadline's own.
     """
     if n_decode == 0:
         return limit, math.inf, False
     budget = max(0.0, earliest_deadline_ms - now_ms)
     # positional (q, use_margin): a call with keywords takes the interpreter's slow path
     c = predictor.max_chunk(
-        n_decode, ctx, prefix, budget, limit, config.quantile, config.use_margin
+        n_decode, ctx, prefix, budget * scale, limit, config.quantile, config.use_margin
     )
     if (
         c < config.aging_chunk
@@ -113,6 +150,41 @@ def deadline_chunk(
     return c, budget, False
 
 
+def controlled_chunk(
+    control: GapMissControl | None,
+    predictor: Predictor,
+    config: SLOWeaveConfig,
+    n_decode: int,
+    ctx: float,
+    prefix: int,
+    limit: int,
+    now_ms: float,
+    earliest_deadline_ms: float,
+    waited_ms: float,
+) -> tuple[int, float, bool]:
+    """:func:`deadline_chunk` under a margin controller (``None``: as it is).
+
+    Scores the controller's last counted iteration against ``now_ms`` (when this
+    decision is taken, the previous iteration has ended), decides with its budget
+    scale, and counts this decision when the budget cut the chunk. A scheduler that
+    keeps one controller per engine and calls this every step decides as the engine
+    policy does (the vLLM plug-in: ``integrations/vllm/planner.py``).
+    """
+    if control is None:
+        return deadline_chunk(
+            predictor, config, n_decode, ctx, prefix, limit, now_ms,
+            earliest_deadline_ms, waited_ms,
+        )  # fmt: skip
+    control.settle(now_ms)
+    c, budget, aged = deadline_chunk(
+        predictor, config, n_decode, ctx, prefix, limit, now_ms,
+        earliest_deadline_ms, waited_ms, control.scale(),
+    )  # fmt: skip
+    if n_decode > 0 and 0 < c < limit and not aged:
+        control.planned(earliest_deadline_ms)
+    return c, budget, aged
+
+
 class SLOWeave:
     """The SLOWeave policy: ``SLOWeave(config)`` or ``SLOWeave(**options)`` (the fields
     of :class:`SLOWeaveConfig`, as the policy registry builds it)."""
@@ -121,9 +193,15 @@ class SLOWeave:
         if config is not None and options:
             raise TypeError("SLOWeave takes a SLOWeaveConfig or its fields, not both")
         self.config = config or SLOWeaveConfig(**options)
+        self.control = self.config.controller()
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
         cfg = self.config
+        control = self.control
+        if control is not None:
+            control.settle(view.now_ms)  # whatever this decision turns out to be
+            for rid in view.new_finished:
+                control.finished(view.get(rid).output_tokens - 1)
         reject = self._admission(view, predictor) if cfg.admission else ()
         live = view.next_prefill()
         if live is not None and reject and live.rid in reject:
@@ -142,8 +220,8 @@ class SLOWeave:
         # positional: this runs every iteration (n_decode, ctx, prefix, limit, now_ms,
         # earliest_deadline_ms, waited_ms); the wait matters only to the aging rule
         waited = now - live.arrival_ms if cfg.aging_ms is not None else 0.0
-        c, budget, aged = deadline_chunk(
-            predictor, cfg, n, ctx, live.prefilled, limit, now,
+        c, budget, aged = controlled_chunk(
+            control, predictor, cfg, n, ctx, live.prefilled, limit, now,
             view.earliest_deadline_ms(), waited,
         )  # fmt: skip
         exceptions: tuple[int, ...] = ()
@@ -153,7 +231,8 @@ class SLOWeave:
             return Plan(reject=reject, budget_ms=budget)
         chunks = ((live.rid, c),)
         if cfg.multi_prefill and c == live.remaining_prefill and not exceptions:
-            chunks = self._fill(view, predictor, chunks, budget, reject)
+            scaled = budget if control is None else budget * control.scale()
+            chunks = self._fill(view, predictor, chunks, scaled, reject)
         return Plan(prefill=chunks, reject=reject, exceptions=exceptions, budget_ms=budget)
 
     def _cost(self, p: Predictor, n: int, c: int, ctx: float, prefix: float) -> float:

@@ -192,7 +192,8 @@ def test_a_request_with_its_own_tighter_slo_shrinks_the_chunk(root: Path) -> Non
 def test_the_chunk_equals_the_engine_policys_for_the_same_state(root: Path) -> None:
     """vLLM's scheduled chunk, against SLOWeave.plan on a view the test builds itself."""
     s, clock = make(root, c_max=1024)
-    policy = SLOWeave(SLOWeaveConfig(c_max=1024))
+    # the plug-in plans on the whole budget (PluginConfig.margin_control "fixed")
+    policy = SLOWeave(SLOWeaveConfig(c_max=1024, margin_control="fixed"))
     rng = np.random.default_rng(3)
     last: dict[str, float] = {}  # the test's own record of each request's last token
     for i in range(40):

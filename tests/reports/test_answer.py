@@ -109,3 +109,21 @@ def test_calibration_value_compares_planning_models_at_one_rate(tmp_path) -> Non
     assert all(r[5] != "—" for r in table.rows)  # each configuration's own max goodput
     # one configuration alone compares nothing: no section
     assert calibration_value_section(discover([tmp_path / "b"]).runs) is None
+
+
+def test_the_answer_says_where_the_margin_decided_the_maximum(tmp_path, searched) -> None:
+    mixed = next(t for t in _texts(answer_section(discover([searched]).runs))
+                 if t.startswith("mixed"))  # fmt: skip
+    # the factory's bisection probes miss TPOT as much as anything: the margin decided
+    assert "sloweave's maximum is where its TPOT attainment falls below the target (" in mixed
+    assert "fixed-512's maximum" not in mixed  # a fixed chunk has no planning margin
+    rng = np.random.default_rng(5)
+    for policy, capacity in (("sloweave", 52.0), ("fixed-512", 48.0)):
+        ttft_bound = search(capacity)
+        for probe in ttft_bound["probes"]:
+            probe["tpot_attainment"] = 1.0  # every request within TPOT: TTFT set the maximum
+        write_run(tmp_path / policy, rng, policy, "mixed", 10.0, 0, config=DEVICE,
+                  search=ttft_bound)  # fmt: skip
+    (line,) = [t for t in _texts(answer_section(discover([tmp_path]).runs))
+               if t.startswith("mixed")]  # fmt: skip
+    assert "sloweave sustains the most" in line and "margin decided" not in line

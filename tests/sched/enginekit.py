@@ -83,6 +83,7 @@ class FakeView:
         self.kv_used = kv_used
         self.ctx_mean = ctx
         self.new_arrivals = tuple(new_arrivals)
+        self.new_finished = ()
         self.running = [None] * running
         self.waiting = [q for q in self.queue if q.phase == Phase.WAITING]
 

@@ -120,7 +120,11 @@ def test_the_listing_names_every_policy_its_backends_and_options():
     assert set(rows) >= {"fixed-N", "budget-N", "sloweave", "flowprefill", "sorted-f-online"}
     assert rows["budget-N"]["backends"] == ["engine", "operator-driver"]
     assert "aging_ms: float | None = None" in rows["sloweave"]["options"]
-    assert rows["sloweave-p50"]["fixed"] == {"quantile": 0.5, "use_margin": False}
+    assert rows["sloweave-p50"]["fixed"] == {
+        "quantile": 0.5,
+        "use_margin": False,
+        "margin_control": "fixed",
+    }
     assert "quantile: float = 0.99" not in rows["sloweave-p50"]["options"]
 
 

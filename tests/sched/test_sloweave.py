@@ -59,7 +59,9 @@ def test_proposition_1_safety_and_maximality_against_brute_force(seed, steps):
     rng = np.random.default_rng(seed)
     pred = StepPredictor(rng)
     reqs = random_requests(rng, 60, rate=float(rng.uniform(20, 200)), tpot=(10.0, 25.0, 50.0))
-    policy = SLOWeave()
+    # the rule itself (the whole budget); the default margin controller may knowingly
+    # overshoot a budget as often as the SLO affords (test_miss_control.py)
+    policy = SLOWeave(margin_control="fixed")
     eng = Engine(reqs, policy, pred, ExactExecutor(pred), EngineConfig(kv_capacity=400_000))
     for _ in range(steps):
         if not eng.step():
@@ -124,7 +126,12 @@ def test_heterogeneous_slos_use_the_earliest_deadline():
 def test_no_deadline_missed_because_of_prefill_end_to_end():
     rng = np.random.default_rng(11)
     reqs = random_requests(rng, 400, rate=30.0, tpot=(10.0, 25.0, 50.0))
-    run = engine(reqs, SLOWeave()).run()
+    # the default controller tries a tenth past an exact plan and is pushed back by the
+    # overshoots: as rare as a request's P99 affords, never a large share
+    controlled = engine(reqs, SLOWeave()).run().iterations
+    cut = controlled[(controlled.chunk > 0) & (controlled.n_decode > 0)]
+    assert (cut.duration_ms > cut.budget_ms + 1e-9).mean() < 0.02
+    run = engine(reqs, SLOWeave(margin_control="fixed")).run()  # the rule itself
     it = run.iterations
     mixed = it[(it.chunk > 0) & (it.n_decode > 0)]
     assert len(mixed) > 50
@@ -237,12 +244,13 @@ def test_one_sided_error_bounded_by_the_margin_keeps_deadlines():
     delta = 1.5
     pred = MarginPredictor(rng, delta)
     reqs = random_requests(rng, 300, rate=60.0, tpot=(25.0, 50.0))
-    run = Engine(reqs, SLOWeave(), pred, UnderPredictedExecutor(pred, delta, rng)).run()
+    fixed = SLOWeave(margin_control="fixed")  # Proposition 1's rule: the whole budget
+    run = Engine(reqs, fixed, pred, UnderPredictedExecutor(pred, delta, rng)).run()
     it = run.iterations
     mixed = it[(it.chunk > 0) & (it.n_decode > 0)]
     assert len(mixed) > 50 and (mixed.duration_ms <= mixed.budget_ms).all()
     # without the margin the same errors break budgets
-    loose = SLOWeave(SLOWeaveConfig(use_margin=False))
+    loose = SLOWeave(SLOWeaveConfig(use_margin=False, margin_control="fixed"))
     it2 = Engine(reqs, loose, pred, UnderPredictedExecutor(pred, delta, rng)).run().iterations
     mixed2 = it2[(it2.chunk > 0) & (it2.n_decode > 0)]
     assert (mixed2.duration_ms > mixed2.budget_ms).any()
