@@ -90,16 +90,17 @@ def tpot_bound(cell: Cell) -> tuple[float, float] | None:
 
 def _margin_note(cells: Sequence[Cell | None]) -> str:
     """``; the margin decided …`` for the adaptive cells whose maximum TPOT ended."""
-    notes = []
+    notes, seen = [], set()
     for cell in cells:
-        if cell is None or is_baseline(cell.policy):
+        if cell is None or id(cell) in seen or is_baseline(cell.policy):
             continue
+        seen.add(id(cell))
         found = tpot_bound(cell)
         if found is not None:
             notes.append(
                 f"{cell.policy}'s maximum is where its TPOT attainment falls below the "
-                f"target ({100 * found[1]:.1f}% at {fmt(found[0])} req/s): its planning "
-                "margin decided it"
+                f"target ({100 * found[1]:.1f}% at {fmt(found[0])} req/s; its maximum "
+                f"{max_goodput_text(cell)}): its planning margin decided it"
             )
     return "".join(f"; {n}" for n in notes)
 
@@ -134,7 +135,7 @@ def _line(group: list[Cell], searched: bool, cs: Sequence[Cell]) -> tuple[str, t
             else:
                 text += f"; {ratio:.2f}× {kind}, {rival_cell}"
     if searched:
-        text += _margin_note((top, rival))
+        text += _margin_note((top, rival, *ranked))  # every adaptive one in the cell
     seeds = len(top.runs)
     text += f" ({seeds} seed{'s' if seeds != 1 else ''})."
     row = (top.workload, fmt(top.tpot_slo_ms), top.policy, show(top), rival_cell, ratio_cell,
