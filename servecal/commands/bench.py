@@ -71,7 +71,13 @@ class _Bench:
             time.sleep(self.flush_s + 1.0)  # the plug-in flushes at least every flush_s
             steps = server_steps(self.server_log, start, end)
         folder = self.out / (name or f"probe-{self.probes:02d}-rate-{rate:g}")
-        config = {**s, "rate": rate, "executor": "server", "url": self.url, "model": self.model}
+        config = {
+            **s,
+            "rate": rate,
+            "executor": "server",
+            "url": self.url,
+            "served_model": self.model,  # not "model": that key is a fingerprint's
+        }
         summary = write_bench_run(folder, received, steps, config)
         p99_tpot = summary["p99_tpot_ms"] if summary["p99_tpot_ms"] is not None else math.nan
         typer.echo(
