@@ -18,8 +18,9 @@ GRID = {"n_decode": [0, 1, 2, 4], "chunk": [0, 8, 16, 32], "ctx": [16, 64], "pre
 
 
 def start(out: Path, grid: Path, block: int) -> subprocess.Popen:
+    # 400 repeats: the run cannot end before the signal, even on a loaded host
     cmd = [sys.executable, "-m", "servecal", "calibrate", "--device", "cpu", "--model", "tiny",
-           "--grid", str(grid), "--repeats", "40", "--threads", "1", "--no-fit",
+           "--grid", str(grid), "--repeats", "400", "--threads", "1", "--no-fit",
            "--block", str(block), "--out", str(out)]  # fmt: skip
     # SIGINT as a terminal delivers it: a suite run in the background (``&``, nohup)
     # hands its children SIGINT ignored, and Python then keeps ignoring it.

@@ -20,7 +20,16 @@ LONG_GRID = {"n_decode": [0, 1, 2, 4], "chunk": [0, 8, 16, 32], "ctx": [16, 64],
 def test_interrupted_fleet_resumes_without_remeasuring(tmp_path):
     jobs = [
         {"name": "first", "device": "cpu", "model": "tiny"},
-        {"name": "second", "device": "cpu", "model": "tiny", "grid": LONG_GRID, "block": 4},
+        # repeats: each block takes long enough that a starved test process still
+        # interrupts the job in its middle on a loaded host
+        {
+            "name": "second",
+            "device": "cpu",
+            "model": "tiny",
+            "grid": LONG_GRID,
+            "block": 4,
+            "repeats": 100,
+        },
     ]
     plan = write_plan(tmp_path, jobs)
     out = tmp_path / "out"
