@@ -28,7 +28,7 @@ def test_interrupted_fleet_resumes_without_remeasuring(tmp_path):
             "model": "tiny",
             "grid": LONG_GRID,
             "block": 4,
-            "repeats": 100,
+            "repeats": 50,
         },
     ]
     plan = write_plan(tmp_path, jobs)
