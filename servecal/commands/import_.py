@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import user_errors, writable_file
+from servecal.costmodels.errors import InputError
 
 
 def register(app: typer.Typer) -> None:
@@ -26,10 +27,33 @@ def import_profile(
     comm_backend: str = typer.Option(
         "auto",
         help="aiconfigurator all-reduce backend: auto (CUDA graph for decode-only "
-        "iterations, eager when the iteration prefills, as vLLM runs them), graph or eager.",
+        "iterations, eager when the iteration prefills), vllm-v1 (graph for every iteration "
+        "up to --graph-max-tokens, as vLLM V1's piecewise graphs run mixed batches), "
+        "graph or eager.",
+    ),
+    graph_max_tokens: int = typer.Option(
+        512, help="vllm-v1: largest CUDA-graph capture size (tokens per iteration)."
     ),
     no_comm: bool = typer.Option(
         False, "--no-comm", help="Price the tensor-parallel all-reduces at 0 (no table needed)."
+    ),
+    no_pointwise: bool = typer.Option(
+        False,
+        "--no-pointwise",
+        help="aiconfigurator: price norms, rotary, activation, adds and the KV-cache write at 0.",
+    ),
+    pointwise_device: str = typer.Option(
+        None,
+        help="Device whose memory bandwidth prices the pointwise kernels (a100-pcie-80gb, "
+        "a100-sxm-80gb, h100-sxm, ...; default: the profile's device).",
+    ),
+    engine_overhead: Path = typer.Option(
+        None,
+        help="Host overhead of an eager engine: a JSON of floor_ms, c0_ms, c1_ms, or a CSV "
+        "of measured steps (n_decode, chunk, ctx, prefix, ms) to fit them on.",
+    ),
+    overhead_out: Path = typer.Option(
+        None, help="Write the engine-overhead parameters used (fitted or read) to this JSON."
     ),
 ) -> None:
     """Import: compose per-operator medians into iteration samples (rep 0, P50 only)."""
@@ -37,12 +61,27 @@ def import_profile(
     from servecal.profiler.design import Grid
     from servecal.profiler.importers import import_profile as run
     from servecal.profiler.importers.collective import CommOptions
+    from servecal.profiler.importers.overhead import HostOverhead
     from servecal.profiler.shapes import ModelShape
 
     writable_file(out)
+    if overhead_out is not None:
+        if engine_overhead is None:
+            raise InputError("--overhead-out needs --engine-overhead")
+        writable_file(overhead_out, "--overhead-out")
     shape = ModelShape.resolve(model)
-    comm = CommOptions(backend=comm_backend, enabled=not no_comm)
-    frame, provenance = run(kind, path, shape, tp, Grid.from_file(grid) if grid else None, comm)
+    comm = CommOptions(backend=comm_backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
+    frame, provenance = run(
+        kind,
+        path,
+        shape,
+        tp,
+        Grid.from_file(grid) if grid else None,
+        comm,
+        pointwise=not no_pointwise,
+        pointwise_device=pointwise_device,
+        overhead_file=engine_overhead,
+    )
     write_samples(frame, out, provenance)
     typer.echo(
         f"wrote {out}: {len(frame)} rows ({shape.name}, TP {tp}, {kind}; medians, rep 0; "
@@ -51,3 +90,19 @@ def import_profile(
     if tp > 1:
         table = provenance["collective_table"] or "none"
         typer.echo(f"all-reduces: {table} ({provenance['collective_backend']})")
+    host = provenance["engine_overhead"]
+    if host is not None:
+        params = {k: host[k] for k in ("floor_ms", "c0_ms", "c1_ms")}
+        typer.echo(
+            f"engine overhead: floor {params['floor_ms']:.3f} ms, c0 {params['c0_ms']:.3f} ms, "
+            f"c1 {params['c1_ms']:.4f} ms/request"
+            + (
+                f" (fitted on {host['fitted_on_steps']} steps, median error "
+                f"{100 * host['fit_median_relative_error']:.1f}%)"
+                if "fitted_on_steps" in host
+                else ""
+            )
+        )
+        if overhead_out is not None:
+            HostOverhead(**params).write(overhead_out)
+            typer.echo(f"wrote {overhead_out}")

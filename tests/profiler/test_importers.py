@@ -62,7 +62,7 @@ def row(frame, n, c, ctx, p):
 
 
 def test_aiconfigurator_rows_are_hand_computed_sums():
-    frame, prov = import_profile("aiconfigurator", AIC, ON_GRID, 1, GRID)
+    frame, prov = import_profile("aiconfigurator", AIC, ON_GRID, 1, GRID, pointwise=False)
     gemm, gen, ctx = aic_tables()
     ctx1 = ctx[ctx.batch_size == 1].set_index("isl").latency
 
@@ -98,7 +98,7 @@ def test_aiconfigurator_rows_are_hand_computed_sums():
 def test_aiconfigurator_interpolates_and_scales_between_and_beyond_profiled_sizes():
     shape = ModelShape.from_name("llama-3-8b")
     grid = Grid(n_decode=(8,), chunk=(0,), ctx=(1023,), prefix=(0,))
-    frame, prov = import_profile("aiconfigurator", AIC, shape, 1, grid)
+    frame, prov = import_profile("aiconfigurator", AIC, shape, 1, grid, pointwise=False)
     gemm, gen, _ = aic_tables()
     up = g(gemm, 8, 16384, 4096) + (g(gemm, 8, 65536, 4096) - g(gemm, 8, 16384, 4096)) * (
         (28672 - 16384) / (65536 - 16384)
