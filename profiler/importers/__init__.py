@@ -95,7 +95,8 @@ def add_overhead(frame: pd.DataFrame, model: HostOverhead) -> pd.DataFrame:
     """``frame`` with ``ms`` = the host-overhead model's step and ``op_host_ms`` = its share."""
     out = frame.copy()
     gpu = out["ms"].to_numpy(dtype=float)
-    step = model.step_ms(gpu, requests_in_batch(out["n_decode"], out["chunk"]))
+    attention = (out["op_attn_decode_ms"] + out["op_attn_prefill_ms"]).to_numpy(dtype=float)
+    step = model.step_ms(gpu, requests_in_batch(out["n_decode"], out["chunk"]), attention)
     out["op_host_ms"] = step - gpu
     out["ms"] = step
     return out
@@ -118,16 +119,20 @@ def engine_overhead(
         Point(int(r.n_decode), int(r.chunk), int(r.ctx), int(r.prefix))
         for r in steps.itertuples(index=False)
     ]
-    gpu_ms = np.array([compose_row(source, shape, p)["ms"] for p in points])
+    rows = [compose_row(source, shape, p) for p in points]
+    gpu_ms = np.array([r["ms"] for r in rows])
+    attention = np.array([r["op_attn_decode_ms"] + r["op_attn_prefill_ms"] for r in rows])
     n = requests_in_batch(steps["n_decode"], steps["chunk"])
-    model = fit_overhead(gpu_ms, n, steps["ms"])
-    error = float(np.median(relative_errors(model.step_ms(gpu_ms, n), steps["ms"])))
+    model = fit_overhead(gpu_ms, n, steps["ms"], attention)
+    predicted = model.step_ms(gpu_ms, n, attention)
+    error = float(np.median(relative_errors(predicted, steps["ms"])))
     return model, {
         "engine_overhead": {
             **model.to_dict(),
             "from": str(path),
             "fitted_on_steps": len(steps),
             "fit_median_relative_error": error,
-            "model": "step = max(GPU, floor_ms) + c0_ms + c1_ms * n (n = requests in the batch)",
+            "model": "step = max(gpu_scale * (GPU - attention) + attention_scale * attention, "
+            "floor_ms) + c0_ms + c1_ms * n (n = requests in the batch)",
         }
     }

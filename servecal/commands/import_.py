@@ -49,8 +49,9 @@ def import_profile(
     ),
     engine_overhead: Path = typer.Option(
         None,
-        help="Host overhead of an eager engine: a JSON of floor_ms, c0_ms, c1_ms, or a CSV "
-        "of measured steps (n_decode, chunk, ctx, prefix, ms) to fit them on.",
+        help="Host overhead of an eager engine: a JSON of floor_ms, c0_ms, c1_ms, gpu_scale, "
+        "attention_scale, "
+        "or a CSV of measured steps (n_decode, chunk, ctx, prefix, ms) to fit them on.",
     ),
     overhead_out: Path = typer.Option(
         None, help="Write the engine-overhead parameters used (fitted or read) to this JSON."
@@ -61,7 +62,7 @@ def import_profile(
     from servecal.profiler.design import Grid
     from servecal.profiler.importers import import_profile as run
     from servecal.profiler.importers.collective import CommOptions
-    from servecal.profiler.importers.overhead import HostOverhead
+    from servecal.profiler.importers.overhead import PARAMETERS, HostOverhead
     from servecal.profiler.shapes import ModelShape
 
     writable_file(out)
@@ -92,10 +93,11 @@ def import_profile(
         typer.echo(f"all-reduces: {table} ({provenance['collective_backend']})")
     host = provenance["engine_overhead"]
     if host is not None:
-        params = {k: host[k] for k in ("floor_ms", "c0_ms", "c1_ms")}
+        params = {k: host[k] for k in PARAMETERS}
         typer.echo(
             f"engine overhead: floor {params['floor_ms']:.3f} ms, c0 {params['c0_ms']:.3f} ms, "
-            f"c1 {params['c1_ms']:.4f} ms/request"
+            f"c1 {params['c1_ms']:.4f} ms/request, GPU x{params['gpu_scale']:.2f}, "
+            f"attention x{params['attention_scale']:.1f}"
             + (
                 f" (fitted on {host['fitted_on_steps']} steps, median error "
                 f"{100 * host['fit_median_relative_error']:.1f}%)"
