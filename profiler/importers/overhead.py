@@ -19,7 +19,8 @@ composed ones). With both at 1 the model is ``max(GPU, floor) + c0 + c1 · n``.
 
 The parameters come from a small JSON file (``floor_ms``, ``c0_ms``, ``c1_ms``,
 ``gpu_scale``, ``attention_scale``) or are fitted (:func:`fit_overhead`) from measured
-steps (a CSV with ``n_decode, chunk, ctx, prefix, ms``) against the composed GPU time of the same steps.
+steps (a CSV with ``n_decode, chunk, ctx, prefix, ms``) against the composed GPU time
+of the same steps.
 """
 
 from __future__ import annotations
@@ -123,7 +124,7 @@ def read_steps(path: Path) -> pd.DataFrame:
     if (frame["ms"] <= 0).any() or not np.isfinite(frame["ms"]).all():
         raise InputError(f"{path}: column 'ms': every step time must be a number > 0")
     if len(frame) < 3:
-        raise InputError(f"{path}: {len(frame)} steps; fitting 3 parameters needs at least 3")
+        raise InputError(f"{path}: {len(frame)} steps; fitting needs at least 3")
     return frame
 
 
