@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
-from servecal.profiler.design import GPU_GRID, Grid, Point, design_points
+from servecal.profiler.design import IMPORT_GRID, Grid, Point, design_points
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.compose import compose, compose_row
@@ -48,7 +48,8 @@ def import_profile(
     pointwise_device: str | None = None,
     overhead_file: str | Path | None = None,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the GPU grid).
+    """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
+    chunks up to 16,384).
 
     ``comm`` says how the tensor-parallel all-reduces are priced (default: from the
     profile's collective table, backend ``auto``; a missing table at ``tp > 1`` is
@@ -68,7 +69,7 @@ def import_profile(
         )
     else:
         source = SOURCES[kind](path, shape, tp, log, comm or CommOptions())
-    grid = grid or GPU_GRID
+    grid = grid or IMPORT_GRID
     points = design_points(grid, np.random.default_rng(0))
     frame = compose(source, shape, points)
     host: dict[str, Any] = {"engine_overhead": None}

@@ -5,7 +5,8 @@ latency``), ``*context_attention_perf*`` (prefill attention without prefix:
 ``batch_size, isl``) and ``*generation_attention_perf*`` (decode attention:
 ``batch_size, step`` = KV length), both per ``num_heads, num_key_value_heads,
 head_dim``. Reads between profiled sizes are linear (bilinear over GEMM ``n, k``;
-linear over ``m``, batch, step and length); beyond them, proportional.
+linear over ``m``, batch, step and length); beyond them, proportional (prefill
+attention: as the square of the length, the causal work).
 
 What the tables lack and how it is handled (recorded in provenance):
 * prefill with a cached prefix: read at the prompt length with the same causal
@@ -183,6 +184,10 @@ class AiConfiguratorSource:
 
     def prefill_attention_ms(self, chunk: int, prefix: int) -> float:
         equivalent = math.sqrt(chunk * chunk + 2 * chunk * prefix)
+        top = self._prefill.xs[-1]
+        if equivalent > top:  # longer than profiled: causal work grows as the length squared
+            self.log.count += 1
+            return self._prefill.ys[-1] * (equivalent / top) ** 2
         return self._prefill.at(equivalent, self.log)
 
     def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
@@ -209,7 +214,8 @@ class AiConfiguratorSource:
             "profile": "aiconfigurator per-layer operator tables (ms per layer)",
             "profile_path": str(self.folder),
             "interpolation": "linear between profiled sizes (bilinear over GEMM n,k); "
-            "proportional beyond the largest; clamped below the smallest",
+            "proportional beyond the largest (prefill attention: as the length squared); "
+            "clamped below the smallest",
             "approximations": [
                 "prefill with prefix p read at length sqrt(c^2 + 2cp) (same causal work)",
                 "embedding: not profiled (0)",

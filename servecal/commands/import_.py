@@ -23,7 +23,9 @@ def import_profile(
     model: str = typer.Option(..., help="Shape name (llama-3-8b, ...) or a .json/.toml file."),
     tp: int = typer.Option(1, help="Tensor-parallel degree (per-GPU share of the model)."),
     out: Path = typer.Option(Path("samples.parquet"), help="Samples file to write."),
-    grid: str = typer.Option(None, help="JSON/TOML grid file (default: the GPU grid)."),
+    grid: str = typer.Option(
+        None, help="JSON/TOML grid file (default: the import grid, chunks up to 16,384)."
+    ),
     comm_backend: str = typer.Option(
         "auto",
         help="aiconfigurator all-reduce backend: auto (CUDA graph for decode-only "

@@ -66,3 +66,18 @@ def test_aiconfigurator_rows_carry_the_pointwise_kernels_and_say_so():
     )
     assert pcie_prov["pointwise_device"] == "a100-pcie-80gb"
     assert (pcie.op_other_ms >= priced.op_other_ms).all()
+
+
+def test_the_default_import_grid_reaches_16k_chunks_and_prices_them_above_4k():
+    from servecal.profiler.design import GPU_GRID, IMPORT_GRID
+
+    assert max(IMPORT_GRID.chunk) == 16384 and max(GPU_GRID.chunk) == 4096
+    grid = Grid(n_decode=(0,), chunk=(4096, 8192, 16384), ctx=(128,), prefix=(0, 4096))
+    frame, prov = import_profile("aiconfigurator", AIC, SHAPE, 1, grid)
+    ms = frame.set_index(["chunk", "prefix"]).ms
+    assert ms[4096, 0] < ms[8192, 0] < ms[16384, 0]
+    # beyond the profiled 16,384-token prompt, prefill attention grows as the length squared
+    attn = frame.set_index(["chunk", "prefix"]).op_attn_prefill_ms
+    length = (16384**2 + 2 * 16384 * 4096) ** 0.5
+    assert attn[16384, 4096] == pytest.approx(attn[16384, 0] * (length / 16384) ** 2)
+    assert prov["extrapolated_reads"] > 0
