@@ -81,3 +81,21 @@ def test_the_default_import_grid_reaches_16k_chunks_and_prices_them_above_4k():
     length = (16384**2 + 2 * 16384 * 4096) ** 0.5
     assert attn[16384, 4096] == pytest.approx(attn[16384, 0] * (length / 16384) ** 2)
     assert prov["extrapolated_reads"] > 0
+
+
+def test_a_step_with_several_prefills_prices_attention_per_prompt():
+    from servecal.profiler.design import Point
+    from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
+    from servecal.profiler.importers.compose import compose_row, compose_step
+    from servecal.profiler.importers.interp import ExtrapolationLog
+
+    source = AiConfiguratorSource(AIC, SHAPE, 1, ExtrapolationLog())
+    one = compose_row(source, SHAPE, Point(8, 1024, 1023, 0))
+    same = compose_step(source, SHAPE, 8, 1023, [(1024, 0)])
+    assert same["ms"] == pytest.approx(one["ms"])
+    four = compose_step(source, SHAPE, 8, 1023, [(256, 0)] * 4)
+    assert four["op_linear_ms"] == pytest.approx(one["op_linear_ms"])  # same 1,032 tokens
+    quarter = compose_row(source, SHAPE, Point(0, 256, 128, 0))["op_attn_prefill_ms"]
+    assert four["op_attn_prefill_ms"] == pytest.approx(4 * quarter)
+    assert four["op_attn_prefill_ms"] < one["op_attn_prefill_ms"]
+    assert four["op_head_ms"] > one["op_head_ms"]  # a sampled row per prompt
