@@ -47,6 +47,7 @@ def import_profile(
     pointwise: bool = True,
     pointwise_device: str | None = None,
     overhead_file: str | Path | None = None,
+    fit_scales: bool = True,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
     chunks up to 16,384).
@@ -55,7 +56,8 @@ def import_profile(
     profile's collective table, backend ``auto``; a missing table at ``tp > 1`` is
     an :class:`InputError` unless ``comm.enabled`` is False). ``pointwise`` /
     ``pointwise_device``: aiconfigurator only (Vidur measured its pointwise ops).
-    ``overhead_file``: host-overhead parameters (.json) or measured steps (.csv)."""
+    ``overhead_file``: host-overhead parameters (.json) or measured steps (.csv) to fit
+    them on (``fit_scales=False``: the two kernel scales stay 1)."""
     if kind not in SOURCES:
         raise InputError(f"unknown profile kind {kind!r}; choose {', '.join(SOURCES)}")
     if tp < 1:
@@ -74,7 +76,7 @@ def import_profile(
     frame = compose(source, shape, points)
     host: dict[str, Any] = {"engine_overhead": None}
     if overhead_file is not None:
-        model, host = engine_overhead(Path(overhead_file), source, shape)
+        model, host = engine_overhead(Path(overhead_file), source, shape, fit_scales)
         frame = add_overhead(frame, model)
     provenance = {
         "source": f"servecal import {kind}",
@@ -104,7 +106,7 @@ def add_overhead(frame: pd.DataFrame, model: HostOverhead) -> pd.DataFrame:
 
 
 def engine_overhead(
-    path: Path, source: Any, shape: ModelShape
+    path: Path, source: Any, shape: ModelShape, fit_scales: bool = True
 ) -> tuple[HostOverhead, dict[str, Any]]:
     """The overhead model from ``path`` (.json parameters, or .csv steps fitted against the
     composed GPU time of the same steps) and its provenance."""
@@ -124,7 +126,7 @@ def engine_overhead(
     gpu_ms = np.array([r["ms"] for r in rows])
     attention = np.array([r["op_attn_decode_ms"] + r["op_attn_prefill_ms"] for r in rows])
     n = requests_in_batch(steps["n_decode"], steps["chunk"])
-    model = fit_overhead(gpu_ms, n, steps["ms"], attention)
+    model = fit_overhead(gpu_ms, n, steps["ms"], attention, fit_scales)
     predicted = model.step_ms(gpu_ms, n, attention)
     error = float(np.median(relative_errors(predicted, steps["ms"])))
     return model, {

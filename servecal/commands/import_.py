@@ -55,6 +55,12 @@ def import_profile(
         "attention_scale, "
         "or a CSV of measured steps (n_decode, chunk, ctx, prefix, ms) to fit them on.",
     ),
+    fixed_scales: bool = typer.Option(
+        False,
+        "--fixed-scales",
+        help="Fitting steps: keep gpu_scale and attention_scale at 1 (the engine ran the "
+        "profiled kernels on the profiled device); fit floor, c0, c1 only.",
+    ),
     overhead_out: Path = typer.Option(
         None, help="Write the engine-overhead parameters used (fitted or read) to this JSON."
     ),
@@ -84,6 +90,7 @@ def import_profile(
         pointwise=not no_pointwise,
         pointwise_device=pointwise_device,
         overhead_file=engine_overhead,
+        fit_scales=not fixed_scales,
     )
     write_samples(frame, out, provenance)
     typer.echo(

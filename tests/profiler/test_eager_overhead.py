@@ -124,6 +124,13 @@ def test_import_adds_the_overhead_from_a_json_or_fits_it_from_steps(tmp_path):
     )
     assert result.exit_code == 0, result.output
     assert f"fitted on {len(rows)} steps" in result.output
+    (tmp_path / "c").mkdir()
+    fixed = tmp_path / "c" / "fixed.json"
+    args = ["--out", str(tmp_path / "c" / "f.parquet"), "--engine-overhead", str(steps)]
+    result = CliRunner().invoke(app, [*base, *args, "--fixed-scales", "--overhead-out", str(fixed)])
+    assert result.exit_code == 0, result.output
+    kept = read_parameters(fixed)
+    assert kept.gpu_scale == 1.0 and kept.attention_scale == 1.0
     model = read_parameters(fitted)
     assert np.allclose(
         model.step_ms(rows.ms, rows.n_decode + (rows.chunk > 0)),
