@@ -71,12 +71,15 @@ def import_profile(
         )
     else:
         source = SOURCES[kind](path, shape, tp, log, comm or CommOptions())
+    host: dict[str, Any] = {"engine_overhead": None}
+    model = None
+    if overhead_file is not None:  # read (and fit) first: a bad file fails before the grid
+        model, host = engine_overhead(Path(overhead_file), source, shape, fit_scales)
+        log.count = 0  # extrapolated_reads counts the grid's rows, not the fitted steps'
     grid = grid or IMPORT_GRID
     points = design_points(grid, np.random.default_rng(0))
     frame = compose(source, shape, points)
-    host: dict[str, Any] = {"engine_overhead": None}
-    if overhead_file is not None:
-        model, host = engine_overhead(Path(overhead_file), source, shape, fit_scales)
+    if model is not None:
         frame = add_overhead(frame, model)
     provenance = {
         "source": f"servecal import {kind}",
