@@ -124,6 +124,16 @@ GPU_GRID = Grid(
     prefix=(0, 1024, 4096),
 )
 
+# Importers compose rather than time, so their default grid costs nothing to widen: it
+# reaches the 8k and 16k prompts that serving traces carry (a table answers a query past
+# its last chunk with the last chunk's price).
+IMPORT_GRID = Grid(
+    n_decode=GPU_GRID.n_decode,
+    chunk=(*GPU_GRID.chunk, 8192, 16384),
+    ctx=GPU_GRID.ctx,
+    prefix=GPU_GRID.prefix,
+)
+
 
 def default_grid(device_type: str) -> Grid:
     return GPU_GRID if device_type == "cuda" else CPU_GRID

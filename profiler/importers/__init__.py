@@ -3,6 +3,10 @@
 ``import_profile("aiconfigurator" | "vidur", path, shape, tp, grid, comm)`` returns samples rows
 (medians, ``rep = 0``, ``energy_j`` null) on a design grid plus the provenance
 that says where they came from and what was interpolated or approximated.
+aiconfigurator's tables lack the pointwise kernels; they are priced from bytes moved
+(:mod:`.pointwise`) unless ``pointwise=False``. An eager engine's host overhead
+(:mod:`.overhead`) is added when ``overhead_file`` gives its parameters (JSON) or
+measured steps to fit them on (CSV).
 """
 
 from __future__ import annotations
@@ -14,11 +18,19 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
-from servecal.profiler.design import GPU_GRID, Grid, design_points
+from servecal.profiler.design import IMPORT_GRID, Grid, Point, design_points
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.collective import CommOptions
-from servecal.profiler.importers.compose import compose
+from servecal.profiler.importers.compose import compose, compose_row
 from servecal.profiler.importers.interp import ExtrapolationLog
+from servecal.profiler.importers.overhead import (
+    HostOverhead,
+    fit_overhead,
+    read_parameters,
+    read_steps,
+    relative_errors,
+    requests_in_batch,
+)
 from servecal.profiler.importers.vidur import VidurSource
 from servecal.profiler.shapes import ModelShape
 
@@ -32,12 +44,20 @@ def import_profile(
     tp: int = 1,
     grid: Grid | None = None,
     comm: CommOptions | None = None,
+    pointwise: bool = True,
+    pointwise_device: str | None = None,
+    overhead_file: str | Path | None = None,
+    fit_scales: bool = True,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
-    """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the GPU grid).
+    """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
+    chunks up to 16,384).
 
     ``comm`` says how the tensor-parallel all-reduces are priced (default: from the
     profile's collective table, backend ``auto``; a missing table at ``tp > 1`` is
-    an :class:`InputError` unless ``comm.enabled`` is False)."""
+    an :class:`InputError` unless ``comm.enabled`` is False). ``pointwise`` /
+    ``pointwise_device``: aiconfigurator only (Vidur measured its pointwise ops).
+    ``overhead_file``: host-overhead parameters (.json) or measured steps (.csv) to fit
+    them on (``fit_scales=False``: the two kernel scales stay 1)."""
     if kind not in SOURCES:
         raise InputError(f"unknown profile kind {kind!r}; choose {', '.join(SOURCES)}")
     if tp < 1:
@@ -45,10 +65,22 @@ def import_profile(
     if not Path(path).exists():
         raise InputError(f"{path}: no such file or folder")
     log = ExtrapolationLog()
-    source = SOURCES[kind](path, shape, tp, log, comm or CommOptions())
-    grid = grid or GPU_GRID
+    if kind == "aiconfigurator":
+        source = AiConfiguratorSource(
+            path, shape, tp, log, comm or CommOptions(), pointwise, pointwise_device
+        )
+    else:
+        source = SOURCES[kind](path, shape, tp, log, comm or CommOptions())
+    host: dict[str, Any] = {"engine_overhead": None}
+    model = None
+    if overhead_file is not None:  # read (and fit) first: a bad file fails before the grid
+        model, host = engine_overhead(Path(overhead_file), source, shape, fit_scales)
+        log.count = 0  # extrapolated_reads counts the grid's rows, not the fitted steps'
+    grid = grid or IMPORT_GRID
     points = design_points(grid, np.random.default_rng(0))
     frame = compose(source, shape, points)
+    if model is not None:
+        frame = add_overhead(frame, model)
     provenance = {
         "source": f"servecal import {kind}",
         **source.provenance(),
@@ -60,5 +92,53 @@ def import_profile(
         "rows": "medians (rep 0): P50 only; the profile carries no tail",
         "grid": grid.to_dict(),
         "extrapolated_reads": log.count,
+        **host,
     }
     return frame, provenance
+
+
+def add_overhead(frame: pd.DataFrame, model: HostOverhead) -> pd.DataFrame:
+    """``frame`` with ``ms`` = the host-overhead model's step and ``op_host_ms`` = its share."""
+    out = frame.copy()
+    gpu = out["ms"].to_numpy(dtype=float)
+    attention = (out["op_attn_decode_ms"] + out["op_attn_prefill_ms"]).to_numpy(dtype=float)
+    step = model.step_ms(gpu, requests_in_batch(out["n_decode"], out["chunk"]), attention)
+    out["op_host_ms"] = step - gpu
+    out["ms"] = step
+    return out
+
+
+def engine_overhead(
+    path: Path, source: Any, shape: ModelShape, fit_scales: bool = True
+) -> tuple[HostOverhead, dict[str, Any]]:
+    """The overhead model from ``path`` (.json parameters, or .csv steps fitted against the
+    composed GPU time of the same steps) and its provenance."""
+    if not path.is_file():
+        raise InputError(f"--engine-overhead {path}: no such file")
+    if path.suffix.lower() == ".json":
+        model = read_parameters(path)
+        return model, {"engine_overhead": {**model.to_dict(), "from": str(path)}}
+    if path.suffix.lower() != ".csv":
+        raise InputError(f"--engine-overhead {path}: expected a .json (parameters) or .csv (steps)")
+    steps = read_steps(path)
+    points = [
+        Point(int(r.n_decode), int(r.chunk), int(r.ctx), int(r.prefix))
+        for r in steps.itertuples(index=False)
+    ]
+    rows = [compose_row(source, shape, p) for p in points]
+    gpu_ms = np.array([r["ms"] for r in rows])
+    attention = np.array([r["op_attn_decode_ms"] + r["op_attn_prefill_ms"] for r in rows])
+    n = requests_in_batch(steps["n_decode"], steps["chunk"])
+    model = fit_overhead(gpu_ms, n, steps["ms"], attention, fit_scales)
+    predicted = model.step_ms(gpu_ms, n, attention)
+    error = float(np.median(relative_errors(predicted, steps["ms"])))
+    return model, {
+        "engine_overhead": {
+            **model.to_dict(),
+            "from": str(path),
+            "fitted_on_steps": len(steps),
+            "fit_median_relative_error": error,
+            "model": "step = max(gpu_scale * (GPU - attention) + attention_scale * attention, "
+            "floor_ms) + c0_ms + c1_ms * n (n = requests in the batch)",
+        }
+    }

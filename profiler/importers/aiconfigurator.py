@@ -5,12 +5,18 @@ latency``), ``*context_attention_perf*`` (prefill attention without prefix:
 ``batch_size, isl``) and ``*generation_attention_perf*`` (decode attention:
 ``batch_size, step`` = KV length), both per ``num_heads, num_key_value_heads,
 head_dim``. Reads between profiled sizes are linear (bilinear over GEMM ``n, k``;
-linear over ``m``, batch, step and length); beyond them, proportional.
+linear over ``m``, batch, step and length); beyond them, proportional (prefill
+attention: as the square of the length, the causal work).
 
 What the tables lack and how it is handled (recorded in provenance):
 * prefill with a cached prefix: read at the prompt length with the same causal
   attention work, ``L = sqrt(c² + 2·c·p)`` (``c·p + c²/2`` score entries);
-* embedding lookup and norms/rope/activation/residual adds: not profiled, 0.
+* query heads between two profiled counts (same KV heads, head size): attention read
+  linearly between them;
+* embedding lookup: not profiled, 0;
+* norms, rotary, activation, residual adds and the KV-cache write: priced from bytes
+  moved over the device's bandwidth plus a per-kernel launch cost
+  (:mod:`~servecal.profiler.importers.pointwise`), or 0 with ``pointwise=False``.
 
 At TP > 1 the GEMMs and attention are each GPU's share, and the all-reduces come
 from the folder's ``*custom_allreduce*.csv`` (vLLM's all-reduce, CUDA-graph and
@@ -30,6 +36,7 @@ from servecal.profiler.importers import collective
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.csvfile import read_profile_csv
 from servecal.profiler.importers.interp import ExtrapolationLog, Series, bracket
+from servecal.profiler.importers.pointwise import PointwiseModel, device_key
 from servecal.profiler.shapes import ModelShape
 
 KINDS = {
@@ -62,6 +69,8 @@ class AiConfiguratorSource:
         tp: int,
         log: ExtrapolationLog,
         comm: CommOptions | None = None,
+        pointwise: bool = True,
+        pointwise_device: str | None = None,
     ) -> None:
         folder = Path(path)
         folder = folder if folder.is_dir() else folder.parent
@@ -69,6 +78,7 @@ class AiConfiguratorSource:
             raise InputError(f"--tp {tp}: must divide {shape.name}'s heads, MLP width and vocab")
         self.folder, self.shape, self.tp, self.log = folder, shape, tp, log
         self.heads = shape.n_heads // tp
+        self.head_notes: list[str] = []
         self.kv_heads = max(1, shape.n_kv_heads // tp)  # KV heads are replicated below 1/GPU
         self.collective = collective.open_collective(
             collective.read_aiconfigurator, folder, tp, comm or CommOptions()
@@ -92,20 +102,44 @@ class AiConfiguratorSource:
             raise InputError(f"{folder}: no context-attention rows with batch_size 1")
         self._prefill = Series.from_pairs(ctx["isl"], ctx["latency"])
         self.device = str(gemm["device"].iloc[0]) if "device" in gemm.columns else None
+        self.pointwise: PointwiseModel | None = None
+        if pointwise:
+            name = pointwise_device or self.device
+            if name is None:
+                raise InputError(
+                    f"{folder}: the GEMM table names no device; pass --pointwise-device "
+                    "(or --no-pointwise)"
+                )
+            self.pointwise = PointwiseModel(shape, tp, device_key(name))
 
     def _heads_rows(self, frame: pd.DataFrame, kind: str) -> pd.DataFrame:
+        """Rows for this model's heads per GPU; between two profiled query-head counts
+        (same KV heads and head size), latencies read linearly between them."""
         hd = self.shape.head_dim
-        rows = frame[
-            (frame["num_heads"] == self.heads)
-            & (frame["num_key_value_heads"] == self.kv_heads)
-            & (frame["head_dim"] == hd)
-        ]
-        if rows.empty:
+        same = frame[(frame["num_key_value_heads"] == self.kv_heads) & (frame["head_dim"] == hd)]
+        rows = same[same["num_heads"] == self.heads]
+        if not rows.empty:
+            return rows
+        counts = sorted(int(h) for h in same["num_heads"].unique())
+        lower = [h for h in counts if h < self.heads]
+        upper = [h for h in counts if h > self.heads]
+        if not lower or not upper:
             raise InputError(
                 f"{self.folder}: no {kind}-attention rows for heads={self.heads}, "
                 f"kv_heads={self.kv_heads}, head_dim={hd} ({self.shape.name} at TP {self.tp})"
             )
-        return rows
+        lo, hi = lower[-1], upper[0]
+        keys = ["batch_size", "step"] if kind == "generation" else ["batch_size", "isl"]
+        a = same[same["num_heads"] == lo][[*keys, "latency"]]
+        b = same[same["num_heads"] == hi][[*keys, "latency"]]
+        both = a.merge(b, on=keys, suffixes=("_lo", "_hi"))
+        w = (self.heads - lo) / (hi - lo)
+        both["latency"] = (1 - w) * both["latency_lo"] + w * both["latency_hi"]
+        self.head_notes.append(
+            f"{kind} attention for {self.heads} query heads read linearly between the "
+            f"profiled {lo} and {hi}"
+        )
+        return both[[*keys, "latency"]]
 
     def gemm_ms(self, m: float, n: float, k: float) -> float:
         """``[m, k] × [k, n]`` time: bilinear over profiled ``(n, k)``, linear over ``m``."""
@@ -134,7 +168,8 @@ class AiConfiguratorSource:
         out = self.gemm_ms(tokens, s.hidden, self.heads * hd)
         gate_up = self.gemm_ms(tokens, 2 * s.intermediate // self.tp, s.hidden)
         down = self.gemm_ms(tokens, s.hidden, s.intermediate // self.tp)
-        return qkv + out + gate_up + down, 0.0
+        other = self.pointwise.layer_ms(tokens) if self.pointwise is not None else 0.0
+        return qkv + out + gate_up + down, other
 
     def decode_attention_ms(self, n: int, ctx: int) -> float:
         step = max(ctx, 1)
@@ -149,12 +184,18 @@ class AiConfiguratorSource:
 
     def prefill_attention_ms(self, chunk: int, prefix: int) -> float:
         equivalent = math.sqrt(chunk * chunk + 2 * chunk * prefix)
+        top = self._prefill.xs[-1]
+        if equivalent > top:  # longer than profiled: causal work grows as the length squared
+            self.log.count += 1
+            return self._prefill.ys[-1] * (equivalent / top) ** 2
         return self._prefill.at(equivalent, self.log)
 
     def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
         if self.collective is None:
             return 0.0
-        return self.collective.allreduce_ms(tokens * self.shape.hidden, decode_only, self.log)
+        return self.collective.allreduce_ms(
+            tokens * self.shape.hidden, decode_only, self.log, tokens
+        )
 
     def embed_ms(self, tokens: int) -> float:
         return 0.0
@@ -173,12 +214,21 @@ class AiConfiguratorSource:
             "profile": "aiconfigurator per-layer operator tables (ms per layer)",
             "profile_path": str(self.folder),
             "interpolation": "linear between profiled sizes (bilinear over GEMM n,k); "
-            "proportional beyond the largest; clamped below the smallest",
+            "proportional beyond the largest (prefill attention: as the length squared); "
+            "clamped below the smallest",
             "approximations": [
                 "prefill with prefix p read at length sqrt(c^2 + 2cp) (same causal work)",
-                "embedding, norms, rope, activation, residual adds: not profiled (0)",
+                "embedding: not profiled (0)",
+                "norms, rope, activation, residual adds, KV-cache write: "
+                + (
+                    "bytes / bandwidth + launch per kernel (pointwise_* keys)"
+                    if self.pointwise is not None
+                    else "not priced (0; --no-pointwise)"
+                ),
                 "decode attention step read at ctx",
+                *self.head_notes,
             ]
             + (["tensor-parallel logits gather: not profiled (0)"] if self.tp > 1 else []),
+            **(self.pointwise.provenance() if self.pointwise is not None else {}),
             **comm,
         }

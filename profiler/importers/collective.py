@@ -20,7 +20,11 @@ profiled sizes like the other operators, proportional beyond the largest):
   elements), ``latency`` (ms), ``backend`` ``vllm_graph`` (inside a CUDA graph) or
   ``vllm_eager``. vLLM runs decode-only iterations in a CUDA graph and prefills
   eagerly, so the default backend (``auto``) reads ``vllm_graph`` for iterations
-  without a prefill chunk and ``vllm_eager`` for the others;
+  without a prefill chunk and ``vllm_eager`` for the others. vLLM V1 also captures
+  mixed (prefill + decode) batches in piecewise CUDA graphs up to its largest capture
+  size (512 tokens by default, ``max_cudagraph_capture_size``); ``vllm-v1`` reads
+  ``vllm_graph`` for any iteration of at most that many tokens and ``vllm_eager``
+  above it;
 * Vidur ``network/*all_reduce*.csv``: ``num_workers, devices_per_node, size``
   (bytes), ``time_stats.all_reduce.median`` (ms): NCCL, one backend.
 """
@@ -40,8 +44,11 @@ from servecal.profiler.importers.interp import ExtrapolationLog, Series
 ALLREDUCES_PER_LAYER = 2
 #: All-reduces outside the layers (the vocabulary-parallel embedding's).
 ALLREDUCES_OUTSIDE_LAYERS = 1
-#: ``--comm-backend`` choices: auto = graph for decode-only iterations, eager otherwise.
-COMM_BACKENDS = ("auto", "graph", "eager")
+#: ``--comm-backend`` choices: auto = graph for decode-only iterations, eager otherwise;
+#: vllm-v1 = graph for every iteration up to the largest captured size, eager above.
+COMM_BACKENDS = ("auto", "graph", "eager", "vllm-v1")
+#: vLLM V1's default largest CUDA-graph capture size (tokens per iteration).
+V1_MAX_CAPTURE_TOKENS = 512
 BF16_BYTES = 2
 
 
@@ -57,12 +64,15 @@ class CommOptions:
 
     backend: str = "auto"
     enabled: bool = True
+    graph_max_tokens: int = V1_MAX_CAPTURE_TOKENS  # vllm-v1 only
 
     def __post_init__(self) -> None:
         if self.backend not in COMM_BACKENDS:
             raise InputError(
                 f"--comm-backend must be one of {', '.join(COMM_BACKENDS)}, got {self.backend!r}"
             )
+        if self.graph_max_tokens < 1:
+            raise InputError(f"--graph-max-tokens must be >= 1, got {self.graph_max_tokens}")
 
 
 @dataclass(frozen=True)
@@ -75,13 +85,22 @@ class CollectiveTable:
     rule: str  # which backend prices which iteration, in words
     decode_backend: str  # label read for decode-only iterations
     prefill_backend: str  # label read when the iteration has a prefill chunk
+    graph_max_tokens: int | None = None  # vllm-v1: decode_backend up to this many tokens
 
     def allreduce_ms(
-        self, elements: int, decode_only: bool, log: ExtrapolationLog | None = None
+        self,
+        elements: int,
+        decode_only: bool,
+        log: ExtrapolationLog | None = None,
+        tokens: int | None = None,
     ) -> float:
-        """One all-reduce of ``elements`` bf16 values."""
+        """One all-reduce of ``elements`` bf16 values (``tokens`` in the iteration)."""
         size = elements if self.unit == "elements" else elements * BF16_BYTES
-        backend = self.decode_backend if decode_only else self.prefill_backend
+        if self.graph_max_tokens is not None and tokens is not None:
+            captured = tokens <= self.graph_max_tokens
+        else:
+            captured = decode_only
+        backend = self.decode_backend if captured else self.prefill_backend
         return self.series[backend].at(size, log)
 
     def provenance(self) -> dict[str, Any]:
@@ -115,7 +134,9 @@ def _one_table(folder: Path, pattern: str, tp: int) -> Path:
     return matches[0]
 
 
-def read_aiconfigurator(folder: Path, tp: int, backend: str) -> CollectiveTable:
+def read_aiconfigurator(
+    folder: Path, tp: int, backend: str, graph_max_tokens: int = V1_MAX_CAPTURE_TOKENS
+) -> CollectiveTable:
     """vLLM's all-reduce at ``num_gpus = tp`` from aiconfigurator's custom_allreduce table."""
     path = _one_table(folder, "*custom_allreduce*.csv", tp)
     frame = _read_csv(path, ("num_gpus", "message_size", "latency", "backend"))
@@ -128,23 +149,32 @@ def read_aiconfigurator(folder: Path, tp: int, backend: str) -> CollectiveTable:
         for b, g in rows.groupby("backend")
     }
     decode = prefill = f"vllm_{backend}"
-    if backend == "auto":
+    if backend in ("auto", "vllm-v1"):
         decode, prefill = "vllm_graph", "vllm_eager"
     for label in {decode, prefill}:
         if label not in series:
             raise InputError(
                 f"{path}: no backend '{label}' rows for num_gpus={tp} (have: {', '.join(series)})"
             )
-    rule = (
-        "auto: vllm_graph for decode-only iterations (vLLM runs them in a CUDA graph), "
-        "vllm_eager when the iteration prefills"
-        if backend == "auto"
-        else f"{decode} for every iteration (--comm-backend {backend})"
-    )
-    return CollectiveTable(path, series, "elements", rule, decode, prefill)
+    if backend == "auto":
+        rule = (
+            "auto: vllm_graph for decode-only iterations (vLLM runs them in a CUDA graph), "
+            "vllm_eager when the iteration prefills"
+        )
+    elif backend == "vllm-v1":
+        rule = (
+            f"vllm-v1: vllm_graph for every iteration of <= {graph_max_tokens} tokens "
+            "(piecewise CUDA graphs capture mixed batches too), vllm_eager above"
+        )
+    else:
+        rule = f"{decode} for every iteration (--comm-backend {backend})"
+    limit = graph_max_tokens if backend == "vllm-v1" else None
+    return CollectiveTable(path, series, "elements", rule, decode, prefill, limit)
 
 
-def read_vidur(folder: Path, tp: int, backend: str) -> CollectiveTable:
+def read_vidur(
+    folder: Path, tp: int, backend: str, graph_max_tokens: int = V1_MAX_CAPTURE_TOKENS
+) -> CollectiveTable:
     """NCCL all-reduce over ``tp`` GPUs of one node from Vidur's network profile."""
     if backend != "auto":
         raise InputError(
@@ -170,7 +200,7 @@ def open_collective(
     """``reader(folder, tp, backend)``'s table, or None at TP 1 or with ``--no-comm``."""
     if tp == 1 or not options.enabled:
         return None
-    return reader(folder, tp, options.backend)
+    return reader(folder, tp, options.backend, options.graph_max_tokens)
 
 
 def no_collective_provenance(tp: int) -> dict[str, Any]:

@@ -12,6 +12,12 @@ chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens:
 
 Each source answers those operator questions from its tables; this module sums.
 The rows it returns are medians (``rep = 0``): the samples carry no tail.
+
+A table row has one prefill chunk. A step that carries several prompts (vLLM batches
+them up to its token budget) runs the linear layers, pointwise kernels and collectives
+on all their tokens at once but attention per prompt: :func:`compose_step` prices such
+a step directly from the source (``k`` prompts of ``c/k`` tokens do ``1/k`` of the
+causal work of one of ``c``).
 """
 
 from __future__ import annotations
@@ -91,3 +97,34 @@ def compose_row(source: OperatorSource, shape: ModelShape, point: Point) -> dict
 def compose(source: OperatorSource, shape: ModelShape, points: list[Point]) -> pd.DataFrame:
     """Samples rows for ``points`` (sorted), one median row each."""
     return pd.DataFrame([compose_row(source, shape, p) for p in sorted(points)])
+
+
+def compose_step(
+    source: OperatorSource,
+    shape: ModelShape,
+    n_decode: int,
+    ctx: int,
+    prefills: list[tuple[int, int]],
+) -> dict[str, Any]:
+    """One step with ``n_decode`` decodes at ``ctx`` and several prefills ``(chunk,
+    prefix)``: linear work, collectives and embedding on every token, attention per prompt,
+    the LM head on one row per decode and per prompt."""
+    chunks = [c for c, _ in prefills if c > 0]
+    tokens = n_decode + sum(chunks)
+    if tokens < 1:
+        raise ValueError("a step needs n_decode + chunks >= 1")
+    layers = shape.n_layers
+    linear, other = source.linear_ms(tokens)
+    prefill_attention = sum(source.prefill_attention_ms(c, p) for c, p in prefills if c > 0)
+    parts = {
+        "op_linear_ms": layers * linear,
+        "op_other_ms": layers * other,
+        "op_attn_decode_ms": layers * source.decode_attention_ms(n_decode, ctx)
+        if n_decode
+        else 0.0,
+        "op_attn_prefill_ms": layers * prefill_attention,
+        "op_comm_ms": allreduces_per_iteration(layers) * source.allreduce_ms(tokens, not chunks),
+        "op_embed_ms": source.embed_ms(tokens),
+        "op_head_ms": source.head_ms(n_decode + len(chunks)),
+    }
+    return {"ms": sum(parts.values()), **parts}

@@ -201,7 +201,9 @@ class VidurSource:
     def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
         if self.collective is None:
             return 0.0
-        return self.collective.allreduce_ms(tokens * self.shape.hidden, decode_only, self.log)
+        return self.collective.allreduce_ms(
+            tokens * self.shape.hidden, decode_only, self.log, tokens
+        )
 
     def embed_ms(self, tokens: int) -> float:
         return self._ops["emb"].at(tokens, self.log)

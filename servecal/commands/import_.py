@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import user_errors, writable_file
+from servecal.costmodels.errors import InputError
 
 
 def register(app: typer.Typer) -> None:
@@ -22,14 +23,46 @@ def import_profile(
     model: str = typer.Option(..., help="Shape name (llama-3-8b, ...) or a .json/.toml file."),
     tp: int = typer.Option(1, help="Tensor-parallel degree (per-GPU share of the model)."),
     out: Path = typer.Option(Path("samples.parquet"), help="Samples file to write."),
-    grid: str = typer.Option(None, help="JSON/TOML grid file (default: the GPU grid)."),
+    grid: str = typer.Option(
+        None, help="JSON/TOML grid file (default: the import grid, chunks up to 16,384)."
+    ),
     comm_backend: str = typer.Option(
         "auto",
         help="aiconfigurator all-reduce backend: auto (CUDA graph for decode-only "
-        "iterations, eager when the iteration prefills, as vLLM runs them), graph or eager.",
+        "iterations, eager when the iteration prefills), vllm-v1 (graph for every iteration "
+        "up to --graph-max-tokens, as vLLM V1's piecewise graphs run mixed batches), "
+        "graph or eager.",
+    ),
+    graph_max_tokens: int = typer.Option(
+        512, help="vllm-v1: largest CUDA-graph capture size (tokens per iteration)."
     ),
     no_comm: bool = typer.Option(
         False, "--no-comm", help="Price the tensor-parallel all-reduces at 0 (no table needed)."
+    ),
+    no_pointwise: bool = typer.Option(
+        False,
+        "--no-pointwise",
+        help="aiconfigurator: price norms, rotary, activation, adds and the KV-cache write at 0.",
+    ),
+    pointwise_device: str = typer.Option(
+        None,
+        help="Device whose memory bandwidth prices the pointwise kernels (a100-pcie-80gb, "
+        "a100-sxm-80gb, h100-sxm, ...; default: the profile's device).",
+    ),
+    engine_overhead: Path = typer.Option(
+        None,
+        help="Host overhead of an eager engine: a JSON of floor_ms, c0_ms, c1_ms, gpu_scale, "
+        "attention_scale, "
+        "or a CSV of measured steps (n_decode, chunk, ctx, prefix, ms) to fit them on.",
+    ),
+    fixed_scales: bool = typer.Option(
+        False,
+        "--fixed-scales",
+        help="Fitting steps: keep gpu_scale and attention_scale at 1 (the engine ran the "
+        "profiled kernels on the profiled device); fit floor, c0, c1 only.",
+    ),
+    overhead_out: Path = typer.Option(
+        None, help="Write the engine-overhead parameters used (fitted or read) to this JSON."
     ),
 ) -> None:
     """Import: compose per-operator medians into iteration samples (rep 0, P50 only)."""
@@ -37,12 +70,28 @@ def import_profile(
     from servecal.profiler.design import Grid
     from servecal.profiler.importers import import_profile as run
     from servecal.profiler.importers.collective import CommOptions
+    from servecal.profiler.importers.overhead import PARAMETERS, HostOverhead
     from servecal.profiler.shapes import ModelShape
 
     writable_file(out)
+    if overhead_out is not None:
+        if engine_overhead is None:
+            raise InputError("--overhead-out needs --engine-overhead")
+        writable_file(overhead_out, "--overhead-out")
     shape = ModelShape.resolve(model)
-    comm = CommOptions(backend=comm_backend, enabled=not no_comm)
-    frame, provenance = run(kind, path, shape, tp, Grid.from_file(grid) if grid else None, comm)
+    comm = CommOptions(backend=comm_backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
+    frame, provenance = run(
+        kind,
+        path,
+        shape,
+        tp,
+        Grid.from_file(grid) if grid else None,
+        comm,
+        pointwise=not no_pointwise,
+        pointwise_device=pointwise_device,
+        overhead_file=engine_overhead,
+        fit_scales=not fixed_scales,
+    )
     write_samples(frame, out, provenance)
     typer.echo(
         f"wrote {out}: {len(frame)} rows ({shape.name}, TP {tp}, {kind}; medians, rep 0; "
@@ -51,3 +100,20 @@ def import_profile(
     if tp > 1:
         table = provenance["collective_table"] or "none"
         typer.echo(f"all-reduces: {table} ({provenance['collective_backend']})")
+    host = provenance["engine_overhead"]
+    if host is not None:
+        params = {k: host[k] for k in PARAMETERS}
+        typer.echo(
+            f"engine overhead: floor {params['floor_ms']:.3f} ms, c0 {params['c0_ms']:.3f} ms, "
+            f"c1 {params['c1_ms']:.4f} ms/request, GPU x{params['gpu_scale']:.2f}, "
+            f"attention x{params['attention_scale']:.1f}"
+            + (
+                f" (fitted on {host['fitted_on_steps']} steps, median error "
+                f"{100 * host['fit_median_relative_error']:.1f}%)"
+                if "fitted_on_steps" in host
+                else ""
+            )
+        )
+        if overhead_out is not None:
+            HostOverhead(**params).write(overhead_out)
+            typer.echo(f"wrote {overhead_out}")

@@ -62,7 +62,7 @@ def row(frame, n, c, ctx, p):
 
 
 def test_aiconfigurator_rows_are_hand_computed_sums():
-    frame, prov = import_profile("aiconfigurator", AIC, ON_GRID, 1, GRID)
+    frame, prov = import_profile("aiconfigurator", AIC, ON_GRID, 1, GRID, pointwise=False)
     gemm, gen, ctx = aic_tables()
     ctx1 = ctx[ctx.batch_size == 1].set_index("isl").latency
 
@@ -98,7 +98,7 @@ def test_aiconfigurator_rows_are_hand_computed_sums():
 def test_aiconfigurator_interpolates_and_scales_between_and_beyond_profiled_sizes():
     shape = ModelShape.from_name("llama-3-8b")
     grid = Grid(n_decode=(8,), chunk=(0,), ctx=(1023,), prefix=(0,))
-    frame, prov = import_profile("aiconfigurator", AIC, shape, 1, grid)
+    frame, prov = import_profile("aiconfigurator", AIC, shape, 1, grid, pointwise=False)
     gemm, gen, _ = aic_tables()
     up = g(gemm, 8, 16384, 4096) + (g(gemm, 8, 65536, 4096) - g(gemm, 8, 16384, 4096)) * (
         (28672 - 16384) / (65536 - 16384)
@@ -285,3 +285,29 @@ def test_a_missing_collective_table_is_an_error_unless_no_comm():
         import_profile("vidur", VIDUR, shape, 2, grid, CommOptions(backend="graph"))
     with pytest.raises(InputError, match="--comm-backend"):
         CommOptions(backend="fast")
+
+
+def test_vllm_v1_backend_reads_the_graph_all_reduce_for_captured_mixed_batches():
+    shape = ModelShape.from_name("llama-3-70b")
+    grid = Grid(n_decode=(64,), chunk=(0, 128, 512), ctx=(1023,), prefix=(0,))
+    v1, prov = import_profile("aiconfigurator", AIC70, shape, 4, grid, CommOptions("vllm-v1"))
+    auto, _ = import_profile("aiconfigurator", AIC70, shape, 4, grid)
+    graph = allreduce_rows("vllm_graph").latency
+    eager = allreduce_rows("vllm_eager").latency
+    size = (64 + 128) * HIDDEN_70B  # 192 tokens <= 512: captured, graph all-reduce
+    lo, hi = 2**20, 2**21
+    one = graph[lo] + (graph[hi] - graph[lo]) * (size - lo) / (hi - lo)
+    assert row(v1, 64, 128, 1023, 0).op_comm_ms == pytest.approx(161 * one)
+    assert row(v1, 64, 128, 1023, 0).op_comm_ms < row(auto, 64, 128, 1023, 0).op_comm_ms
+    # 64 + 512 = 576 tokens: beyond the largest captured size, eager as under auto
+    assert row(v1, 64, 512, 1023, 0).op_comm_ms == row(auto, 64, 512, 1023, 0).op_comm_ms
+    assert row(v1, 64, 512, 1023, 0).op_comm_ms > 161 * eager[2**20] * 0.99
+    assert prov["collective_backend"].startswith(
+        "vllm-v1: vllm_graph for every iteration of <= 512"
+    )
+    small, _ = import_profile(
+        "aiconfigurator", AIC70, shape, 4, grid, CommOptions("vllm-v1", graph_max_tokens=128)
+    )
+    assert row(small, 64, 128, 1023, 0).op_comm_ms == row(auto, 64, 128, 1023, 0).op_comm_ms
+    with pytest.raises(InputError, match="--graph-max-tokens"):
+        CommOptions("vllm-v1", graph_max_tokens=0)
