@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
-from servecal.sched.live import LiveRequest
+from servecal.sched.live import RequestView
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.policies._common import room_for
 from servecal.sched.policies.miss_control import GapMissControl
@@ -301,7 +301,7 @@ class SLOWeave:
         n = len(view.running) + len(view.waiting) - len(new)
         refused = []
         for rid in new:
-            live: LiveRequest = view.get(rid)
+            live: RequestView = view.get(rid)
             cost = self._cost(p, n + 1, 0, view.ctx_mean, 0)
             if cost > self.config.admission_fraction * live.tpot_slo_ms:
                 refused.append(rid)
