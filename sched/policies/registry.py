@@ -71,7 +71,7 @@ POLICIES: tuple[PolicyEntry, ...] = (
     PolicyEntry("fcfs", "arrival order, whole prompts, short ones packed (DistServe-like); `full` on the engine", {DRIVER: f"{_F}:Fcfs", ENGINE: f"{_P}.static:FullPrefill"}, baseline=True),  # noqa: E501
     PolicyEntry("sloweave", "the largest chunk that ends before every decode deadline (P99 + margin)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig"),  # noqa: E501
     PolicyEntry("sloweave-p50", "SLOWeave planning on P50 with no margin", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"quantile": 0.5, "use_margin": False, "margin_control": "fixed"}),  # noqa: E501
-    PolicyEntry("sloweave-fixed-margin", "SLOWeave planning on P99 + margin against the whole budget (before issue 31)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"margin_control": "fixed"}),  # noqa: E501
+    PolicyEntry("sloweave-fixed-margin", "SLOWeave planning on P99 + margin against the whole budget (the SLO control's baseline)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"margin_control": "fixed"}),  # noqa: E501
     PolicyEntry("sorted-f-online", "Sorted-F as a receding-horizon engine policy (clairvoyant lengths)", {ENGINE: "servecal.sched.sortedf.online:SortedFOnline"}),  # noqa: E501
     PolicyEntry("flowprefill", "operator-level preemption by sign(slack)/deadline, SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}),  # noqa: E501
     PolicyEntry("flowprefill-nopreempt", "FlowPrefill's order and batching, decided only when the device is free", {DRIVER: f"{_F}:FlowPrefill"}, preset={"preemptive": False}),  # noqa: E501

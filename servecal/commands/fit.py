@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors, writable_file
+from servecal.commands._common import renamed_flag, user_errors, writable_file
 
 
 def parse_quantiles(text: str) -> list[float]:
@@ -26,11 +26,13 @@ def parse_quantiles(text: str) -> list[float]:
 def fit(
     samples: Path = typer.Argument(..., help="Samples file (Parquet or CSV)."),
     out: Path = typer.Option(..., "--out", help="Cost table to write (JSON)."),
-    model: str = typer.Option(
-        "auto",
-        "--model",
-        help="table | linear | piecewise | lgbm | auto (cross-validate each, keep the best).",
+    family: str = typer.Option(
+        None,
+        "--family",
+        help="Regression family: table | linear | piecewise | lgbm | auto (cross-validate "
+        "each, keep the best) [default: auto].",
     ),
+    model: str = typer.Option(None, "--model", hidden=True, help="Old name of --family."),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
     fold_share: float = typer.Option(
         0.2,
@@ -51,6 +53,7 @@ def fit(
     from servecal.costmodels.fit import TailWarning, fit_cost_table
     from servecal.costmodels.samples import read_samples
 
+    family = renamed_flag(family, model, "--family", "--model") or "auto"
     writable_file(out)
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)
@@ -60,7 +63,7 @@ def fit(
         result = fit_cost_table(
             data.frame,
             {"source": str(samples), **data.provenance},
-            model=model,
+            model=family,
             quantiles=qs,
             fold_share=fold_share,
             seed=seed,
