@@ -21,12 +21,12 @@ User policies load by import path, like vLLM's ``--scheduler-cls``:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from servecal import plugins
 from servecal.costmodels.errors import InputError
 from servecal.sched.policies.guard import PolicyError, failure, guarded, import_failure
 from servecal.sched.policies.options import Option, options_of
@@ -88,25 +88,8 @@ _BY_NAME = {e.name: e for e in POLICIES}
 
 def load_object(path: str, what: str = "--policy") -> Any:
     """``module.sub:Name`` (or ``module.sub:Outer.Name``) → the object; one-line errors
-    (whatever the module raises while it imports, ``exit()`` included)."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"{what} {path!r}: expected MODULE:NAME, e.g. mypkg.policies:MyPolicy")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise import_failure(path, f"cannot import {module_name!r} ({exc})") from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module, any failure
-        raise import_failure(path, exc) from None
-    for part in attr.split("."):
-        try:
-            found = hasattr(obj, part)
-            obj = getattr(obj, part) if found else obj
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a module's own __getattr__
-            raise import_failure(path, exc) from None
-        if not found:
-            raise import_failure(path, f"{module_name!r} has no {attr!r}")
-    return obj
+    naming the policy (whatever the module raises while it imports, ``exit()`` included)."""
+    return plugins.load_object(path, what, import_failure)
 
 
 @dataclass(frozen=True)
