@@ -36,10 +36,61 @@ class Truth(Protocol):
         ...
 
 
-def check_truth(truth: Any, spec: str) -> None:
-    """Refuse, in one line, what a user's loader returned if it is not a :class:`Truth`."""
+def check_truth(truth: Any, spec: str) -> GuardedTruth:
+    """A user's truth, guarded: refused in one line if it is not a :class:`Truth`, and
+    whatever its executor raises or returns wrong is one line naming it."""
     if not callable(getattr(truth, "executor", None)):
         raise InputError(
             f"--truth {spec}: the loader returned {type(truth).__name__}, which has no "
             "executor(rng, drift) method (docs/plugins.md)"
         )
+    return GuardedTruth(truth, spec)
+
+
+def _failed(spec: str, what: str, exc: BaseException | str) -> InputError:
+    why = exc if isinstance(exc, str) else f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    return InputError(f"--truth {spec}: {what}: {why}")
+
+
+class GuardedTruth:
+    """A user's truth behind one-line errors; every other attribute is the truth's own
+    (``oracle``, ``describe``, ``draw``, ...)."""
+
+    def __init__(self, truth: Any, spec: str) -> None:
+        self._truth, self._spec = truth, spec
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._truth, name)
+
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> GuardedExecutor:
+        try:
+            inner = self._truth.executor(rng, drift)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code, any failure
+            raise _failed(self._spec, "executor", exc) from None
+        if not callable(getattr(inner, "execute", None)):
+            raise _failed(self._spec, "executor", f"{type(inner).__name__} has no execute()")
+        return GuardedExecutor(inner, self._spec)
+
+
+class GuardedExecutor:
+    """A user's executor: a failed or malformed ``execute`` is one line naming the truth."""
+
+    def __init__(self, inner: Any, spec: str) -> None:
+        self._inner, self._spec = inner, spec
+        self.energy_source = str(getattr(inner, "energy_source", "none"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def execute(
+        self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
+    ) -> tuple[float, float | None]:
+        try:
+            ms, energy = self._inner.execute(n_decode, chunk, ctx, prefix, now_ms)
+            ms = float(ms)
+            energy = None if energy is None else float(energy)
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code, any failure
+            raise _failed(self._spec, "execute", exc) from None
+        if not 0 < ms < float("inf"):
+            raise _failed(self._spec, "execute", f"returned a duration of {ms!r} ms")
+        return ms, energy

@@ -91,7 +91,7 @@ def load_truth(spec: str) -> Any:
         entry, _, arg = TRUTHS.split(spec)
         truth = TRUTHS.call(spec, arg)
         if entry is None:
-            check_truth(truth, spec)
+            truth = check_truth(truth, spec)
         _TRUTH_CACHE[spec] = truth
     return _TRUTH_CACHE[spec]
 

@@ -25,6 +25,8 @@ def user_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
     assert "def executor" in code and "def slow_truth" in code
     folder = tmp_path_factory.mktemp("user")
     (folder / "slow_truth.py").write_text(code, encoding="utf-8")
+    broken = code.replace("        return ms, None", "        return -ms, None")
+    (folder / "broken_truth.py").write_text(broken, encoding="utf-8")
     return folder
 
 
@@ -64,3 +66,20 @@ def test_an_unknown_truth_names_the_choices(user_path: Path, tmp_path: Path) -> 
     res = _simulate(user_path, tmp_path / "x", "nosuch")
     assert res.returncode == 2
     assert "or MODULE:ATTR" in res.stderr and "samples:PATH" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("truth", "says"),
+    [
+        ("broken_truth:slow_truth", "execute: returned a duration of -"),
+        ("slow_truth:slow_truth:fast", "ValueError: could not convert string to float"),
+    ],
+)
+def test_a_truth_that_fails_while_running_is_one_line(
+    user_path: Path, tmp_path: Path, truth: str, says: str
+) -> None:
+    res = _simulate(user_path, tmp_path / "bad", truth)
+    assert res.returncode == 2
+    lines = [x for x in res.stderr.strip().splitlines() if not x.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith(f"error: --truth {truth}: "), lines
+    assert says in lines[0]
