@@ -35,12 +35,11 @@ def fit(
     model: str = typer.Option(None, "--model", hidden=True, help="Old name of --family."),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
     fold_share: float = typer.Option(
-        0.2,
+        None,
         "--fold-share",
-        "--holdout",
-        help="Share of grid points each cross-validation fold holds out (1/K); --holdout is "
-        "its older name.",
+        help="Share of grid points each cross-validation fold holds out (1/K) [default: 0.2].",
     ),
+    holdout: float = typer.Option(None, "--holdout", hidden=True, help="Old name of --fold-share."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the held-out split and the models."),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object (model block, metrics, notes, table path)."
@@ -54,6 +53,8 @@ def fit(
     from servecal.costmodels.samples import read_samples
 
     family = renamed_flag(family, model, "--family", "--model") or "auto"
+    fold_share = renamed_flag(fold_share, holdout, "--fold-share", "--holdout")
+    fold_share = 0.2 if fold_share is None else fold_share
     writable_file(out)
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)

@@ -54,7 +54,21 @@ def test_fit_refuses_two_different_families(tmp_path: Path) -> None:
     assert not out.exists()
 
 
-@pytest.mark.parametrize(("command", "old"), [("fit", "--model"), ("simulate", "--executor")])
+def test_fit_takes_the_fold_share_under_its_old_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(_common, "_WARNED_ALIASES", set())
+    out = tmp_path / "t.json"
+    res = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--family", "linear",
+                              "--holdout", "0.5", "--json"])  # fmt: skip
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout.strip().splitlines()[-1])["model"]["selection"]["folds"] == 2
+    assert "--holdout is deprecated, use --fold-share" in res.stderr
+
+
+@pytest.mark.parametrize(
+    ("command", "old"), [("fit", "--model"), ("fit", "--holdout"), ("simulate", "--executor")]
+)
 def test_old_names_are_hidden_from_help(command: str, old: str) -> None:
     res = runner.invoke(app, [command, "--help"], terminal_width=200)
     assert res.exit_code == 0

@@ -27,7 +27,7 @@ def table(tmp_path_factory):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     # half the 24 points held out: 108 rows certify the P99 margin (the default needs more)
-    fit = ["fit", str(cal / "samples.parquet"), "--holdout", "0.5", "--out", str(cal / "t.json")]
+    fit = ["fit", str(cal / "samples.parquet"), "--fold-share", "0.5", "--out", str(cal / "t.json")]
     res = CliRunner().invoke(app, fit)
     assert res.exit_code == 0, res.output
     return cal / "t.json"
