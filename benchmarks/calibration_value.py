@@ -1,4 +1,4 @@
-"""What calibration is worth: SLOWeave planned five ways at one rate (issue #16).
+"""What calibration is worth: SLOWeave planned five ways at one rate.
 
     python benchmarks/calibration_value.py --out DIR [--workloads mixed]
         [--tpot-slo 10,25] [--seeds 3] [--requests 2000] [--drift 30%:1.15]

@@ -13,11 +13,11 @@ Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000] [--table-p
   table and on the analytic formula.
 * Always (alone with ``--table-path-only``): the table path's own cost, SLOWeave-P50
   on the formula vs on the formula compiled into a cost table, the same plans, in
-  fresh processes that interleave the two (issue #20: the table path must be as
-  fast); ``--table-path-baseline REV`` measures the same on revision ``REV``'s code,
+  fresh processes that interleave the two (the table path must be as fast as
+  the formula); ``--table-path-baseline REV`` measures the same on revision ``REV``'s code,
   ``--instructions`` counts both paths' instructions and cache misses per run with
   valgrind's cachegrind.
-* ``--whole-run TRACE PROFILE``: issue #20's case (best of ``--runs`` fresh processes;
+* ``--whole-run TRACE PROFILE``: the whole-run case (best of ``--runs`` fresh processes;
   ``--whole-run-baseline REV`` times the same command on revision ``REV`` too).
   ``servecal import aiconfigurator PROFILE --model llama-3-8b``, ``servecal fit``,
   then the timed command
@@ -25,7 +25,7 @@ Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000] [--table-p
   sloweave-p50 --truth samples:... --predictor TABLE --json`` in a fresh process
   (interpreter start, imports, loading, the run, the run folder): iterations per
   second of wall time and of the process's CPU time, and their ratio to Vidur
-  0.0.26's whole-run figure quoted in issue #20 (~2,500 iterations/s on this kind of
+  0.0.26's published whole-run figure (~2,500 iterations/s on this kind of
   machine; Vidur itself is not run here). TRACE is the Azure LLM inference trace
   (conversation, 2023; AzurePublicDataset), PROFILE aiconfigurator's A100 vLLM 0.14
   tables.
@@ -33,8 +33,8 @@ Run: ``python benchmarks/engine.py [--repeats 2000] [--requests 2000] [--table-p
 Each figure is printed next to a *naive* SLOWeave measured in the same run: it
 scans every ready request for the earliest deadline and calls the predictor's
 public ``predict`` + ``margin`` at every probe of its own binary search, instead
-of reading the engine's deadline heap and calling ``max_chunk`` once. Targets
-(issue 4): median decision ≤ 20 µs at 256 active requests; ≥ 50,000 simulated
+of reading the engine's deadline heap and calling ``max_chunk`` once. Targets:
+median decision ≤ 20 µs at 256 active requests; ≥ 50,000 simulated
 iterations/s on the analytic truth. Numbers depend on the machine and its load:
 throughput is given per second of wall time and per second of this process's CPU
 time (the latter is what a busy shared machine does not take away), and the
@@ -151,7 +151,7 @@ def decision_us(policy, active: int, repeats: int) -> tuple[float, float]:
 #: mixed's documented default rate (req/s), written out so that older revisions run it too
 MIXED_RATE = 60.0
 #: Vidur 0.0.26's whole-run iterations per second on the Azure conversation trace,
-#: as issue #20 quotes it for this kind of machine (not measured by this script).
+#: as published for this kind of machine (not measured by this script).
 VIDUR_WHOLE_RUN_IT_S = 2500.0
 
 
@@ -503,7 +503,7 @@ def main() -> None:
     parser.add_argument("--baseline", help="git revision to compare the whole engine with")
     parser.add_argument("--table", help="cost table JSON: SLOWeave-P50 on it vs the formula")
     parser.add_argument("--whole-run", nargs=2, metavar=("TRACE", "PROFILE"),
-                        help="issue #20's servecal simulate case (see the module doc)")  # fmt: skip
+                        help="the whole servecal simulate case (see the module doc)")  # fmt: skip
     parser.add_argument("--whole-run-baseline", metavar="REV",
                         help="also time --whole-run's command on revision REV's code")  # fmt: skip
     parser.add_argument("--engine-only", action="store_true", help=argparse.SUPPRESS)
@@ -618,7 +618,7 @@ def main() -> None:
         wall_its, cpu_its = r["iterations"] / r["wall_s"], r["iterations"] / r["cpu_s"]
         print(f"  {wall_its:,.0f} iterations/s (wall), {cpu_its:,.0f} iterations/s (CPU)")
         print(f"  vs Vidur 0.0.26's ~{VIDUR_WHOLE_RUN_IT_S:,.0f} iterations/s whole run "
-              f"(quoted in issue #20, not run here): {wall_its / VIDUR_WHOLE_RUN_IT_S:.1f}x "
+              f"(published, not run here): {wall_its / VIDUR_WHOLE_RUN_IT_S:.1f}x "
               f"(wall), {cpu_its / VIDUR_WHOLE_RUN_IT_S:.1f}x (CPU)")  # fmt: skip
         if r["baseline"]:
             b = r["baseline"]

@@ -1,4 +1,4 @@
-"""Does ``fit --model auto`` keep the model that predicts best? Known truths, held-out points.
+"""Does ``fit --family auto`` keep the model that predicts best? Known truths, held-out points.
 
 For each truth shape (smooth; a tile staircase; a memory→compute knee, see
 ``servecal.costmodels.synthetic.shaped_truth``) and seed: draw ``--points``

@@ -1,4 +1,4 @@
-"""Does SLOWeave need no tuning under any plausible truth? (issue 31)
+"""Does SLOWeave need no tuning under any plausible truth?
 
     nice -n 10 python benchmarks/robustness.py --out DIR [--seeds 3] [--requests 1000]
         [--truths device,spiky-3,...] [--workloads mixed,long] [--tpot-slo 10,25]

@@ -87,7 +87,7 @@ def model_seed(seed: int, kind: str, fold: int) -> int:
     """The seed of ``kind``'s fit on ``fold`` (``fold = K``: the fit on every point).
 
     Derived from the names, not drawn in sequence, so a model's tables are the same
-    whether ``auto`` fitted it among others or ``--model`` alone.
+    whether ``auto`` fitted it among others or ``--family`` alone.
     """
     return int(np.random.default_rng([seed, zlib.crc32(kind.encode()), fold]).integers(2**31))
 

@@ -2,17 +2,23 @@
 grid cell) for analysis, vllm-ascend's dynamic-batch ``profile_table.csv``
 (:mod:`.export_ascend`), llm-d inference-sim's latency knobs (:mod:`.export_llmd`).
 
-:func:`export_table` is the one write path: every format is built in memory and
-written atomically there, with its provenance beside it (:func:`write_provenance`).
+An exporter is a function ``(table, options: ExportOptions) -> Rendered`` (the
+:class:`Exporter` protocol) that renders the file's bytes in memory; the formats are
+the names of :data:`EXPORTERS` or a user's ``module:function`` (docs/plugins.md).
+Adding a built-in format is one file and one line there. :func:`export_table` is
+the one write path: it writes what an exporter rendered atomically, with its
+provenance beside it (:func:`write_provenance`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import numpy as np
 import pandas as pd
@@ -20,11 +26,56 @@ import pandas as pd
 from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.table import AXES, CostTable
+from servecal.plugins import Registry
 
-FORMATS = ("parquet", "csv", "vllm-ascend", "llm-d-sim")
 #: Provenance written beside every export (see :func:`write_provenance`).
 PROVENANCE_SUFFIX = ".provenance.json"
 EXPORT_SCHEMA = "servecal.export-provenance/1"
+
+
+@dataclass(frozen=True)
+class ExportOptions:
+    """The options ``servecal export`` passes every exporter (each reads what it needs).
+
+    ``max_num_batched_tokens`` caps vllm-ascend's ``chunk_size``; llm-d-sim fits its
+    load factor at ``max_num_seqs`` and its decode knobs at ``decode_ctx`` (default:
+    all the table's contexts), names the table as ``source`` in its header, and
+    writes a fit over its error limit only with ``force``."""
+
+    max_num_seqs: int = 256
+    source: str = "a servecal cost table"
+    max_num_batched_tokens: int | None = None
+    decode_ctx: float | None = None
+    force: bool = False
+
+
+class Rendered(NamedTuple):
+    """An exporter's output: the file's bytes, its row count (in ``unit``s) and notes."""
+
+    data: bytes
+    rows: int
+    notes: tuple[str, ...] = ()
+    unit: str = "rows"
+
+
+class Exporter(Protocol):
+    """Renders a cost table in one format (see the module docstring)."""
+
+    def __call__(self, table: CostTable, options: ExportOptions) -> Rendered: ...
+
+
+_E = "servecal.costmodels"
+EXPORTERS = Registry(
+    "exporter", "--format", "exporter(table, options) -> Rendered (docs/plugins.md)"
+)
+# fmt: off
+EXPORTERS.add("parquet", f"{_E}.export:to_parquet", "long form, one row per grid cell (Parquet)")  # noqa: E501
+EXPORTERS.add("csv", f"{_E}.export:to_csv", "long form, one row per grid cell (CSV)")
+EXPORTERS.add("vllm-ascend", f"{_E}.export_ascend:render", "profile_table.csv of vllm-ascend's dynamic-batch scheduler")  # noqa: E501
+EXPORTERS.add("llm-d-sim", f"{_E}.export_llmd:render", "latency knobs of llm-d's inference simulator, fitted by least squares")  # noqa: E501
+# fmt: on
+#: The built-in format names.
+FORMATS = EXPORTERS.names()
 
 
 class Exported(NamedTuple):
@@ -33,6 +84,7 @@ class Exported(NamedTuple):
 
     rows: int
     notes: tuple[str, ...] = ()
+    unit: str = "rows"  # what ``rows`` counts ("lines" for llm-d-sim's knobs)
 
 
 def long_form(table: CostTable) -> pd.DataFrame:
@@ -52,64 +104,45 @@ def long_form(table: CostTable) -> pd.DataFrame:
     return frame
 
 
+def to_parquet(table: CostTable, options: ExportOptions) -> Rendered:
+    """The long form as Parquet."""
+    frame = long_form(table)
+    buffer = io.BytesIO()
+    frame.to_parquet(buffer, index=False)
+    return Rendered(buffer.getvalue(), len(frame))
+
+
+def to_csv(table: CostTable, options: ExportOptions) -> Rendered:
+    """The long form as CSV."""
+    frame = long_form(table)
+    return Rendered(frame.to_csv(index=False).encode(), len(frame))
+
+
 def export_table(
     table: CostTable,
     path: str | os.PathLike[str],
     fmt: str,
-    *,
-    max_num_seqs: int = 256,
-    source: str = "a servecal cost table",
-    max_num_batched_tokens: int | None = None,
-    decode_ctx: float | None = None,
-    force: bool = False,
+    **options: object,
 ) -> Exported:
-    """Write ``table`` as ``fmt`` at ``path``, atomically, and its provenance beside it
-    (:func:`write_provenance`).
+    """Write ``table`` as ``fmt`` (a name of :data:`EXPORTERS` or ``module:function``)
+    at ``path``, atomically, and its provenance beside it (:func:`write_provenance`).
 
-    vllm-ascend: ``max_num_batched_tokens`` caps the written ``chunk_size``. llm-d-sim:
-    ``max_num_seqs`` is the simulator's concurrency limit the load factor is fitted
-    against, ``decode_ctx`` the one context the decode knobs are fitted at (default:
-    all the table's), ``source`` names the table in the header; a fit whose RMS error
-    exceeds :data:`~servecal.costmodels.export_llmd.MAX_FIT_RMS` raises
-    :class:`InputError` (nothing written) unless ``force`` (then a ``NoticeWarning``).
+    ``options`` are :class:`ExportOptions`' fields. An exporter refusing the table
+    (llm-d-sim: a fit whose RMS error exceeds
+    :data:`~servecal.costmodels.export_llmd.MAX_FIT_RMS`, unless ``force``) raises
+    :class:`InputError` and nothing is written.
     """
-    if fmt not in FORMATS:
-        raise InputError(f"--format: unknown format '{fmt}' (choose {', '.join(FORMATS)})")
-    notes: list[str] = []
-    text: str | None = None
-    frame: pd.DataFrame | None = None
-    if fmt == "vllm-ascend":
-        from servecal.costmodels.export_ascend import ascend_profile
-
-        frame, notes = ascend_profile(table, max_num_batched_tokens)
-    elif fmt == "llm-d-sim":
-        from servecal.costmodels.export_llmd import (
-            check_fit,
-            fit_notes,
-            fit_sim_profile,
-            sim_yaml,
+    if fmt not in EXPORTERS and ":" not in fmt:
+        raise InputError(f"--format: unknown format '{fmt}' (choose {EXPORTERS.usages()})")
+    out = EXPORTERS.call(fmt, table, ExportOptions(**options))  # type: ignore[arg-type]
+    if not isinstance(out, Rendered):
+        raise InputError(
+            f"--format {fmt}: the exporter returned {type(out).__name__}, not a Rendered"
         )
-
-        profile = fit_sim_profile(table, max_num_seqs, decode_ctx)
-        check_fit(profile, force)
-        notes = fit_notes(profile)
-        text = sim_yaml(profile, source)
-    else:
-        frame = long_form(table)
     with atomic_path(path) as tmp:
-        if text is not None:
-            tmp.write_text(text)
-        elif fmt == "parquet":
-            frame.to_parquet(tmp, index=False)
-        elif fmt == "vllm-ascend":
-            from servecal.costmodels.export_ascend import COST_DECIMALS
-
-            frame.to_csv(tmp, index=False, float_format=f"%.{COST_DECIMALS}f")
-        else:
-            frame.to_csv(tmp, index=False)
+        tmp.write_bytes(out.data)
     write_provenance(path, table)
-    rows = len(frame) if frame is not None else text.count("\n")
-    return Exported(rows, tuple(notes))
+    return Exported(out.rows, tuple(out.notes), out.unit)
 
 
 def provenance_path(path: str | os.PathLike[str]) -> Path:

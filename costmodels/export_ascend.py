@@ -34,6 +34,7 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.errors import InputError
+from servecal.costmodels.export import ExportOptions, Rendered
 from servecal.costmodels.table import CostTable
 
 #: Column order of vllm-ascend's file.
@@ -137,3 +138,10 @@ def ascend_profile(
             "at least that high, or cap the rows with --max-num-batched-tokens"
         )
     return frame, notes
+
+
+def render(table: CostTable, options: ExportOptions) -> Rendered:
+    """The ``vllm-ascend`` exporter: ``profile_table.csv``, costs rounded up."""
+    frame, notes = ascend_profile(table, options.max_num_batched_tokens)
+    text = frame.to_csv(index=False, float_format=f"%.{COST_DECIMALS}f")
+    return Rendered(text.encode(), len(frame), tuple(notes))

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from servecal.costmodels.errors import InputError, NoticeWarning
+from servecal.costmodels.export import ExportOptions, Rendered
 from servecal.costmodels.table import CostTable
 
 #: ``Φ⁻¹(0.99)``: P99 − P50 of a normal distribution in standard deviations.
@@ -300,3 +301,11 @@ def fit_notes(profile: SimProfile) -> list[str]:
             f"{go_duration(itl_ns)} runs as {whole_ms} ms at one request in flight"
         )
     return out
+
+
+def render(table: CostTable, options: ExportOptions) -> Rendered:
+    """The ``llm-d-sim`` exporter: the fitted knobs as the simulator's YAML."""
+    profile = fit_sim_profile(table, options.max_num_seqs, options.decode_ctx)
+    check_fit(profile, options.force)
+    text = sim_yaml(profile, options.source)
+    return Rendered(text.encode(), text.count("\n"), tuple(fit_notes(profile)), "lines")

@@ -1,7 +1,7 @@
 """Fit a predictor on samples and compile it into a calibrated cost table (``servecal fit``).
 
 Steps: deal whole grid points into ``K`` folds; for each candidate model (one with
-``--model``, every applicable one with ``auto``) and each fold, fit the model on the
+``--family``, every applicable one with ``auto``) and each fold, fit the model on the
 other folds, compile it into a table and predict the fold's rows (out-of-fold
 predictions, :mod:`crossval`); score each candidate on them and keep the best
 (:mod:`select`). With the kept model: set the conformal margin from every
@@ -63,7 +63,7 @@ class TailWarning(UserWarning):
 class FitResult:
     """The compiled table, its held-out metrics, which model was used, and why.
 
-    ``trials``: every candidate's cross-validation (one with ``--model``)."""
+    ``trials``: every candidate's cross-validation (one with ``--family``)."""
 
     table: CostTable
     metrics: dict[str, Any]
@@ -139,7 +139,9 @@ def grid_for(
 
 def _check_args(model: str, quantiles: Sequence[float], fold_share: float) -> tuple[float, ...]:
     if model not in (*MODELS, "auto"):
-        raise InputError(f"--model: unknown model '{model}' (choose {', '.join(MODELS)}, auto)")
+        raise InputError(
+            f"--family: unknown regression family '{model}' (choose {', '.join(MODELS)}, auto)"
+        )
     qs = tuple(sorted({float(q) for q in quantiles}))
     if not qs or not all(0.0 < q < 1.0 for q in qs):
         raise InputError(f"--quantiles: each quantile must be in (0, 1), got {list(quantiles)}")
@@ -242,7 +244,7 @@ def fit_cost_table(
     ``model="auto"`` cross-validates every applicable model of :data:`MODELS` on the
     same folds and keeps the one with the lowest out-of-fold pinball loss
     (:mod:`select`); its cost is the candidates' cross-validations plus one final fit,
-    never more than fitting each candidate with ``--model``. ``fold_share`` is the
+    never more than fitting each candidate with ``--family``. ``fold_share`` is the
     share of grid points each cross-validation fold holds out (``round(1 / fold_share)``
     folds; see :mod:`crossval`); every point is held out by exactly one fold.
 
@@ -283,7 +285,7 @@ def fit_cost_table(
     )
 
     trials, conformal = _run_trials(fitting, model, say)
-    kind, reason = choose(trials) if model == "auto" else (model, "chosen with --model")
+    kind, reason = choose(trials) if model == "auto" else (model, "chosen with --family")
     trial = next(t for t in trials if t.name == kind)
     metrics, cc = dict(trial.metrics), conformal[kind]
     if cc is not None and not cc.nested:
@@ -307,7 +309,7 @@ def fit_cost_table(
         "holdout": fold_share,  # the JSON key of tables since 0.1 (the fold share)
         "quantiles": list(qs),
         "selection": {
-            "rule": RULE if model == "auto" else f"--model {model}",
+            "rule": RULE if model == "auto" else f"--family {model}",
             "folds": k,
             "points": shape.points,
             "candidates": [trial_record(t) for t in trials],

@@ -1,4 +1,4 @@
-"""``--model auto``: keep the candidate whose out-of-fold quantiles score best.
+"""``--family auto``: keep the candidate whose out-of-fold quantiles score best.
 
 Every candidate is cross-validated on the *same* folds (whole points held out, see
 :mod:`crossval`), through the same compile step as the shipped table (grid, holes,

@@ -84,7 +84,7 @@ def _prune_top(heap: list[tuple[float, int, int]], ready: dict[int, LiveRequest]
     while heap:
         top = heap[0]
         live = ready.get(top[1])
-        if live is not None and live._hv == top[2]:
+        if live is not None and live.heap_version == top[2]:
             return
         heappop(heap)
 
@@ -204,7 +204,7 @@ class Engine:
             live = LiveRequest(req, s.clock)
             s.live[req.rid] = live
             if req.prompt_tokens + req.output_tokens - 1 > limit:
-                live._phase = Phase.REJECTED  # can never fit, whatever the policy does
+                live.reject()  # can never fit, whatever the policy does
                 continue
             s.waiting[req.rid] = live
             s.arrived.append(req.rid)
@@ -231,12 +231,12 @@ class Engine:
         chunk = 0
         prefix_weighted = 0
         for live, tokens in chunks:
-            if live._phase == Phase.WAITING:
+            if live.phase == Phase.WAITING:
                 self._admit(live)
-            elif live._parked:
-                live._parked = False
+            elif live.parked:
+                live.unpark()
             chunk += tokens
-            prefix_weighted += live._prefilled * tokens
+            prefix_weighted += live.prefilled * tokens
         if n_decode == 0 and chunk == 0:
             return self._idle()
         prefix = prefix_weighted / chunk if chunk else 0.0
@@ -258,15 +258,14 @@ class Engine:
         s.kv_used += n_decode + chunk
         s.kv_ready += n_decode
         for live in starting:
-            self._start_streak(live, idx, live._tok + 1)
+            self._start_streak(live, idx, live.tokens_out + 1)
         for live, tokens in chunks:
-            live._prefilled += tokens
-            if live._prefilled == live._target:
+            if live.add_prefill(tokens):
                 self._prefill_done(live, idx, now)
         done = self._finish_at.pop(idx, None)
         if done:
             for live in done:
-                if live._streaking and live._sync_iter + live.output_tokens - live._tok == idx:
+                if live.finishes_in(idx):
                     self._finish(live, now)
         return True
 
@@ -286,19 +285,17 @@ class Engine:
     def _apply_side_orders(self, plan: Plan) -> None:
         s = self.state
         for rid in plan.reject:
-            live = s.waiting.pop(rid)
-            live._phase = Phase.REJECTED
+            s.waiting.pop(rid).reject()
         for rid in plan.preempt:
             self._preempt(s.running[rid])
         for rid in plan.park:
             live = s.running.get(rid)
             if live is not None:
-                live._parked = True
-                live._parks += 1
-                if live._phase == Phase.READY:
+                live.park()
+                if live.phase == Phase.READY:
                     s.parked_ready[rid] = live
         for rid in plan.exceptions:
-            s.live[rid]._exception = True
+            s.live[rid].mark_exception()
 
     def _set_decoders(self, plan: Plan) -> tuple[float, list[LiveRequest]]:
         """Slow path: only some ready requests decode. Returns (ctx, streaks to start)."""
@@ -313,18 +310,14 @@ class Engine:
         for rid, live in s.ready.items():
             if rid in chosen:
                 kv += live.kv_tokens
-                if live._parked:
-                    live._parked = False
+                if live.parked:
+                    live.unpark()
                     s.parked_ready.pop(rid, None)
-                if not live._streaking:
+                if not live.streaking:
                     starting.append(live)
-            elif live._streaking:  # it stops decoding: freeze its count and ℓ_i
-                live._streaks.append((live._sync_iter, s.clock.last_iter))
-                live._tok = live.tokens_out
-                live._streaking = False
-                live._last_ms = last_ms
-                live._hv += 1
-                heappush(s.lag_heap, (last_ms + live.tpot_slo_ms, rid, live._hv))
+            elif live.streaking:  # it stops decoding: freeze its count and ℓ_i
+                version = live.skip_decode(last_ms)
+                heappush(s.lag_heap, (last_ms + live.tpot_slo_ms, rid, version))
                 self._stale = True
         return (kv / len(chosen) if chosen else 0.0), starting
 
@@ -332,8 +325,7 @@ class Engine:
     def _admit(self, live: LiveRequest) -> None:
         s = self.state
         del s.waiting[live.rid]
-        live._phase = Phase.PREFILL
-        live._admit_seq = self._admits
+        live.admit(self._admits)
         self._admits += 1
         s.prefilling[live.rid] = live
         s.running[live.rid] = live
@@ -341,12 +333,9 @@ class Engine:
     def _start_streak(self, live: LiveRequest, idx: int, tokens: int) -> None:
         """``live`` emits its ``tokens``-th token in iteration ``idx`` and decodes on."""
         s = self.state
-        live._streaking = True
-        live._sync_iter = idx
-        live._tok = tokens
-        live._hv += 1
+        version = live.start_streak(idx, tokens)
         self._stale = True
-        heappush(s.sync_heap, (live.tpot_slo_ms, live.rid, live._hv))
+        heappush(s.sync_heap, (live.tpot_slo_ms, live.rid, version))
         if len(s.sync_heap) > 4 * s.n_ready + 64:
             self._compact_heaps()
         if tokens >= live.output_tokens:
@@ -357,25 +346,18 @@ class Engine:
     def _prefill_done(self, live: LiveRequest, idx: int, now: float) -> None:
         s = self.state
         del s.prefilling[live.rid]
-        live._phase = Phase.READY
+        live.prefill_complete(now)
         s.ready[live.rid] = live
         s.n_ready += 1
-        s.kv_ready += live._prefilled
-        live._kv0 = live._prefilled - (live._tok + 1)
-        if math.isnan(live._first_ms):
-            live._first_ms = now
+        s.kv_ready += live.prefilled
         s.prefilled.append(live.rid)
-        self._start_streak(live, idx, live._tok + 1)
+        self._start_streak(live, idx, live.tokens_out + 1)
 
     def _leave_ready(self, live: LiveRequest) -> int:
         """Take a ready request out of the decode set; return the KV it held."""
         s = self.state
         kv = live.kv_tokens
-        if live._streaking:
-            live._streaks.append((live._sync_iter, s.clock.last_iter))
-            live._tok = live.tokens_out
-            live._last_ms = s.clock.ends[-1]
-            live._streaking = False
+        live.stop_streak(s.clock.ends[-1])
         s.kv_ready -= kv
         s.n_ready -= 1
         del s.ready[live.rid]
@@ -387,26 +369,19 @@ class Engine:
         s = self.state
         s.kv_used -= self._leave_ready(live)
         del s.running[live.rid]
-        live._phase = Phase.DONE
-        live._done_ms = now
-        live._hv += 1
+        live.finish(now)
         s.finished.append(live.rid)
 
     def _preempt(self, live: LiveRequest) -> None:
         """Recompute preemption: free the KV, lose the progress, re-queue at the front."""
         s = self.state
-        if live._phase == Phase.READY:
+        if live.phase == Phase.READY:
             s.kv_used -= self._leave_ready(live)
         else:
-            s.kv_used -= live._prefilled
+            s.kv_used -= live.prefilled
             del s.prefilling[live.rid]
         del s.running[live.rid]
-        live._phase = Phase.WAITING
-        live._target = live.request.prompt_tokens + live._tok
-        live._prefilled = 0
-        live._parked = False
-        live._hv += 1
-        live._recomputes += 1
+        live.recompute()
         s.recomputes += 1
         s.waiting[live.rid] = live
         s.waiting.move_to_end(live.rid, last=False)
@@ -417,17 +392,17 @@ class Engine:
         """Drop stale entries from the tops of the deadline heaps.
 
         An entry is stale once its request left the ready set or started or stopped
-        a streak (its version ``_hv`` moved on). Pruning here, at the end of the
+        a streak (its ``heap_version`` moved on). Pruning here, at the end of the
         engine's own changes, keeps every top valid, so readers only peek."""
         s = self.state
         ready = s.ready
         for heap in (s.sync_heap, s.lag_heap):
             # the top's check written out: most stale steps leave the tops valid, and a
-            # call per heap per step was ~2% of an engine run (issue #20's speed check)
+            # call per heap per step was ~2% of an engine run (benchmarks/engine.py)
             if heap:
                 top = heap[0]
                 live = ready.get(top[1])
-                if live is None or live._hv != top[2]:
+                if live is None or live.heap_version != top[2]:
                     _prune_top(heap, ready)
         self._stale = False
 
@@ -435,7 +410,9 @@ class Engine:
         s = self.state
         ready = s.ready
         for heap in (s.sync_heap, s.lag_heap):
-            heap[:] = [e for e in heap if (x := ready.get(e[1])) is not None and x._hv == e[2]]
+            heap[:] = [
+                e for e in heap if (x := ready.get(e[1])) is not None and x.heap_version == e[2]
+            ]
             heapify(heap)
 
     # -- online validation ------------------------------------------------------------

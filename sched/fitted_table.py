@@ -50,7 +50,7 @@ FIT_GRID: dict[str, tuple[int, ...]] = {
     "prefix": (0, 1024, 4096, 8192, 16384),
 }
 FIT_REPEATS = 20  # the profiler's default repeats per point
-FIT_ENTROPY = 20261216  # SeedSequence entropy of the calibration draws (issue 16)
+FIT_ENTROPY = 20261216  # SeedSequence entropy of the calibration draws (fixed: reproducible)
 FIT_PROBES = 4000  # off-grid shapes (one iteration each) the ``fitted`` margin is set on
 #: Bump when the fitting recipe changes, so cached tables are rebuilt.
 FIT_RECIPE = "fit_cost_table(model=table, holdout=0.2, quantiles=(0.5, 0.99)) v1"

@@ -1,6 +1,9 @@
 """The engine-side state of one request, read by policies through properties.
 
-Only :mod:`servecal.sched.engine` writes the underscore fields. Token counts are
+Policies see a request as a :class:`RequestView` (read-only properties). The engine
+changes a request only through :class:`LiveRequest`'s transition methods
+(``admit``, ``start_streak``, ``finish``, ...), so every write to its fields is in
+this module and each transition keeps the fields consistent with each other. Token counts are
 kept *lazily*: while a request decodes in every iteration (a "streak", the usual
 case) nothing about it changes per iteration; its token count and last-token time
 are derived from the shared :class:`Clock`. That is what lets the engine run
@@ -11,6 +14,7 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
+from typing import Protocol
 
 from servecal.sched.request import Request
 
@@ -35,8 +39,76 @@ class Clock:
         self.last_iter = -1  # index of the last completed iteration
 
 
+class RequestView(Protocol):
+    """What a policy may read about one request (every attribute read-only)."""
+
+    @property
+    def rid(self) -> int: ...
+    @property
+    def request(self) -> Request: ...
+    @property
+    def tpot_slo_ms(self) -> float: ...
+    @property
+    def phase(self) -> Phase: ...
+    @property
+    def arrival_ms(self) -> float: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def output_tokens(self) -> int: ...
+    @property
+    def prefill_target(self) -> int: ...
+    @property
+    def prefilled(self) -> int: ...
+    @property
+    def remaining_prefill(self) -> int: ...
+    @property
+    def is_ready(self) -> bool: ...
+    @property
+    def tokens_out(self) -> int: ...
+    @property
+    def kv_tokens(self) -> int: ...
+    @property
+    def first_token_ms(self) -> float: ...
+    @property
+    def last_token_ms(self) -> float: ...
+    @property
+    def deadline_ms(self) -> float: ...
+    @property
+    def admit_seq(self) -> int: ...
+    @property
+    def completion_ms(self) -> float: ...
+    @property
+    def recomputes(self) -> int: ...
+    @property
+    def parks(self) -> int: ...
+    @property
+    def parked(self) -> bool: ...
+    @property
+    def slo_exception(self) -> bool: ...
+    @property
+    def streaking(self) -> bool:
+        """Decoding in every iteration since :attr:`sync_iter` (token count derived lazily)."""
+        return self._streaking
+
+    @property
+    def heap_version(self) -> int:
+        """Version of this request's deadline-heap entries; older entries are stale."""
+        return self._hv
+
+    def finishes_in(self, idx: int) -> bool:
+        """Its streak emits its last output token in iteration ``idx``."""
+        return self._streaking and self._sync_iter + self.request.output_tokens - self._tok == idx
+
+    def streaks(self) -> list[tuple[int, int]]: ...
+
+
 class LiveRequest:
-    """One request while the engine holds it; every public attribute is read-only."""
+    """One request while the engine holds it (a :class:`RequestView` plus transitions).
+
+    Public attributes are read-only; the engine moves a request between phases with
+    the methods under "transitions", which are the only writers of its fields.
+    """
 
     __slots__ = (
         "request",
@@ -181,12 +253,97 @@ class LiveRequest:
         """A plan knowingly broke one of its deadlines (SLOWeave's aging rule)."""
         return self._exception
 
+    @property
+    def streaking(self) -> bool:
+        """Decoding in every iteration since :attr:`sync_iter` (token count derived lazily)."""
+        return self._streaking
+
+    @property
+    def heap_version(self) -> int:
+        """Version of this request's deadline-heap entries; older entries are stale."""
+        return self._hv
+
+    def finishes_in(self, idx: int) -> bool:
+        """Its streak emits its last output token in iteration ``idx``."""
+        return self._streaking and self._sync_iter + self.request.output_tokens - self._tok == idx
+
     def streaks(self) -> list[tuple[int, int]]:
         """``(first, last)`` iteration indices of each run of consecutive token
         emissions, the current one included."""
         if self._streaking:
             return [*self._streaks, (self._sync_iter, self._clock.last_iter)]
         return list(self._streaks)
+
+    # -- transitions (called by the engine only) -------------------------------------
+    def reject(self) -> None:
+        """Refused: by admission control, or larger than the KV capacity."""
+        self._phase = Phase.REJECTED
+
+    def admit(self, seq: int) -> None:
+        """Start (or restart after a recompute) its prefill as the ``seq``-th admission."""
+        self._phase = Phase.PREFILL
+        self._admit_seq = seq
+
+    def park(self) -> None:
+        """A plan parks it: it keeps its KV and progress but is not scheduled."""
+        self._parked = True
+        self._parks += 1
+
+    def unpark(self) -> None:
+        self._parked = False
+
+    def mark_exception(self) -> None:
+        """A plan knowingly broke one of its deadlines."""
+        self._exception = True
+
+    def add_prefill(self, tokens: int) -> bool:
+        """``tokens`` more prompt tokens are in KV; True once the prefill is complete."""
+        self._prefilled += tokens
+        return self._prefilled == self._target
+
+    def start_streak(self, idx: int, tokens: int) -> int:
+        """It emits its ``tokens``-th token in iteration ``idx`` and decodes on every
+        iteration after; returns the new heap version."""
+        self._streaking = True
+        self._sync_iter = idx
+        self._tok = tokens
+        self._hv += 1
+        return self._hv
+
+    def stop_streak(self, last_ms: float) -> None:
+        """It stops decoding: freeze its token count and ℓ_i (``last_ms``)."""
+        if self._streaking:
+            self._streaks.append((self._sync_iter, self._clock.last_iter))
+            self._tok = self.tokens_out
+            self._streaking = False
+            self._last_ms = last_ms
+
+    def skip_decode(self, last_ms: float) -> int:
+        """A plan leaves it out of this iteration's decodes; returns the new heap version."""
+        self.stop_streak(last_ms)
+        self._hv += 1
+        return self._hv
+
+    def prefill_complete(self, now: float) -> None:
+        """Its prefill finished at ``now``: it decodes from here (its next token follows)."""
+        self._phase = Phase.READY
+        self._kv0 = self._prefilled - (self._tok + 1)
+        if math.isnan(self._first_ms):
+            self._first_ms = now
+
+    def finish(self, now: float) -> None:
+        self._phase = Phase.DONE
+        self._done_ms = now
+        self._hv += 1
+
+    def recompute(self) -> None:
+        """Preempted by recompute: KV freed, everything emitted so far is prefilled again."""
+        self._phase = Phase.WAITING
+        self._target = self.request.prompt_tokens + self._tok
+        self._prefilled = 0
+        self._parked = False
+        self._hv += 1
+        self._recomputes += 1
 
     def __repr__(self) -> str:
         return (

@@ -58,7 +58,7 @@ def check_plan(
         live = state.prefilling.get(rid) or state.waiting.get(rid)
         if live is None:
             raise fail(f"prefills request {rid}, which has no prefill left")
-        left = live._target - live._prefilled  # engine-internal: the remaining prefill
+        left = live.prefill_target - live.prefilled
         if not 1 <= tokens <= left:
             raise fail(f"prefills {tokens} tokens of request {rid}, which has {left} left")
         chunks.append((live, tokens))

@@ -3,7 +3,7 @@
 It reads the engine's :class:`~servecal.sched.state.EngineState` and changes
 nothing. Every accessor is O(1) or returns a live read-only container view (no
 copies), so reading the view costs nothing per iteration. Requests are
-:class:`~servecal.sched.live.LiveRequest` objects whose public attributes are
+:class:`~servecal.sched.live.RequestView` objects whose attributes are all
 read-only properties.
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, ValuesView
 
-from servecal.sched.live import LiveRequest
+from servecal.sched.live import RequestView
 from servecal.sched.state import EngineState
 
 
@@ -58,30 +58,30 @@ class EngineView:
         return s.kv_ready / s.n_ready if s.n_ready else 0.0
 
     @property
-    def waiting(self) -> ValuesView[LiveRequest]:
+    def waiting(self) -> ValuesView[RequestView]:
         """Requests not started (or preempted), in arrival order, preempted ones first."""
         return self._s.waiting.values()
 
     @property
-    def running(self) -> ValuesView[LiveRequest]:
+    def running(self) -> ValuesView[RequestView]:
         """Requests holding KV (prefilling or decoding), in admission order."""
         return self._s.running.values()
 
     @property
-    def prefilling(self) -> ValuesView[LiveRequest]:
+    def prefilling(self) -> ValuesView[RequestView]:
         """Running requests whose prefill is incomplete, in admission order."""
         return self._s.prefilling.values()
 
     @property
-    def ready(self) -> ValuesView[LiveRequest]:
+    def ready(self) -> ValuesView[RequestView]:
         """Running requests that decode."""
         return self._s.ready.values()
 
-    def get(self, rid: int) -> LiveRequest:
+    def get(self, rid: int) -> RequestView:
         """Any request that has arrived, by id."""
         return self._s.live[rid]
 
-    def next_prefill(self) -> LiveRequest | None:
+    def next_prefill(self) -> RequestView | None:
         """The oldest incomplete prefill: a started one first, else the head of the queue."""
         s = self._s
         for live in s.prefilling.values():
@@ -90,7 +90,7 @@ class EngineView:
             return live
         return None
 
-    def prefill_queue(self) -> Iterator[LiveRequest]:
+    def prefill_queue(self) -> Iterator[RequestView]:
         """Every incomplete prefill, started ones first (admission order), then waiting."""
         yield from self._s.prefilling.values()
         yield from self._s.waiting.values()

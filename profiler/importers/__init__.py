@@ -1,8 +1,10 @@
 """Importers: iteration-level samples composed from public per-operator GPU profiles.
 
-``import_profile("aiconfigurator" | "vidur", path, shape, tp, grid, comm)`` returns samples rows
+``import_profile(kind, path, shape, tp, grid, comm)`` returns samples rows
 (medians, ``rep = 0``, ``energy_j`` null) on a design grid plus the provenance
-that says where they came from and what was interpolated or approximated.
+that says where they came from and what was interpolated or approximated. ``kind``
+is a name of :data:`~servecal.profiler.importer_registry.IMPORTERS`
+(``aiconfigurator``, ``vidur``) or a user's ``module:Class`` (docs/plugins.md).
 aiconfigurator's tables lack the pointwise kernels; they are priced from bytes moved
 (:mod:`.pointwise`) unless ``pointwise=False``. An eager engine's host overhead
 (:mod:`.overhead`) is added when ``overhead_file`` gives its parameters (JSON) or
@@ -19,6 +21,7 @@ import pandas as pd
 
 from servecal.costmodels.errors import InputError
 from servecal.profiler.design import IMPORT_GRID, Grid, Point, design_points
+from servecal.profiler.importer_registry import IMPORTERS
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.compose import compose, compose_row
@@ -31,10 +34,10 @@ from servecal.profiler.importers.overhead import (
     relative_errors,
     requests_in_batch,
 )
-from servecal.profiler.importers.vidur import VidurSource
 from servecal.profiler.shapes import ModelShape
 
-SOURCES = {"aiconfigurator": AiConfiguratorSource, "vidur": VidurSource}
+#: Names of the built-in importers (``servecal plugins importer`` lists them).
+SOURCES = IMPORTERS.names()
 
 
 def import_profile(
@@ -58,19 +61,19 @@ def import_profile(
     ``pointwise_device``: aiconfigurator only (Vidur measured its pointwise ops).
     ``overhead_file``: host-overhead parameters (.json) or measured steps (.csv) to fit
     them on (``fit_scales=False``: the two kernel scales stay 1)."""
-    if kind not in SOURCES:
-        raise InputError(f"unknown profile kind {kind!r}; choose {', '.join(SOURCES)}")
+    if kind not in IMPORTERS and ":" not in kind:
+        raise InputError(f"unknown profile kind {kind!r}; choose {IMPORTERS.usages()}")
     if tp < 1:
         raise InputError(f"--tp must be >= 1, got {tp}")
     if not Path(path).exists():
         raise InputError(f"{path}: no such file or folder")
     log = ExtrapolationLog()
-    if kind == "aiconfigurator":
+    if kind == "aiconfigurator":  # the one importer with pointwise options
         source = AiConfiguratorSource(
             path, shape, tp, log, comm or CommOptions(), pointwise, pointwise_device
         )
     else:
-        source = SOURCES[kind](path, shape, tp, log, comm or CommOptions())
+        source = IMPORTERS.call(kind, path, shape, tp, log, comm or CommOptions())
     host: dict[str, Any] = {"engine_overhead": None}
     model = None
     if overhead_file is not None:  # read (and fit) first: a bad file fails before the grid
@@ -78,12 +81,20 @@ def import_profile(
         log.count = 0  # extrapolated_reads counts the grid's rows, not the fitted steps'
     grid = grid or IMPORT_GRID
     points = design_points(grid, np.random.default_rng(0))
-    frame = compose(source, shape, points)
+    try:
+        frame = compose(source, shape, points)
+        source_provenance = source.provenance()
+    except InputError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a user's importer (module:Class), any failure
+        if kind in IMPORTERS:
+            raise
+        raise InputError(f"servecal import {kind}: {type(exc).__name__}: {exc}") from None
     if model is not None:
         frame = add_overhead(frame, model)
     provenance = {
         "source": f"servecal import {kind}",
-        **source.provenance(),
+        **source_provenance,
         "model": shape.name,
         "model_shape": shape.to_dict(),
         "model_hash": shape.hash,

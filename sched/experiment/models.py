@@ -1,20 +1,22 @@
 """Truth models and predictors by name: one table each.
 
-``--truth NAME[:ARG]`` and ``--predictor NAME[:ARG]`` resolve through
-:data:`TRUTHS` and :data:`PREDICTORS`; each entry names its loader by import path
-(imported on use, so a run pays only for the model it uses). A truth loader takes
+``--truth NAME[:ARG]`` and ``--predictor NAME[:ARG]`` resolve through the
+registries :data:`TRUTHS` and :data:`PREDICTORS` (:mod:`servecal.plugins`); each
+entry names its loader by import path (imported on use, so a run pays only for the
+model it uses), and ``module:attr[:ARG]`` names a user's loader. A truth loader takes
 the text after ``NAME:``; a predictor loader takes that text and the run's truth.
-Adding a truth or a predictor is one line here. Loaded models are kept per
+Adding a truth or a predictor is one file and one line here. Loaded models are kept per
 process (a worker of a sweep reads a samples file or a cost table once).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from servecal.costmodels.errors import InputError, NoticeWarning
+from servecal.plugins import Registry, is_import_path, load_object
+from servecal.sched.truth_protocol import check_truth
 
 #: What ``--truth`` and ``--predictor`` default to: a truth with a device's noise and
 #: structure, planned against by a table fitted on its samples (docs/truth.md). The
@@ -47,68 +49,65 @@ def models_label(truth_spec: str | None, predictor_spec: str) -> str:
     return f"truth {truth} · predictor {predictor_spec}"
 
 
-@dataclass(frozen=True)
-class Named:
-    """One name: its loader (``module:function``), usage and a one-line summary."""
+#: ``--truth``: what the simulated executor draws iteration times from. A truth is
+#: made by ``loader(arg: str) -> Truth`` (:class:`~servecal.sched.truth_protocol.Truth`);
+#: a user's loads by ``module:attr[:ARG]`` (docs/plugins.md).
+TRUTHS = Registry("truth", "--truth", "loader(arg: str) -> Truth (docs/plugins.md)")
+# fmt: off
+TRUTHS.add("analytic", "servecal.sched.truth:analytic_truth", "docs/spec.md §1's formula × log-normal noise, with rare spikes", "analytic[:sigma=S,spike_prob=P,spike_factor=F,power_w=W]")  # noqa: E501
+TRUTHS.add("samples", "servecal.sched.truth:SampledTruth.load", "a measured row of the nearest measured point (bootstrap)", "samples:PATH")  # noqa: E501
+TRUTHS.add("fit", "servecal.sched.fitted_truth:fitted_truth", "docs/spec.md §1's formula with coefficients fitted to measured samples", "fit:PATH")  # noqa: E501
+TRUTHS.add("device", "servecal.sched.device_truth:device_truth", "docs/spec.md §1's scale with an A100's shape: attention grows with context, GEMM steps, jitter, stalls (docs/truth.md); energy from the A100 power model (docs/energy.md)", "device[:sigma=S,spike_prob=P,...,power=NAME|none]")  # noqa: E501
+# fmt: on
 
-    loader: str
-    usage: str
-    summary: str
-
-
-#: ``--truth`` names: what the simulated executor draws iteration times from.
-TRUTHS: dict[str, Named] = {
-    "analytic": Named("servecal.sched.truth:analytic_truth", "analytic[:sigma=S,spike_prob=P,spike_factor=F,power_w=W]", "docs/spec.md §1's formula × log-normal noise, with rare spikes"),  # noqa: E501
-    "samples": Named("servecal.sched.truth:SampledTruth.load", "samples:PATH", "a measured row of the nearest measured point (bootstrap)"),  # noqa: E501
-    "fit": Named("servecal.sched.fitted_truth:fitted_truth", "fit:PATH", "docs/spec.md §1's formula with coefficients fitted to measured samples"),  # noqa: E501
-    "device": Named("servecal.sched.device_truth:device_truth", "device[:sigma=S,spike_prob=P,...,power=NAME|none]", "docs/spec.md §1's scale with an A100's shape: attention grows with context, GEMM steps, jitter, stalls (docs/truth.md); energy from the A100 power model (docs/energy.md)"),  # noqa: E501
-}  # fmt: skip
-
-#: ``--predictor`` names: what the policy plans with. A bare path is ``table:PATH``.
-PREDICTORS: dict[str, Named] = {
-    "oracle": Named("servecal.sched.experiment.models:oracle", "oracle", "the truth's own formula and noise (device, analytic, fit): a reference, never the default"),  # noqa: E501
-    "table": Named("servecal.sched.experiment.models:cost_table", "table:PATH (or PATH)", "a cost table JSON (servecal fit / calibrate)"),  # noqa: E501
-    "fitted": Named("servecal.sched.fitted_table:fitted", "fitted", "a cost table fitted on samples of the run's truth (other seeds), margin set on off-grid probes"),  # noqa: E501
-    "fitted-grid": Named("servecal.sched.fitted_table:fitted_grid", "fitted-grid", "the same table with the margin fit sets on grid points only"),  # noqa: E501
-}  # fmt: skip
+#: ``--predictor``: what the policy plans with, made by ``loader(arg, truth) ->
+#: Predictor``. A bare path is ``table:PATH``.
+PREDICTORS = Registry("predictor", "--predictor", "loader(arg: str, truth) -> Predictor")
+# fmt: off
+PREDICTORS.add("oracle", "servecal.sched.experiment.models:oracle", "the truth's own formula and noise (device, analytic, fit): a reference, never the default")  # noqa: E501
+PREDICTORS.add("table", "servecal.sched.experiment.models:cost_table", "a cost table JSON (servecal fit / calibrate)", "table:PATH (or PATH)")  # noqa: E501
+PREDICTORS.add("fitted", "servecal.sched.fitted_table:fitted", "a cost table fitted on samples of the run's truth (other seeds), margin set on off-grid probes")  # noqa: E501
+PREDICTORS.add("fitted-grid", "servecal.sched.fitted_table:fitted_grid", "the same table with the margin fit sets on grid points only")  # noqa: E501
+# fmt: on
 
 _TRUTH_CACHE: dict[str, Any] = {}
 _PREDICTOR_CACHE: dict[tuple[str, str], Any] = {}
 
 
-def _usages(table: dict[str, Named]) -> str:
-    return ", ".join(n.usage for n in table.values())
-
-
-def _split(spec: str, table: dict[str, Named], flag: str) -> tuple[Named, str]:
-    name, _, arg = spec.partition(":")
-    if name in table:
-        return table[name], arg
-    if table is PREDICTORS:  # a bare path names a cost table
-        return PREDICTORS["table"], spec
-    raise InputError(f"{flag} {spec!r}: expected {_usages(table)}")
+def _split_predictor(spec: str) -> tuple[str, str]:
+    """``(import path of the loader, arg)``; a spec that is no name and no
+    ``module:attr`` is a cost table's path."""
+    if spec.partition(":")[0] not in PREDICTORS and (
+        Path(spec).is_file() or not is_import_path(spec)
+    ):
+        return PREDICTORS.entries["table"].target, spec
+    _, target, arg = PREDICTORS.split(spec)
+    return target, arg
 
 
 def load_truth(spec: str) -> Any:
     """The truth model ``spec`` names (loaded once per process)."""
-    from servecal.sched.policies.registry import load_object
-
     if spec not in _TRUTH_CACHE:
-        named, arg = _split(spec, TRUTHS, "--truth")
-        _TRUTH_CACHE[spec] = load_object(named.loader, "--truth loader")(arg)
+        entry, _, arg = TRUTHS.split(spec)
+        truth = TRUTHS.call(spec, arg)
+        if entry is None:
+            truth = check_truth(truth, spec)
+        _TRUTH_CACHE[spec] = truth
     return _TRUTH_CACHE[spec]
 
 
 def load_predictor(spec: str, truth_spec: str) -> Any:
     """The predictor ``spec`` names for the truth ``truth_spec`` (once per process)."""
-    from servecal.sched.policies.registry import load_object
-
-    named, arg = _split(spec, PREDICTORS, "--predictor")
+    target, arg = _split_predictor(spec)
     # a cost table file is the same whatever the truth; oracle and fitted are the truth's
-    key = (spec, "" if named is PREDICTORS["table"] else truth_spec)
+    key = (spec, "" if target == PREDICTORS.entries["table"].target else truth_spec)
     if key not in _PREDICTOR_CACHE:
-        loader = load_object(named.loader, "--predictor loader")
-        _PREDICTOR_CACHE[key] = loader(arg, load_truth(truth_spec))
+        truth = load_truth(truth_spec)
+        if target == PREDICTORS.entries["table"].target:  # also a bare path
+            predictor = load_object(target, "--predictor")(arg, truth)
+        else:
+            predictor = PREDICTORS.call(spec, arg, truth)
+        _PREDICTOR_CACHE[key] = predictor
     return _PREDICTOR_CACHE[key]
 
 
@@ -172,8 +171,8 @@ def compare_provenance(predictor_spec: str, truth_spec: str) -> None:
 
 def table_path(predictor_spec: str) -> Path | None:
     """The cost table file a predictor spec names, if it names one."""
-    named, arg = _split(predictor_spec, PREDICTORS, "--predictor")
-    return Path(arg) if named is PREDICTORS["table"] else None
+    target, arg = _split_predictor(predictor_spec)
+    return Path(arg) if target == PREDICTORS.entries["table"].target else None
 
 
 def noise_profile(predictor: Any, predictor_spec: str) -> Any:

@@ -1,6 +1,6 @@
 """Many runs: ``sweep(specs, ...)`` → the means over seeds of every spec.
 
-The sweep owns what every study used to repeat: the task pool, run folders, means
+The sweep owns what every study would otherwise repeat: the task pool, run folders, means
 over seeds, the max-goodput searches and progress callbacks. A *task* is one
 ``(spec, seed)`` run (written as a run folder) or one max-goodput probe (not
 written); :func:`execute` runs one and returns its summary.

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from servecal.sched.live import LiveRequest, Phase
+from servecal.sched.live import Phase, RequestView
 from servecal.sched.view import EngineView
 
 #: Fraction of ``M`` kept free when a new request is admitted (vLLM's watermark).
 WATERMARK = 0.01
 
 
-def room_for(view: EngineView, live: LiveRequest, taken: int = 0) -> int:
+def room_for(view: EngineView, live: RequestView, taken: int = 0) -> int:
     """Most prefill tokens ``live`` may get this iteration, ``taken`` already planned.
 
     Within the KV left after every decode. A request not started yet is admitted

@@ -21,12 +21,12 @@ User policies load by import path, like vLLM's ``--scheduler-cls``:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
+from servecal import plugins
 from servecal.costmodels.errors import InputError
 from servecal.sched.policies.guard import PolicyError, failure, guarded, import_failure
 from servecal.sched.policies.options import Option, options_of
@@ -71,7 +71,7 @@ POLICIES: tuple[PolicyEntry, ...] = (
     PolicyEntry("fcfs", "arrival order, whole prompts, short ones packed (DistServe-like); `full` on the engine", {DRIVER: f"{_F}:Fcfs", ENGINE: f"{_P}.static:FullPrefill"}, baseline=True),  # noqa: E501
     PolicyEntry("sloweave", "the largest chunk that ends before every decode deadline (P99 + margin)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig"),  # noqa: E501
     PolicyEntry("sloweave-p50", "SLOWeave planning on P50 with no margin", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"quantile": 0.5, "use_margin": False, "margin_control": "fixed"}),  # noqa: E501
-    PolicyEntry("sloweave-fixed-margin", "SLOWeave planning on P99 + margin against the whole budget (before issue 31)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"margin_control": "fixed"}),  # noqa: E501
+    PolicyEntry("sloweave-fixed-margin", "SLOWeave planning on P99 + margin against the whole budget (the SLO control's baseline)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"margin_control": "fixed"}),  # noqa: E501
     PolicyEntry("sorted-f-online", "Sorted-F as a receding-horizon engine policy (clairvoyant lengths)", {ENGINE: "servecal.sched.sortedf.online:SortedFOnline"}),  # noqa: E501
     PolicyEntry("flowprefill", "operator-level preemption by sign(slack)/deadline, SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}),  # noqa: E501
     PolicyEntry("flowprefill-nopreempt", "FlowPrefill's order and batching, decided only when the device is free", {DRIVER: f"{_F}:FlowPrefill"}, preset={"preemptive": False}),  # noqa: E501
@@ -88,25 +88,8 @@ _BY_NAME = {e.name: e for e in POLICIES}
 
 def load_object(path: str, what: str = "--policy") -> Any:
     """``module.sub:Name`` (or ``module.sub:Outer.Name``) → the object; one-line errors
-    (whatever the module raises while it imports, ``exit()`` included)."""
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise InputError(f"{what} {path!r}: expected MODULE:NAME, e.g. mypkg.policies:MyPolicy")
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise import_failure(path, f"cannot import {module_name!r} ({exc})") from None
-    except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's module, any failure
-        raise import_failure(path, exc) from None
-    for part in attr.split("."):
-        try:
-            found = hasattr(obj, part)
-            obj = getattr(obj, part) if found else obj
-        except (Exception, SystemExit) as exc:  # noqa: BLE001 - a module's own __getattr__
-            raise import_failure(path, exc) from None
-        if not found:
-            raise import_failure(path, f"{module_name!r} has no {attr!r}")
-    return obj
+    naming the policy (whatever the module raises while it imports, ``exit()`` included)."""
+    return plugins.load_object(path, what, import_failure)
 
 
 @dataclass(frozen=True)

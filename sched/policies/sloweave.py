@@ -27,14 +27,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
-from servecal.sched.live import LiveRequest
+from servecal.sched.live import RequestView
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.policies._common import room_for
 from servecal.sched.policies.miss_control import GapMissControl
 from servecal.sched.view import EngineView
 
 #: ``margin_control`` values: the budget scaled online from the SLO's gap misses, or
-#: the whole budget planned on ``T̂_q + δ`` (before issue 31).
+#: the whole budget planned on ``T̂_q + δ`` (the baseline the SLO control is measured
+#: against).
 SLO_CONTROL = "slo"
 FIXED = "fixed"
 MARGIN_CONTROLS = (SLO_CONTROL, FIXED)
@@ -58,7 +59,8 @@ class SLOWeaveConfig:
       filled to the deadline overshoot it no more often than the SLO affords
       (:mod:`~servecal.sched.policies.miss_control`; ``control_gain``,
       ``control_max_scale``, ``control_tpot_share`` are its options); ``fixed`` plans on
-      ``T̂_q + δ`` against the whole budget (the behaviour before issue 31).
+      ``T̂_q + δ`` against the whole budget (kept as the baseline the control is
+      measured against).
     """
 
     c_max: int = 4096
@@ -301,7 +303,7 @@ class SLOWeave:
         n = len(view.running) + len(view.waiting) - len(new)
         refused = []
         for rid in new:
-            live: LiveRequest = view.get(rid)
+            live: RequestView = view.get(rid)
             cost = self._cost(p, n + 1, 0, view.ctx_mean, 0)
             if cost > self.config.admission_fraction * live.tpot_slo_ms:
                 refused.append(rid)

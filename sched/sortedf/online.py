@@ -26,14 +26,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from servecal.costmodels.predictor import Predictor
-from servecal.sched.live import LiveRequest
+from servecal.sched.live import RequestView
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.sortedf.admission import future_peak
 from servecal.sched.sortedf.batching import SOLVERS, form_batches
 from servecal.sched.view import EngineView
 
 
-def _to_produce(live: LiveRequest) -> int:
+def _to_produce(live: RequestView) -> int:
     return live.output_tokens - live.tokens_out
 
 
@@ -49,7 +49,7 @@ class SortedFOnline:
         if self.solver not in SOLVERS:
             raise ValueError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
 
-    def _replan(self, waiting: list[LiveRequest], memory: int) -> None:
+    def _replan(self, waiting: list[RequestView], memory: int) -> None:
         s = np.array([w.prefill_target for w in waiting], dtype=np.int64)
         o = np.array([max(1, _to_produce(w)) for w in waiting], dtype=np.int64)
         # Phase 1 on s - 1 so that a batch's check matches the engine's P - 1 + d.

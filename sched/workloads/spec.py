@@ -101,7 +101,7 @@ MULTISLO_CLASSES = (
     SloClass("file", 3.0, _lognormal_with_mean(4132.0, 0.5), CHAT.output, TtftRule(6000.0), 200.0),
 )
 
-# Tenants: one engine serving three TPOT tiers at once (issue 16): interactive 10 ms,
+# Tenants: one engine serving three TPOT tiers at once: interactive 10 ms,
 # standard 25 ms, batch 50 ms at --tpot-slo 25, i.e. 0.4x / 1x / 2x the run's target,
 # 30 / 40 / 30% of requests, drawn independently of the mixed lengths.
 TENANT_TIERS = (

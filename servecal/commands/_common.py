@@ -210,3 +210,24 @@ def table_flags(allow_edited: bool, strict: bool, allow_mismatch: bool = False) 
             os.environ[name] = "1"
         else:
             os.environ.pop(name, None)
+
+
+#: Old flag names already warned about in this process (each warns once).
+_WARNED_ALIASES: set[str] = set()
+
+
+def renamed_flag(new_value: Any, old_value: Any, new: str, old: str) -> Any:
+    """The value of flag ``new``, also accepted under its old name ``old`` (a hidden
+    option) so that scripts written against it keep working.
+
+    Giving ``old`` prints a one-line deprecation note to stderr, once per process;
+    giving both with different values is an input error.
+    """
+    if old_value is None:
+        return new_value
+    if new_value is not None and new_value != old_value:
+        raise InputError(f"{old} is the old name of {new}: give one of them")
+    if old not in _WARNED_ALIASES:
+        _WARNED_ALIASES.add(old)
+        typer.echo(f"note: {old} is deprecated, use {new}", err=True)
+    return old_value

@@ -18,9 +18,9 @@ from servecal.sched.experiment.models import (
 )
 
 #: ``--truth`` / ``--predictor`` help: the names of the experiment layer's tables.
-TRUTH_HELP = ", ".join(named.usage for named in TRUTHS.values()) + f" [default: {DEFAULT_TRUTH}]."
+TRUTH_HELP = TRUTHS.usages() + f" [default: {DEFAULT_TRUTH}]."
 PREDICTOR_HELP = (
-    ", ".join(named.usage for named in PREDICTORS.values())
+    PREDICTORS.usages()
     + f" [default: {DEFAULT_PREDICTOR}; oracle warns: it is the truth's own formula]."
 )
 POWER_HELP = (

@@ -19,7 +19,8 @@ def export(
         "--format",
         help="parquet | csv (long form, one row per grid cell) | vllm-ascend "
         "(profile_table.csv of its dynamic-batch scheduler) | llm-d-sim (latency knobs "
-        "of llm-d's inference simulator, fitted by least squares).",
+        "of llm-d's inference simulator, fitted by least squares) | MODULE:FUNCTION "
+        "(servecal plugins exporter).",
     ),
     out: Path = typer.Option(..., "--out", help="File to write."),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
@@ -67,8 +68,7 @@ def export(
             shutil.copyfile(staged, tmp)
     else:
         done = export_table(loaded, out, fmt, **options)
-    what = "lines" if fmt == "llm-d-sim" else "rows"
-    typer.echo(f"wrote {done.rows} {what} to {out}")
+    typer.echo(f"wrote {done.rows} {done.unit} to {out}")
     for note in done.notes:
         typer.echo(note)
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import user_errors, writable_file
+from servecal.commands._common import renamed_flag, user_errors, writable_file
 
 
 def parse_quantiles(text: str) -> list[float]:
@@ -26,19 +26,20 @@ def parse_quantiles(text: str) -> list[float]:
 def fit(
     samples: Path = typer.Argument(..., help="Samples file (Parquet or CSV)."),
     out: Path = typer.Option(..., "--out", help="Cost table to write (JSON)."),
-    model: str = typer.Option(
-        "auto",
-        "--model",
-        help="table | linear | piecewise | lgbm | auto (cross-validate each, keep the best).",
+    family: str = typer.Option(
+        None,
+        "--family",
+        help="Regression family: table | linear | piecewise | lgbm | auto (cross-validate "
+        "each, keep the best) [default: auto].",
     ),
+    model: str = typer.Option(None, "--model", hidden=True, help="Old name of --family."),
     quantiles: str = typer.Option("0.5,0.99", "--quantiles", help="Quantiles to table."),
     fold_share: float = typer.Option(
-        0.2,
+        None,
         "--fold-share",
-        "--holdout",
-        help="Share of grid points each cross-validation fold holds out (1/K); --holdout is "
-        "its older name.",
+        help="Share of grid points each cross-validation fold holds out (1/K) [default: 0.2].",
     ),
+    holdout: float = typer.Option(None, "--holdout", hidden=True, help="Old name of --fold-share."),
     seed: int = typer.Option(0, "--seed", min=0, help="Seed of the held-out split and the models."),
     as_json: bool = typer.Option(
         False, "--json", help="Print one JSON object (model block, metrics, notes, table path)."
@@ -51,6 +52,9 @@ def fit(
     from servecal.costmodels.fit import TailWarning, fit_cost_table
     from servecal.costmodels.samples import read_samples
 
+    family = renamed_flag(family, model, "--family", "--model") or "auto"
+    fold_share = renamed_flag(fold_share, holdout, "--fold-share", "--holdout")
+    fold_share = 0.2 if fold_share is None else fold_share
     writable_file(out)
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)
@@ -60,7 +64,7 @@ def fit(
         result = fit_cost_table(
             data.frame,
             {"source": str(samples), **data.provenance},
-            model=model,
+            model=family,
             quantiles=qs,
             fold_share=fold_share,
             seed=seed,

@@ -8,17 +8,21 @@ import typer
 
 from servecal.commands._common import user_errors, writable_file
 from servecal.costmodels.errors import InputError
+from servecal.profiler.importer_registry import IMPORTERS
+
+IMPORTER_HELP = f"Profile kind: {IMPORTERS.usages()}."
 
 
 def register(app: typer.Typer) -> None:
     app.command(
-        "import", help="Compose iteration samples from aiconfigurator or Vidur operator profiles."
+        "import",
+        help="Compose iteration samples from per-operator profiles (servecal plugins importer).",
     )(import_profile)
 
 
 @user_errors
 def import_profile(
-    kind: str = typer.Argument(..., help="aiconfigurator or vidur."),
+    kind: str = typer.Argument(..., help=IMPORTER_HELP),
     path: Path = typer.Argument(..., help="Profile folder (or a file in it)."),
     model: str = typer.Option(..., help="Shape name (llama-3-8b, ...) or a .json/.toml file."),
     tp: int = typer.Option(1, help="Tensor-parallel degree (per-GPU share of the model)."),

@@ -11,6 +11,7 @@ from servecal.commands._common import (
     ALLOW_EDITED_HELP,
     ALLOW_MISMATCH_HELP,
     STRICT_HELP,
+    renamed_flag,
     table_flags,
     user_errors,
     writes_folder,
@@ -85,6 +86,7 @@ def simulate_command(
     backend: str = typer.Option(
         None, help="engine|operator-driver|torch [default: the policy's, for the setting]."
     ),
+    executor: str = typer.Option(None, "--executor", hidden=True, help="Old name of --backend."),
     setting: str = typer.Option(
         "colocated", help="colocated, or prefill: a prefill-only instance, good = TTFT met."
     ),
@@ -112,6 +114,7 @@ def simulate_command(
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
     table_flags(allow_edited, strict, allow_mismatch)
+    backend = renamed_flag(backend, executor, "--backend", "--executor")
     from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex

@@ -38,7 +38,7 @@ def refused(args: list[str], *says: str) -> str:
 @pytest.fixture(scope="module")
 def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("extreme") / "t.json"
-    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--model", "piecewise"])
+    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--family", "piecewise"])
     assert r.exit_code == 0, r.output
     return out
 
@@ -97,7 +97,7 @@ def test_a_fit_that_makes_an_unloadable_table_writes_nothing(
 
     monkeypatch.setattr(fit_module, "fit_cost_table", zeroed)
     out = tmp_path / "t.json"
-    refused(["fit", str(EXAMPLE), "--out", str(out), "--model", "piecewise"],
+    refused(["fit", str(EXAMPLE), "--out", str(out), "--family", "piecewise"],
             "does not load")  # fmt: skip
     assert not out.exists()
 
@@ -169,7 +169,7 @@ def read_json_table(tmp_path: Path) -> str:
     out = tmp_path / "small.json"
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--model", "piecewise"])
+        r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--family", "piecewise"])
     assert r.exit_code == 0, r.output
     return out.read_text()
 

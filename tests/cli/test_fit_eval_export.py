@@ -116,7 +116,7 @@ def test_bad_samples_exit_2(tmp_path: Path) -> None:
 
 def test_bad_flags_exit_2(tmp_path: Path) -> None:
     out = str(tmp_path / "t.json")
-    _fails_with_one_line(["fit", str(EXAMPLE), "--out", out, "--model", "svm"], "--model")
+    _fails_with_one_line(["fit", str(EXAMPLE), "--out", out, "--family", "svm"], "--family")
     _fails_with_one_line(["fit", str(EXAMPLE), "--out", out, "--quantiles", "a,b"], "--quantiles")
     _fails_with_one_line(["fit", str(EXAMPLE), "--out", out, "--fold-share", "0"], "--fold-share")
     assert not Path(out).exists()

@@ -23,7 +23,7 @@ AIC = ROOT / "tests" / "data" / "profiler" / "aiconfigurator"
 @pytest.fixture(scope="module")
 def table(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("special") / "t.json"
-    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--model", "piecewise"])
+    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(out), "--family", "piecewise"])
     assert r.exit_code == 0, r.output
     return out
 
@@ -38,7 +38,7 @@ def dev_listing() -> set[str]:
 
 def test_fit_import_export_into_dev_null_leave_the_device(table: Path) -> None:
     before = dev_listing()
-    fit = runner.invoke(app, ["fit", str(EXAMPLE), "--out", "/dev/null", "--model", "piecewise"])
+    fit = runner.invoke(app, ["fit", str(EXAMPLE), "--out", "/dev/null", "--family", "piecewise"])
     imported = runner.invoke(
         app, ["import", "aiconfigurator", str(AIC), "--model", "llama-3-8b", "--out", "/dev/null"]
     )
@@ -71,7 +71,7 @@ def test_a_symlink_to_a_file_keeps_pointing_there(tmp_path: Path, table: Path) -
     real.write_text("old")
     link = tmp_path / "link.json"
     link.symlink_to(real)
-    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(link), "--model", "piecewise"])
+    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(link), "--family", "piecewise"])
     assert r.exit_code == 0, r.output
     assert link.is_symlink() and link.resolve() == real.resolve()
     assert CostTable.load(real).model["kind"] == "piecewise"  # the file it names was replaced
@@ -80,7 +80,7 @@ def test_a_symlink_to_a_file_keeps_pointing_there(tmp_path: Path, table: Path) -
 def test_a_dangling_symlink_is_refused(tmp_path: Path) -> None:
     link = tmp_path / "t.json"
     link.symlink_to(tmp_path / "nowhere" / "t.json")
-    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(link), "--model", "piecewise"])
+    r = runner.invoke(app, ["fit", str(EXAMPLE), "--out", str(link), "--family", "piecewise"])
     assert r.exit_code == 2 and "symbolic link to nothing" in r.output
     assert link.is_symlink()
 

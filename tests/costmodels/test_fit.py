@@ -95,10 +95,10 @@ def test_auto_keeps_the_best_scored_candidate_and_records_every_one() -> None:
     item = schema["selection"]["properties"]["candidates"]["items"]
     for c in doc["selection"]["candidates"]:
         assert set(item["required"]) <= set(c) <= set(item["properties"])
-    # --model: one candidate, recorded the same way
+    # --family: one candidate, recorded the same way
     alone = fit_cost_table(dense, {}, model="table", seed=1)
     assert [c["name"] for c in alone.table.model["selection"]["candidates"]] == ["table"]
-    assert alone.reason == "chosen with --model"
+    assert alone.reason == "chosen with --family"
     assert alone.metrics["p50_mape"] == records["table"]["p50_mape"]  # same folds
 
 
@@ -187,7 +187,7 @@ def test_conformal_quantile_uses_the_finite_sample_rank() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "flag"),
     [
-        ({"model": "svm"}, "--model"),
+        ({"model": "svm"}, "--family"),
         ({"quantiles": (0.5, 1.5)}, "--quantiles"),
         ({"fold_share": 1.0}, "--fold-share"),
     ],  # fmt: skip

@@ -1,4 +1,4 @@
-"""``--model auto`` keeps the candidate that predicts best, on known truths it never saw.
+"""``--family auto`` keeps the candidate that predicts best, on known truths it never saw.
 
 Smaller than the benchmark (``benchmarks/model_choice.py``: 400 points, three seeds
 per truth) to stay CI-fast: 200 scattered points x 25 repeats to fit, 100 other

@@ -112,9 +112,10 @@ def test_energy_is_read_over_a_group_long_enough_for_the_counter_to_move():
     )[0]
     e = rows[0]["energy_j"]
     # 50 W × one iteration's time. The group is timed separately from the repeats, and on
-    # a shared CPU the two can differ by 2-3x, so allow a factor of 5 either way: what
-    # must fail is reporting the whole >= 100 ms group (>= 5 J) instead of dividing it by
-    # the iterations it contained, or a counter read that did not move (0 J).
+    # a loaded 2-core host the two differ by up to ~10x, so allow a factor of 20 either
+    # way: what must fail is reporting the whole >= 100 ms group (~100 iterations of this
+    # one-layer model, ratio ~100) instead of dividing it by the iterations it contained,
+    # or a counter read that did not move (0 J).
     ratio = e / (50.0 * rows[0]["ms"] / 1e3)
-    assert 0.2 <= ratio <= 5.0, ratio
+    assert 0.05 <= ratio <= 20.0, ratio
     assert e > 0 and rows[0]["power_w"] == 50.0

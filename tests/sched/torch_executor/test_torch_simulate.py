@@ -7,6 +7,7 @@ import pytest
 from typer.testing import CliRunner
 
 from servecal.cli import app
+from servecal.commands import _common
 from servecal.costmodels import CostTable
 from servecal.sched.torch_executor.targets import derive_targets
 
@@ -26,7 +27,7 @@ def table(tmp_path_factory):
     )  # fmt: skip
     assert res.exit_code == 0, res.output
     # half the 24 points held out: 108 rows certify the P99 margin (the default needs more)
-    fit = ["fit", str(cal / "samples.parquet"), "--holdout", "0.5", "--out", str(cal / "t.json")]
+    fit = ["fit", str(cal / "samples.parquet"), "--fold-share", "0.5", "--out", str(cal / "t.json")]
     res = CliRunner().invoke(app, fit)
     assert res.exit_code == 0, res.output
     return cal / "t.json"
@@ -134,3 +135,17 @@ def test_targets_scale_with_the_devices_costs(table):
     assert t.tpot_slo_ms == pytest.approx(25.0 * t.decode_ms / t.decode_ms_paper)
     assert t.rate == pytest.approx(60.0 * t.request_ms_paper / t.request_ms)
     assert t.tpot_slo_ms > 0 and t.rate > 0
+
+
+def test_the_old_executor_flag_still_runs_the_torch_backend(table, tmp_path, monkeypatch):
+    monkeypatch.setattr(_common, "_WARNED_ALIASES", set())  # not yet warned in this process
+    targets = derive_targets(CostTable.load(table))
+    args = ["simulate", "--workload", "chat", "--policy", "fixed-1024", "--requests", "2",
+            "--seeds", "1", "--rate", f"{targets.rate:.4g}", "--tpot-slo",
+            f"{targets.tpot_slo_ms:.4g}", "--kv-tokens", "4096", "--predictor", str(table),
+            "--executor", "torch", "--device", "cpu", "--out", str(tmp_path / "run")]  # fmt: skip
+    res = CliRunner().invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert res.stderr.count("--executor is deprecated, use --backend") == 1
+    doc = json.loads((tmp_path / "run" / "seed-0" / "run.json").read_text())
+    assert doc["config"]["backend"] == "torch"

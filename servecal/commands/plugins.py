@@ -1,0 +1,80 @@
+"""``servecal plugins [KIND]``: every extension point's built-in names, in one list."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import typer
+
+from servecal.commands._common import user_errors
+from servecal.costmodels.errors import InputError
+
+#: Each kind's registry by import path (imported only when listed) and the
+#: option or command that names it.
+KINDS = {
+    "policy": "servecal.sched.policies.registry:listing",
+    "router": "servecal.sched.policies.registry:listing",
+    "truth": "servecal.sched.experiment.models:TRUTHS",
+    "predictor": "servecal.sched.experiment.models:PREDICTORS",
+    "importer": "servecal.profiler.importer_registry:IMPORTERS",
+    "exporter": "servecal.costmodels.export:EXPORTERS",
+}
+
+
+def _policies(kind: str) -> dict[str, Any]:
+    from servecal.sched.policies.registry import INTERFACES, ROUTER, listing
+
+    rows = [r for r in listing() if (ROUTER in r["backends"]) == (kind == "router")]
+    if kind == "router":
+        contract = f"a class with {INTERFACES[ROUTER]}; its keyword arguments are options"
+    else:
+        contract = "a class with " + " or ".join(v for k, v in INTERFACES.items() if k != ROUTER)
+    entries = [
+        {"name": r["name"], "usage": r["name"], "summary": r["summary"], "options": r["options"]}
+        for r in rows
+    ]
+    flag = "routers = [...] in a cluster space" if kind == "router" else "--policy"
+    return {"kind": kind, "flag": flag, "contract": contract, "entries": entries}
+
+
+def kind_listing(kind: str) -> dict[str, Any]:
+    """One kind's names: ``{kind, flag, contract, entries: [{name, usage, summary}]}``."""
+    if kind not in KINDS:
+        raise InputError(f"unknown plugin kind {kind!r}; choose {', '.join(KINDS)}")
+    if kind in ("policy", "router"):
+        return _policies(kind)
+    from servecal.plugins import load_object
+
+    registry = load_object(KINDS[kind])
+    return {
+        "kind": kind,
+        "flag": registry.flag,
+        "contract": registry.contract,
+        "entries": registry.listing(),
+    }
+
+
+@user_errors
+def plugins_command(
+    kind: str = typer.Argument(None, help=f"One kind: {', '.join(KINDS)} [default: all]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the list as JSON."),
+) -> None:
+    """List the built-in names of every extension point; each also loads MODULE:ATTR."""
+    kinds = list(KINDS) if kind is None else [kind]
+    docs = [kind_listing(k) for k in kinds]
+    if as_json:
+        typer.echo(json.dumps(docs))
+        return
+    for i, doc in enumerate(docs):
+        if i:
+            typer.echo("")
+        typer.echo(f"{doc['kind']} ({doc['flag']} NAME, or MODULE:ATTR: {doc['contract']})")
+        for e in doc["entries"]:
+            typer.echo(f"  {e['usage']:<28} {e['summary']}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("plugins", help="List every extension point's names (policies, truths, ...).")(
+        plugins_command
+    )
