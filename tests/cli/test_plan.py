@@ -231,3 +231,10 @@ def test_the_imported_a100_and_h100_plan_with_options_inline(tmp_path):
     h100, a100 = rows[f"H100x1 · {routed}"], rows[f"A100x1 · {routed}"]
     assert h100["replicas"] is not None
     assert a100["replicas"] is None or h100["replicas"] <= a100["replicas"]
+
+
+@pytest.mark.parametrize("name", ["azure_imported.toml", "azure_a100_h100.toml"])
+def test_the_shipped_examples_read(name):
+    example = Path(__file__).resolve().parents[2] / "examples" / "capacity" / name
+    space = load_space(example)
+    assert len(space.configs()) == 16
