@@ -237,4 +237,4 @@ def test_the_imported_a100_and_h100_plan_with_options_inline(tmp_path):
 def test_the_shipped_examples_read(name):
     example = Path(__file__).resolve().parents[2] / "examples" / "capacity" / name
     space = load_space(example)
-    assert len(space.configs()) == 16
+    assert len(space.configs) == 16
