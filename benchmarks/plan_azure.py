@@ -1,7 +1,11 @@
 """Time ``servecal plan`` on the Azure conversation trace, locally and on Ray.
 
-    python benchmarks/plan_azure.py [--plan examples/capacity/azure_a100_h100.toml]
+    python benchmarks/plan_azure.py [--plan examples/capacity/azure_imported.toml]
         [--jobs 2] [--ray] [--out runs/plan-bench]
+
+The default plan is the one on the A100 and H100 tables imported from aiconfigurator
+(docs/capacity.md); ``--plan examples/capacity/azure_a100_h100.toml`` times the fleet
+devices' (paper-scale) one.
 
 Runs the whole command in a fresh process (startup included) with ``--jobs`` worker
 processes, prints its wall time and the CPU time of it and its workers, the answer, and
@@ -23,7 +27,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PLAN = ROOT / "examples" / "capacity" / "azure_a100_h100.toml"
+PLAN = ROOT / "examples" / "capacity" / "azure_imported.toml"
 
 
 def timed(args: list[str]) -> tuple[float, float]:

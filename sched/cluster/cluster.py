@@ -91,6 +91,7 @@ class Cluster:
                     if not step():
                         working = False
                         break
+                replicas[k].sync()
                 if working:
                     heappush(behind, (state.now_ms, k))
                 else:

@@ -12,7 +12,11 @@ routed to it. Two things follow, and :class:`ReplicaEngine` handles both:
   that one and plans again then. With one replica the two are the same arrival, which
   is why a 1-replica cluster runs exactly the engine's iterations.
 
-:class:`Replica` also keeps the load figures routers read, in O(1) per request.
+:class:`Replica` also keeps the load figures routers read as plain attributes, kept
+current by the cluster: ``outstanding`` and ``queued_prompt_tokens`` move by the
+request at :meth:`Replica.add` and are re-read from the engine by :meth:`Replica.sync`
+after the replica steps (once per stepping, not per router read: a load-aware router
+reads every replica at every arrival, the replicas step far less often).
 """
 
 from __future__ import annotations
@@ -55,13 +59,16 @@ class Replica:
     """One engine of a cluster and what a router may read about it.
 
     ``index``, ``name`` (its device label), ``predictor`` (its cost table), ``engine``;
-    load: ``outstanding`` (routed and not finished or rejected), ``queued_prompt_tokens``
-    (prompt tokens routed and not yet prefilled; recompute preemptions re-prefill and
-    are not counted), ``n_decode``, ``ctx_mean``, ``now_ms``, ``kv_capacity``, ``kv_used``.
+    load, as of the replica's last step or routed request: ``outstanding`` (routed and
+    not finished or rejected), ``queued_prompt_tokens`` (prompt tokens routed and not
+    yet prefilled; recompute preemptions re-prefill and are not counted), ``steps``
+    (iterations run: a router may cache what it derived from a replica while this
+    and ``outstanding`` stay put); read from the engine: ``n_decode``, ``ctx_mean``,
+    ``now_ms``, ``kv_capacity``, ``kv_used``.
     """
 
-    __slots__ = ("index", "name", "engine", "predictor", "_routed_prompt", "_seen_rows",
-                 "_prefilled")  # fmt: skip
+    __slots__ = ("index", "name", "engine", "predictor", "outstanding", "queued_prompt_tokens",
+                 "steps", "_routed_prompt", "_prefilled")  # fmt: skip
 
     def __init__(self, index: int, name: str, engine: ReplicaEngine) -> None:
         self.index = index
@@ -69,13 +76,29 @@ class Replica:
         self.engine = engine
         self.predictor: Any = engine.predictor
         self._routed_prompt = 0
-        self._seen_rows = 0
         self._prefilled = 0
+        self.steps = 0
+        self.outstanding = 0
+        self.queued_prompt_tokens = 0
+        self.sync()
 
     # -- what the cluster does --------------------------------------------------------
     def add(self, request: Request) -> None:
         self.engine.add(request)
         self._routed_prompt += request.prompt_tokens
+        self.outstanding += 1
+        self.queued_prompt_tokens = max(0, self._routed_prompt - self._prefilled)
+
+    def sync(self) -> None:
+        """Re-read the load figures from the engine (after it stepped)."""
+        engine = self.engine
+        s = engine.state
+        rows = engine.log.rows
+        if self.steps < len(rows):
+            self._prefilled += sum(r[3] for r in rows[self.steps :])
+            self.steps = len(rows)
+        self.outstanding = len(s.running) + len(s.waiting) + len(s.requests) - engine._next
+        self.queued_prompt_tokens = max(0, self._routed_prompt - self._prefilled)
 
     def advance_to(self, t_ms: float) -> None:
         """Run iterations that start before ``t_ms`` (an arrival then sees this state)."""
@@ -85,6 +108,7 @@ class Replica:
         step, has_work = engine.step, engine.has_work
         while state.now_ms < t_ms and has_work():
             step()
+        self.sync()
 
     def finish(self) -> None:
         """Run to the end: every request is routed."""
@@ -93,21 +117,9 @@ class Replica:
         step, has_work = engine.step, engine.has_work
         while has_work() and step():
             pass
+        self.sync()
 
-    # -- what a router reads ----------------------------------------------------------
-    @property
-    def outstanding(self) -> int:
-        s = self.engine.state
-        return len(s.running) + len(s.waiting) + len(s.requests) - self.engine._next
-
-    @property
-    def queued_prompt_tokens(self) -> int:
-        rows = self.engine.log.rows
-        if self._seen_rows < len(rows):
-            self._prefilled += sum(r[3] for r in rows[self._seen_rows :])
-            self._seen_rows = len(rows)
-        return max(0, self._routed_prompt - self._prefilled)
-
+    # -- what a router reads besides the load -----------------------------------------
     @property
     def n_decode(self) -> int:
         return self.engine.state.n_ready

@@ -15,10 +15,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import ClassVar
+from operator import attrgetter
+from typing import Any, ClassVar
 
 from servecal.sched.cluster.replica import Replica
 from servecal.sched.request import Request
+
+# the load keys, read in C: routers scan every replica they may use at every arrival
+_BY_REQUESTS = attrgetter("outstanding", "index")
+_BY_TOKENS = attrgetter("queued_prompt_tokens", "outstanding", "index")
 
 
 @dataclass
@@ -41,7 +46,7 @@ class LeastRequests:
     """The replica with the fewest outstanding requests (ties: the lowest index)."""
 
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
-        return min(replicas, key=lambda r: (r.outstanding, r.index)).index
+        return min(replicas, key=_BY_REQUESTS).index
 
 
 @dataclass(frozen=True)
@@ -49,7 +54,7 @@ class LeastTokens:
     """The replica with the fewest queued prompt tokens, then the fewest requests."""
 
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
-        return min(replicas, key=lambda r: (r.queued_prompt_tokens, r.outstanding, r.index)).index
+        return min(replicas, key=_BY_TOKENS).index
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,14 @@ class PredictedLatency:
     chunk: int = 512
     quantile: float = 0.99
     use_margin: bool = True
+    #: per replica index: ``(steps, n, ctx, T(n, chunk))`` and ``(steps, args, T(args))``
+    #: of its last TTFT and TPOT bounds; reused while the replica has not stepped and the
+    #: arguments are the same (the cost table is fixed during a run, unless it learns
+    #: online: then nothing is cached)
+    _ttft: dict[int, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False,
+                                              compare=False)  # fmt: skip
+    _tpot: dict[int, tuple[Any, ...]] = field(default_factory=dict, init=False, repr=False,
+                                              compare=False)  # fmt: skip
 
     def __post_init__(self) -> None:
         if self.chunk < 1:
@@ -104,18 +117,40 @@ class PredictedLatency:
         n, ctx = replica.n_decode, replica.ctx_mean
         queued = replica.queued_prompt_tokens
         held = replica.outstanding - n
-        tpot = self._bound(replica, n + max(0, held) + 1, min(self.chunk, queued + 1), ctx)
+        steps, i = replica.steps, replica.index
+        fixed = not callable(getattr(replica.predictor, "observe", None))
+        args = (n + max(0, held) + 1, min(self.chunk, queued + 1), ctx)
+        hit = self._tpot.get(i)
+        if fixed and hit is not None and hit[0] == steps and hit[1] == args:
+            tpot = hit[2]
+        else:
+            tpot = self._bound(replica, *args)
+            self._tpot[i] = (steps, args, tpot)
+        hit = self._ttft.get(i)
+        if fixed and hit is not None and hit[0] == steps and hit[1] == n and hit[2] == ctx:
+            per_iteration = hit[3]
+        else:
+            per_iteration = self._bound(replica, n, self.chunk, ctx)
+            self._ttft[i] = (steps, n, ctx, per_iteration)
         iterations = math.ceil((queued + request.prompt_tokens) / self.chunk)
         wait = max(0.0, replica.now_ms - request.arrival_ms)
-        ttft = wait + iterations * self._bound(replica, n, self.chunk, ctx)
+        ttft = wait + iterations * per_iteration
         return ttft, tpot
 
+    def _worst(self, request: Request, replica: Replica) -> float:
+        ttft, tpot = self.predict(request, replica)
+        return max(ttft / request.ttft_slo_ms, tpot / request.tpot_slo_ms)
+
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
-        order = sorted(replicas, key=lambda r: (r.queued_prompt_tokens, r.outstanding, r.index))
-        best, best_worst = order[0], math.inf
-        for r in order:
-            ttft, tpot = self.predict(request, r)
-            worst = max(ttft / request.ttft_slo_ms, tpot / request.tpot_slo_ms)
+        # the least loaded first: in an uncongested fleet it is the answer, and finding
+        # it is one C scan, not a sort
+        first = min(replicas, key=_BY_TOKENS)
+        best_worst = self._worst(request, first)
+        if best_worst <= 1.0:
+            return first.index
+        best = first
+        for r in sorted(replicas, key=_BY_TOKENS)[1:]:
+            worst = self._worst(request, r)
             if worst <= 1.0:
                 return r.index
             if worst < best_worst:

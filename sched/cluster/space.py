@@ -128,9 +128,17 @@ def _path(text: str, base: Path, where: str) -> str:
 
 
 def _policy(name: Any, backend: str, where: str) -> PolicySpec:
+    """A name (``"sloweave"``) or an inline table with options (``{name =
+    "predicted-latency", quantile = 0.5, use_margin = false}``)."""
+    opts: dict[str, str] = {}
+    if isinstance(name, dict):
+        entry = dict(name)
+        name = entry.pop("name", None)
+        # options as the command line's --opt text: the registry types and checks them
+        opts = {k: str(v).lower() if isinstance(v, bool) else str(v) for k, v in entry.items()}
     if not isinstance(name, str) or not name.strip():
         raise InputError(f"{where}: expected policy names as text, got {name!r}")
-    spec = PolicySpec.parse(name)
+    spec = PolicySpec.parse(name, opts)
     if backend not in spec.resolve().backends:
         what = "a router" if backend == ROUTER else "a scheduling policy"
         raise InputError(

@@ -8,6 +8,13 @@
   and 2, Llama-3-8B) as overrides of that truth, with the measured ratios they come
   from, and ``device_{a100x2,h100x1,h100x2}_fitted.json``, their fitted tables; both
   written by ``scripts/derive_fleet_devices.py`` (docs/capacity.md).
+* ``aiconfigurator_{a100,h100}_sxm_vllm0.14/``: aiconfigurator's A100-SXM4-80GB and
+  H100 80GB HBM3 vLLM 0.14.0 operator tables (ai-dynamo/aiconfigurator @ 095f58a5,
+  Apache-2.0: ``LICENSE`` and ``SOURCE.md`` in each), cut to the bf16 rows Llama-3-8B's
+  import at TP 1 and 2 reads, by ``scripts/aiconfigurator_slice.py``;
+  ``imported_{a100,h100}x{1,2}/``: their imports (``samples.csv`` with its
+  ``fingerprint.json``: a plan device's truth; ``table.json``: its P50 table), by
+  ``scripts/derive_imported_devices.py`` (docs/capacity.md).
 * ``azure_conv_head4000.csv``: the first 4,000 rows of the Azure LLM inference trace
   2023, conversation service (Azure/AzurePublicDataset @ b469a113,
   ``data/AzureLLMInferenceTrace_conv.csv``, CC-BY 4.0; Patel et al., "Splitwise",

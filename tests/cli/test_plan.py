@@ -143,6 +143,11 @@ BAD = [
         "no such file",
     ),  # fmt: skip
     (SMALL + "\n[extra]\n", "unknown table"),
+    (
+        SMALL.replace('"least-requests"]', '{name = "predicted-latency", quantile = 2}]'),
+        "quantile",
+    ),  # fmt: skip
+    (SMALL.replace('"least-requests"]', '{name = "least-requests", nope = 1}]'), "no option"),
     ("[workload\n", "not valid TOML"),
 ]
 
@@ -197,3 +202,39 @@ def test_your_own_device_from_samples_and_a_fitted_table(tmp_path, monkeypatch):
     [hardware] = doc["question"]["hardware"]
     assert hardware["truth"] == f"samples:{own / 'samples.parquet'}"
     assert doc["answer"]["config"].startswith("cpux1 · fixed-512")
+
+
+def test_the_imported_a100_and_h100_plan_with_options_inline(tmp_path):
+    """The shipped aiconfigurator imports as plan devices (samples truth, P50 table),
+    with SLOWeave and the predicted-latency router told to plan on P50 inline."""
+    data = Path(__file__).resolve().parents[2] / "sched" / "data"
+    text = SMALL.split("[[device]]")[0].replace("rate = 400", "rate = 60")
+    text = text.replace('policies = ["fixed-512"]', 'policies = [{name = "sloweave", quantile'
+                        ' = 0.5, use_margin = false}]')  # fmt: skip
+    text = text.replace('"least-requests"]', '{name = "predicted-latency", quantile = 0.5, '
+                        "use_margin = false}]")  # fmt: skip
+    for gpu in ("a100", "h100"):
+        text += (
+            f'[[device]]\nname = "{gpu.upper()}"\nprice_per_gpu_hour = 2.0\n[[device.tp]]\n'
+            f'size = 1\ntruth = "samples:{data}/imported_{gpu}x1/samples.csv"\n'
+            f'predictor = "{data}/imported_{gpu}x1/table.json"\n'
+        )
+    result, out = _plan(tmp_path, text, "--no-frontier")
+    assert result.exit_code == 0, result.output
+    doc = json.loads((out / "plan.json").read_text())
+    rows = {r["config"]: r for r in doc["rows"]}
+    routed = (
+        "sloweave[quantile=0.5,use_margin=False] · predicted-latency[quantile=0.5,use_margin=False]"
+    )
+    assert f"H100x1 · {routed}" in rows and f"A100x1 · {routed}" in rows
+    # the same price: the H100's iterations are the shorter, so it never needs more replicas
+    h100, a100 = rows[f"H100x1 · {routed}"], rows[f"A100x1 · {routed}"]
+    assert h100["replicas"] is not None
+    assert a100["replicas"] is None or h100["replicas"] <= a100["replicas"]
+
+
+@pytest.mark.parametrize("name", ["azure_imported.toml", "azure_a100_h100.toml"])
+def test_the_shipped_examples_read(name):
+    example = Path(__file__).resolve().parents[2] / "examples" / "capacity" / name
+    space = load_space(example)
+    assert len(space.configs) == 16

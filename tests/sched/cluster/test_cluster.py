@@ -164,3 +164,45 @@ def test_stepping_only_the_replicas_behind_an_arrival_changes_nothing(router):
             if column.dtype == object
             else np.array_equal(column, other, equal_nan=True)
         ), name
+
+
+@pytest.mark.parametrize("router", ["least-tokens", "predicted-latency"])
+def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
+    """Replicas keep ``outstanding`` and ``queued_prompt_tokens`` as counters (moved at
+    routing, re-read after stepping): at every decision they equal what the engine's
+    state says, and a predicted-latency router with its per-replica cache routes
+    exactly as one that predicts everything afresh."""
+    from servecal.sched.cluster.cluster import Cluster
+    from servecal.sched.cluster.routers import PredictedLatency
+    from servecal.sched.cluster.spec import build_cluster
+    from servecal.sched.experiment.run import requests_for
+
+    checked = []
+
+    class Checking:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def route(self, request, replicas):
+            for r in replicas:
+                e, s = r.engine, r.engine.state
+                assert r.outstanding == len(s.running) + len(s.waiting) + len(s.requests) - e._next
+                prefilled = sum(row[3] for row in e.log.rows)
+                assert r.queued_prompt_tokens == max(0, r._routed_prompt - prefilled)
+                assert r.steps == len(e.log.rows)
+            checked.append(request.rid)
+            if isinstance(self.inner, PredictedLatency):
+                fresh = PredictedLatency(**{k: getattr(self.inner, k) for k in
+                                            ("chunk", "quantile", "use_margin")})  # fmt: skip
+                expected = fresh.route(request, replicas)
+                assert self.inner.route(request, replicas) == expected
+                return expected
+            return self.inner.route(request, replicas)
+
+    spec = _cluster(4, router, rate=220)  # overloaded: the router tries several replicas
+    requests = requests_for(spec, 0)  # type: ignore[arg-type]
+    replicas, inner = build_cluster(spec, np.random.default_rng(0))
+    Cluster(requests, replicas, Checking(inner)).run()
+    assert len(checked) == 600
+    if router == "predicted-latency":
+        assert inner._ttft and inner._tpot  # the cache was used
