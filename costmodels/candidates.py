@@ -86,7 +86,9 @@ def candidate(name: str) -> Candidate:
 
 
 def model_seed(seed: int, kind: str, fold: int) -> int:
-    """The seed of ``kind``'s fit on ``fold`` (``fold = K``: the fit on every point).
+    """``kind``'s ``random_state``: ``fold = 0`` for its cross-validation fits (one seed
+    for every fold, as ``cross_val_predict`` clones one estimator), ``fold = K`` for
+    its fit on every point, ``K + 1`` for the energy table.
 
     Derived from the names, not drawn in sequence, so a model's tables are the same
     whether ``auto`` fitted it among others or ``--model`` alone.
