@@ -1,7 +1,9 @@
 """The models ``servecal fit`` can compile a table from, and when each applies.
 
-Every model follows scikit-learn's estimator contract (``fit(X, y)`` returns the
-fitted model) and answers ``predict_quantiles(X) -> {q: values}``; a model whose
+Every model is a scikit-learn regressor (:mod:`~servecal.costmodels.estimator`:
+hyper-parameters in the constructor, ``random_state`` for its seed, ``fit(X, y,
+sample_weight=None)`` returns the fitted model, ``clone`` gives an unfitted copy)
+and answers ``predict_quantiles(X) -> {q: values}``; a model whose
 surface bends or jumps between grid values also has ``breakpoints()``
 (``{axis: [values]}``), which the compiler adds to the table's grid.
 
@@ -60,18 +62,18 @@ CANDIDATES = (
     Candidate(
         "linear",
         "physics-shaped linear quantile regression (7 non-negative terms)",
-        lambda axes, qs, seed: PhysicsQuantileRegressor(qs, rng=np.random.default_rng(seed)),
+        lambda axes, qs, seed: PhysicsQuantileRegressor(qs, random_state=seed),
     ),
     Candidate(
         "piecewise",
         "physics-shaped piecewise quantile regression (token-cost knees, tile steps)",
-        lambda axes, qs, seed: PiecewiseQuantileRegressor(qs, rng=np.random.default_rng(seed)),
+        lambda axes, qs, seed: PiecewiseQuantileRegressor(qs, random_state=seed),
         _piecewise_not_applicable,
     ),
     Candidate(
         "lgbm",
         "LightGBM quantile regression, made monotone on the grid",
-        lambda axes, qs, seed: GBMQuantileRegressor(quantiles=qs, seed=seed),
+        lambda axes, qs, seed: GBMQuantileRegressor(quantiles=qs, random_state=seed),
     ),
 )
 MODELS = tuple(c.name for c in CANDIDATES)
@@ -84,7 +86,9 @@ def candidate(name: str) -> Candidate:
 
 
 def model_seed(seed: int, kind: str, fold: int) -> int:
-    """The seed of ``kind``'s fit on ``fold`` (``fold = K``: the fit on every point).
+    """``kind``'s ``random_state``: ``fold = 0`` for its cross-validation fits (one seed
+    for every fold, as ``cross_val_predict`` clones one estimator), ``fold = K`` for
+    its fit on every point, ``K + 1`` for the energy table.
 
     Derived from the names, not drawn in sequence, so a model's tables are the same
     whether ``auto`` fitted it among others or ``--family`` alone.

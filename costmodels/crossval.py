@@ -5,10 +5,12 @@ calibration held out 11), so its coverage and MAPE swing by several points from
 one seed to the next. Here every point is held out once instead:
 
 * the points (never single rows: repeats of one point are correlated) are dealt
-  into ``K`` folds at random;
+  into ``K`` folds at random: scikit-learn's ``GroupKFold`` with the points as
+  groups, shuffled;
 * for each fold a table is fitted on the other folds and predicts the fold's
-  rows, so every row gets an *out-of-fold* prediction, made by a table that never
-  saw its point;
+  rows (``cross_val_predict`` over a
+  :class:`~servecal.costmodels.compiled.CompiledTableRegressor`), so every row gets
+  an *out-of-fold* prediction, made by a table that never saw its point;
 * the margin is the split-conformal quantile of **all** out-of-fold scores
   ``ms / P_tail − 1`` (a cross-conformal margin, as in CV+);
 * the held-out coverage of fold ``k`` is measured with the margin calibrated on
@@ -20,10 +22,13 @@ So the metrics rest on every point, and the final table is fitted on every point
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from sklearn.base import clone
+from sklearn.model_selection import GroupKFold, cross_val_predict
 
 from servecal.costmodels.conformal import conformal_rho
 from servecal.costmodels.errors import InputError
@@ -40,47 +45,48 @@ def folds_for(holdout: float, points: int) -> int:
     return max(MIN_FOLDS, min(points, round(1.0 / holdout)))
 
 
-def point_folds(point_ids: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """Fold number of each row: the distinct points shuffled and dealt into ``k`` folds."""
+@dataclass(frozen=True)
+class PointFolds:
+    """The ``(train, test)`` row indices of each fold, and each row's fold number."""
+
+    splits: list[tuple[np.ndarray, np.ndarray]]
+    folds: np.ndarray
+
+
+def point_folds(point_ids: np.ndarray, k: int, seed: int) -> PointFolds:
+    """``k`` folds of whole points: ``GroupKFold`` over the shuffled distinct points."""
     unique = np.unique(point_ids)
     if unique.size < max(3, k):
         raise InputError(
             f"samples: column 'n_decode..prefix': need >= {max(3, k)} distinct points to "
             f"cross-validate, got {unique.size}"
         )
-    fold_of = dict(zip(rng.permutation(unique).tolist(), np.arange(unique.size) % k, strict=True))
-    return np.fromiter(
-        (fold_of[p] for p in point_ids.tolist()), dtype=np.int64, count=len(point_ids)
-    )
+    cv = GroupKFold(n_splits=k, shuffle=True, random_state=seed)
+    splits = list(cv.split(np.zeros((point_ids.size, 1)), groups=point_ids))
+    folds = np.empty(point_ids.size, dtype=np.int64)
+    for fold, (_train, test) in enumerate(splits):
+        folds[test] = fold
+    return PointFolds(splits=splits, folds=folds)
 
 
 @dataclass(frozen=True)
 class OutOfFold:
     """Per row: each quantile's prediction by the table fitted without the row's fold."""
 
-    folds: np.ndarray
     predictions: dict[float, np.ndarray]
     clamped: np.ndarray
 
 
 def out_of_fold(
-    folds: np.ndarray,
-    quantiles: Sequence[float],
-    predict_fold: Callable[[np.ndarray, np.ndarray], dict[float, tuple[np.ndarray, np.ndarray]]],
-    progress: Callable[[str], None] = lambda _msg: None,
+    compiled: Any, X: np.ndarray, y: np.ndarray, folds: PointFolds, quantiles: Sequence[float]
 ) -> OutOfFold:
-    """Run ``predict_fold(train_mask, test_mask)`` once per fold and gather its answers,
-    ``{q: (values on the test rows, clamped mask)}``, into per-row arrays."""
-    k = int(folds.max()) + 1
-    preds = {float(q): np.full(folds.size, np.nan) for q in quantiles}
-    clamped = np.zeros(folds.size, dtype=bool)
-    for fold in range(k):
-        progress(f"cross-validating: fold {fold + 1}/{k}")
-        test = folds == fold
-        for q, (values, out) in predict_fold(~test, test).items():
-            preds[float(q)][test] = values
-            clamped[test] |= out
-    return OutOfFold(folds=folds, predictions=preds, clamped=clamped)
+    """Out-of-fold ``predict_table`` answers of ``compiled`` (a
+    :class:`~servecal.costmodels.compiled.CompiledTableRegressor`), one fit per fold."""
+    answers = clone(compiled).set_params(outputs="table")
+    table = cross_val_predict(answers, X, y, cv=folds.splits)
+    ordered = sorted(float(q) for q in quantiles)
+    preds = {q: table[:, j] for j, q in enumerate(ordered)}
+    return OutOfFold(predictions=preds, clamped=table[:, -1] > 0)
 
 
 @dataclass(frozen=True)

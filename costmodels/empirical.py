@@ -17,15 +17,26 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from servecal.costmodels.estimator import (
+    QuantileRegressorMixin,
+    check_fit_input,
+    check_predict_input,
+)
 from servecal.costmodels.grid import cell_index, grid_shape
 from servecal.costmodels.table import AXES
 
 
-class EmpiricalQuantileTable:
-    """Per-cell empirical quantiles (scikit-learn estimator contract)."""
+class EmpiricalQuantileTable(QuantileRegressorMixin, BaseEstimator):
+    """Per-cell empirical quantiles (a scikit-learn regressor on the grid ``axes``).
+
+    ``sample_weight`` must be whole numbers: a weight counts a row as that many
+    repeats (a weighted tail quantile of ~20 repeats is not better defined than that).
+    """
 
     def __init__(
         self,
@@ -39,11 +50,15 @@ class EmpiricalQuantileTable:
         self.min_rows = min_rows
         self.pool_radius = pool_radius
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> EmpiricalQuantileTable:
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> EmpiricalQuantileTable:
         """``X``: rows of FEATURES; ``y``: measured ms (or J)."""
+        X, y, w = check_fit_input(self, X, y, sample_weight)
+        if w is not None:
+            if not np.all(w == np.round(w)):
+                raise ValueError("sample_weight: the lookup table takes whole repeat counts")
+            X, y = np.repeat(X, w.astype(np.int64), axis=0), np.repeat(y, w.astype(np.int64))
         size = int(np.prod(grid_shape(self.axes)))
-        cells = cell_index(self.axes, np.asarray(X, dtype=float))
-        y = np.asarray(y, dtype=float)
+        cells = cell_index(self.axes, X)
         order = np.argsort(cells, kind="stable")
         cells, y = cells[order], y[order]
         starts = np.flatnonzero(np.r_[True, cells[1:] != cells[:-1]])
@@ -67,8 +82,9 @@ class EmpiricalQuantileTable:
             self.values_[float(q)] = vals
         return self
 
-    def predict_quantiles(self, X: np.ndarray) -> dict[float, np.ndarray]:
-        cells = cell_index(self.axes, np.asarray(X, dtype=float))
+    def predict_quantiles(self, X: Any) -> dict[float, np.ndarray]:
+        """Every quantile of the cell each row falls in (NaN for a cell without rows)."""
+        cells = cell_index(self.axes, check_predict_input(self, X))
         return {q: v[cells] for q, v in self.values_.items()}
 
     def _pools(self, known: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
@@ -27,9 +27,11 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.candidates import MODELS, candidate, make_model, model_seed
+from servecal.costmodels.compiled import CompiledTableRegressor, compile_quantiles
 from servecal.costmodels.conformal import conformal_rho
 from servecal.costmodels.crossval import (
     CrossConformal,
+    PointFolds,
     cross_conformal,
     folds_for,
     out_of_fold,
@@ -40,11 +42,9 @@ from servecal.costmodels.evaluate import evaluate, metrics_from_predictions, pin
 from servecal.costmodels.grid import (
     FEATURES,
     choose_axes,
-    fill_holes,
     grid_features,
     grid_shape,
     make_monotone,
-    settle_empty_iteration,
     uncross,
 )
 from servecal.costmodels.predictor import Predictor
@@ -107,36 +107,6 @@ def describe_samples(frame: pd.DataFrame, axes: Mapping[str, Sequence[int]]) -> 
     )
 
 
-def _compile(model: Any, axes: Mapping[str, Sequence[int]]) -> dict[float, np.ndarray]:
-    """Every quantile on the grid: holes filled, monotone on every axis, uncrossed."""
-    shape = grid_shape(axes)
-    raw = model.predict_quantiles(grid_features(axes))
-    return uncross(
-        {
-            q: make_monotone(settle_empty_iteration(fill_holes(v.reshape(shape), axes), axes))
-            for q, v in raw.items()
-        }
-    )
-
-
-def grid_for(
-    model: Any, axes: Mapping[str, Sequence[int]], keep: Collection[str] = ()
-) -> dict[str, list[int]]:
-    """The grid a fitted model compiles onto: ``axes``, reduced to their two ends along
-    the model's ``affine_axes`` (multilinear interpolation is exact there) unless they
-    are in ``keep`` (axes the user gave: a table read with the ``round_up`` rule needs
-    them), plus its ``breakpoints`` inside them (where its surface bends or jumps),
-    so that interpolating the grid reproduces the model."""
-    extra = model.breakpoints() if hasattr(model, "breakpoints") else {}
-    affine = set(getattr(model, "affine_axes", ())) - set(keep)
-    out = {}
-    for a in AXES:
-        lo, hi = axes[a][0], axes[a][-1]
-        base = (lo, hi) if a in affine else axes[a]
-        out[a] = sorted({*base, *(int(v) for v in extra.get(a, ()) if lo <= v <= hi)})
-    return out
-
-
 def _check_args(model: str, quantiles: Sequence[float], fold_share: float) -> tuple[float, ...]:
     if model not in (*MODELS, "auto"):
         raise InputError(
@@ -160,31 +130,30 @@ class _Fitting:
     axes: dict[str, list[int]]
     quantiles: tuple[float, ...]
     tail: float | None
-    folds: np.ndarray
+    folds: PointFolds
     points: np.ndarray  # point id of each row
     seed: int
     given: frozenset[str]  # axes the caller gave (``grid``): never reduced
 
-    def fit(self, kind: str, rows: np.ndarray, fold: int) -> tuple[Any, dict[str, list[int]]]:
-        """``kind`` fitted on ``rows`` and the grid it compiles onto."""
-        seed = model_seed(self.seed, kind, fold)
-        fitted = make_model(kind, self.axes, self.quantiles, seed).fit(self.X[rows], self.y[rows])
-        return fitted, grid_for(fitted, self.axes, self.given)
+    def compiled(self, kind: str, fold: int) -> CompiledTableRegressor:
+        """``kind`` (unfitted) as the table it compiles to; ``fold`` picks its seed
+        (:func:`model_seed`: 0 for every cross-validation fold, K for the final fit)."""
+        model = make_model(kind, self.axes, self.quantiles, model_seed(self.seed, kind, fold))
+        return CompiledTableRegressor(model, axes=self.axes, keep=self.given)
 
     def cross_validate(
         self, kind: str, say: Callable[[str], None]
     ) -> tuple[Trial, CrossConformal | None]:
         """``kind``'s out-of-fold predictions through compiled tables, and its metrics."""
-        query = [self.X[:, k] for k in range(len(FEATURES))]  # predict()'s argument order
         start = time.perf_counter()
+        k = len(self.folds.splits)
+        done = iter(range(1, k + 1))
 
-        def predict_fold(train: np.ndarray, test: np.ndarray):
-            fold = int(self.folds[np.flatnonzero(test)[0]])
-            fitted, axes = self.fit(kind, train, fold)
-            bare = CostTable(axes=axes, quantiles=_compile(fitted, axes))
-            return {q: bare.lookup(q, *(col[test] for col in query)) for q in self.quantiles}
+        def on_fit(_rows: int) -> None:
+            say(f"{kind}: cross-validating: fold {next(done, k)}/{k}")
 
-        oof = out_of_fold(self.folds, self.quantiles, predict_fold, lambda m: say(f"{kind}: {m}"))
+        compiled = self.compiled(kind, 0).set_params(on_fit=on_fit)
+        oof = out_of_fold(compiled, self.X, self.y, self.folds, self.quantiles)
         bound = cc = None
         if self.tail is not None:
             tail_oof = oof.predictions[self.tail]
@@ -195,7 +164,7 @@ class _Fitting:
                     f"{kind} predicts a P{100 * self.tail:g} of {np.min(tail_oof):.3g} ms at "
                     f"held-out point {at}"
                 )
-            cc = cross_conformal(self.y / tail_oof - 1.0, self.folds, self.tail)
+            cc = cross_conformal(self.y / tail_oof - 1.0, self.folds.folds, self.tail)
             bound = tail_oof + cc.rho_blind * tail_oof  # as predict() + margin() add them
         metrics = metrics_from_predictions(self.frame, oof.predictions, bound, oof.clamped)
         row_loss = np.mean(
@@ -278,7 +247,7 @@ def fit_cost_table(
         axes=axes,
         quantiles=qs,
         tail=tail,
-        folds=point_folds(ids, k, np.random.default_rng(seed)),
+        folds=point_folds(ids, k, seed),
         points=ids,
         seed=seed,
         given=frozenset(grid or ()),
@@ -296,10 +265,10 @@ def fit_cost_table(
 
     say(f"fitting {kind} on all {len(frame)} rows")
     start = time.perf_counter()
-    every = np.ones(len(frame), dtype=bool)
-    fitted, table_axes = fitting.fit(kind, every, k)
-    values = _compile(fitted, table_axes)
-    energy = _fit_energy(frame, every, kind, table_axes, model_seed(seed, kind, k + 1))
+    final = fitting.compiled(kind, k).fit(fitting.X, fitting.y)
+    fitted, table_axes = final.model_, final.grid_
+    values = final.values_
+    energy = _fit_energy(frame, kind, table_axes, model_seed(seed, kind, k + 1))
     final_s = time.perf_counter() - start
     info: dict[str, Any] = {
         "kind": kind,
@@ -399,17 +368,17 @@ def compile_predictor(
 
 
 def _fit_energy(
-    frame: pd.DataFrame, train: np.ndarray, kind: str, axes: dict[str, list[int]], seed: int
+    frame: pd.DataFrame, kind: str, axes: dict[str, list[int]], seed: int
 ) -> np.ndarray | None:
     """Median energy per iteration on ``axes`` (the time table's grid), or None when no
     row has a meter reading."""
     energy = frame["energy_j"].to_numpy(dtype=float)
-    rows = train & ~np.isnan(energy)
+    rows = ~np.isnan(energy)
     if not rows.any():
         return None
     X = frame[list(FEATURES)].to_numpy(dtype=float)[rows]
     fitted = make_model(kind, axes, (0.5,), seed).fit(X, energy[rows])
-    return _compile(fitted, axes)[0.5]
+    return compile_quantiles(fitted, axes)[0.5]
 
 
 def _jsonable(metrics: dict[str, Any]) -> dict[str, Any]:

@@ -13,8 +13,18 @@ minimises the pinball loss (HiGHS).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
+
+from servecal.costmodels.estimator import (
+    QuantileRegressorMixin,
+    RandomState,
+    check_fit_input,
+    check_predict_input,
+    subsample,
+)
 
 TERMS = (
     "overhead",
@@ -36,10 +46,13 @@ def physics_design(X: np.ndarray) -> np.ndarray:
     ).astype(float)
 
 
-def pinball_lp(A: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
-    """Non-negative ``b`` minimising the ``q`` pinball loss of ``y - A b`` (exact LP).
+def pinball_lp(
+    A: np.ndarray, y: np.ndarray, q: float, sample_weight: np.ndarray | None = None
+) -> np.ndarray:
+    """Non-negative ``b`` minimising the ``q`` pinball loss of ``y - A b`` (exact LP),
+    each row's loss weighted by ``sample_weight`` (None: all 1).
 
-    Solved in its dual form, ``max yᵀd  s.t.  Aᵀd <= 0,  q-1 <= d <= q``: one
+    Solved in its dual form, ``max yᵀd  s.t.  Aᵀd <= 0,  w(q-1) <= d <= wq``: one
     constraint per term instead of one per row, so HiGHS takes a fraction of a second
     on thousands of rows; ``b`` is read off the constraint multipliers.
     """
@@ -50,7 +63,12 @@ def pinball_lp(A: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
     col_scale[absent] = 1.0
     y_scale = float(np.median(np.abs(y))) or 1.0
     As, ys = A / col_scale, y / y_scale
-    res = linprog(-ys, A_ub=As.T, b_ub=np.zeros(As.shape[1]), bounds=(q - 1.0, q), method="highs")
+    if sample_weight is None:
+        bounds: Any = (q - 1.0, q)
+    else:
+        w = np.asarray(sample_weight, dtype=float)
+        bounds = np.column_stack([w * (q - 1.0), w * q])
+    res = linprog(-ys, A_ub=As.T, b_ub=np.zeros(As.shape[1]), bounds=bounds, method="highs")
     if not res.success:
         raise ValueError(f"quantile regression at q={q} failed: {res.message}")
     b = -np.asarray(res.ineqlin.marginals) / col_scale * y_scale
@@ -58,10 +76,11 @@ def pinball_lp(A: np.ndarray, y: np.ndarray, q: float) -> np.ndarray:
     return np.maximum(b, 0.0)
 
 
-class PhysicsQuantileRegressor:
-    """One non-negative physics fit per quantile (scikit-learn estimator contract).
+class PhysicsQuantileRegressor(QuantileRegressorMixin, BaseEstimator):
+    """One non-negative physics fit per quantile (a scikit-learn regressor).
 
-    ``max_rows`` caps the LP size: larger inputs are subsampled with ``rng``.
+    ``max_rows`` caps the LP size: larger inputs are subsampled, drawn with
+    ``random_state`` (see :func:`~servecal.costmodels.estimator.subsample`).
     """
 
     #: Along these axes every quantile is affine (for fixed other inputs), so a grid
@@ -72,23 +91,24 @@ class PhysicsQuantileRegressor:
         self,
         quantiles: Sequence[float] = (0.5, 0.99),
         max_rows: int = 20000,
-        rng: np.random.Generator | None = None,
+        random_state: RandomState = None,
     ) -> None:
         self.quantiles = quantiles
         self.max_rows = max_rows
-        self.rng = rng
+        self.random_state = random_state
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> PhysicsQuantileRegressor:
-        A, y = physics_design(X), np.asarray(y, dtype=float)
-        if A.shape[0] > self.max_rows:
-            rng = self.rng if self.rng is not None else np.random.default_rng(0)
-            keep = rng.choice(A.shape[0], size=self.max_rows, replace=False)
-            A, y = A[keep], y[keep]
-        self.coef_ = {float(q): pinball_lp(A, y, float(q)) for q in self.quantiles}
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PhysicsQuantileRegressor:
+        X, y, w = check_fit_input(self, X, y, sample_weight)
+        A = physics_design(X)
+        keep = subsample(A.shape[0], self.max_rows, self.random_state)
+        if keep is not None:
+            A, y, w = A[keep], y[keep], None if w is None else w[keep]
+        self.coef_ = {float(q): pinball_lp(A, y, float(q), w) for q in self.quantiles}
         return self
 
-    def predict_quantiles(self, X: np.ndarray) -> dict[float, np.ndarray]:
-        A = physics_design(X)
+    def predict_quantiles(self, X: Any) -> dict[float, np.ndarray]:
+        """Every fitted quantile's prediction (ms), keyed by quantile."""
+        A = physics_design(check_predict_input(self, X))
         return {q: A @ b for q, b in self.coef_.items()}
 
     def breakpoints(self) -> dict[str, list[int]]:

@@ -30,9 +30,19 @@ lists them and the compiler adds them to the table's axes.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
+from sklearn.base import BaseEstimator
 
+from servecal.costmodels.estimator import (
+    QuantileRegressorMixin,
+    RandomState,
+    check_fit_input,
+    check_predict_input,
+    point_quantile,
+    subsample,
+)
 from servecal.costmodels.physics import TERMS, physics_design, pinball_lp
 
 #: Tile sizes (chunk tokens) whose started tiles may each add a fixed cost: the
@@ -68,8 +78,8 @@ def segment_columns(x: np.ndarray, knots: np.ndarray) -> np.ndarray:
     return np.clip(x[:, None] - knots[None, :], 0.0, upper - knots)
 
 
-class PiecewiseQuantileRegressor:
-    """Monotone piecewise physics model (scikit-learn estimator contract).
+class PiecewiseQuantileRegressor(QuantileRegressorMixin, BaseEstimator):
+    """Monotone piecewise physics model (a scikit-learn regressor).
 
     The quantile nearest 0.5 (the *anchor*, normally the median) is fitted on the
     full design above. Every other quantile is fitted on the ``linear`` model's seven
@@ -80,7 +90,8 @@ class PiecewiseQuantileRegressor:
     out-of-fold P99 pinball loss was up to 6% worse than ``linear``'s on known
     truths, docs/results/2026-12-01-model-choice.md).
 
-    ``max_rows`` caps the LP size: larger inputs are subsampled with ``rng``.
+    ``max_rows`` caps the LP size: larger inputs are subsampled, drawn with
+    ``random_state`` (see :func:`~servecal.costmodels.estimator.subsample`).
     """
 
     #: Along these axes every quantile is affine (for fixed other inputs), so a grid
@@ -94,14 +105,14 @@ class PiecewiseQuantileRegressor:
         prefill_segments: int = PREFILL_SEGMENTS,
         tiles: Sequence[int] = TILES,
         max_rows: int = 20000,
-        rng: np.random.Generator | None = None,
+        random_state: RandomState = None,
     ) -> None:
         self.quantiles = quantiles
         self.decode_segments = decode_segments
         self.prefill_segments = prefill_segments
         self.tiles = tiles
         self.max_rows = max_rows
-        self.rng = rng
+        self.random_state = random_state
 
     def _design(self, X: np.ndarray) -> np.ndarray:
         X = np.asarray(X, dtype=float)
@@ -140,25 +151,26 @@ class PiecewiseQuantileRegressor:
             *(f"per_tile_{t}" for t in self.tiles),
         ]
 
-    def fit(self, X: np.ndarray, y: np.ndarray) -> PiecewiseQuantileRegressor:
-        X, y = np.asarray(X, dtype=float), np.asarray(y, dtype=float)
+    def fit(self, X: Any, y: Any, sample_weight: Any = None) -> PiecewiseQuantileRegressor:
+        X, y, w = check_fit_input(self, X, y, sample_weight)
         self.decode_knots_ = segment_knots(X[:, 0], self.decode_segments)
         self.prefill_knots_ = segment_knots(X[:, 1], self.prefill_segments)
         self.chunk_max_ = float(X[:, 1].max())
-        if X.shape[0] > self.max_rows:
-            rng = self.rng if self.rng is not None else np.random.default_rng(0)
-            keep = rng.choice(X.shape[0], size=self.max_rows, replace=False)
-            X, y = X[keep], y[keep]
-        self.anchor_ = min((float(q) for q in self.quantiles), key=lambda q: abs(q - 0.5))
-        self.coef_ = pinball_lp(self._design(X), y, self.anchor_)
+        keep = subsample(X.shape[0], self.max_rows, self.random_state)
+        if keep is not None:
+            X, y, w = X[keep], y[keep], None if w is None else w[keep]
+        self.anchor_ = point_quantile(self.quantiles)
+        self.coef_ = pinball_lp(self._design(X), y, self.anchor_, w)
         self.typical_ms_ = float(np.median(y))
         B = self._tail_design(X, self._design(X) @ self.coef_)
         self.tail_coef_ = {
-            float(q): pinball_lp(B, y, float(q)) for q in self.quantiles if q != self.anchor_
+            float(q): pinball_lp(B, y, float(q), w) for q in self.quantiles if q != self.anchor_
         }
         return self
 
-    def predict_quantiles(self, X: np.ndarray) -> dict[float, np.ndarray]:
+    def predict_quantiles(self, X: Any) -> dict[float, np.ndarray]:
+        """Every fitted quantile's prediction (ms), keyed by quantile."""
+        X = check_predict_input(self, X)
         anchor = self._design(X) @ self.coef_
         out = {self.anchor_: anchor}
         if self.tail_coef_:

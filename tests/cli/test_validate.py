@@ -49,18 +49,21 @@ def off_grid(seed: int, points: int = 150, repeats: int = 25) -> pd.DataFrame:
     return TRUTH.draw(pts, repeats, rng)
 
 
-def fit(frame: pd.DataFrame, seed: int = 0) -> CostTable:
+def fit(frame: pd.DataFrame, seed: int = 0, model: str = "auto") -> CostTable:
     from servecal.costmodels.fit import fit_cost_table
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return fit_cost_table(frame, PROV, seed=seed).table
+        return fit_cost_table(frame, PROV, model=model, seed=seed).table
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("validate")
-    fit(calibration(1)).save(root / "table.json")
+    # linear, not auto: on this truth auto ties linear and piecewise and keeps either
+    # by a ~0.1% tightness difference that the fold seed decides (piecewise at 1 or 2
+    # of seeds 0-5), and these tests are about validate, not the choice
+    fit(calibration(1), model="linear").save(root / "table.json")
     out = {"table": root / "table.json", "root": root}
     fresh = off_grid(7)
     for name, factor in (("same", 1.0), ("slow", 1.10)):

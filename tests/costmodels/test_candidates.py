@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servecal.costmodels.fit import fit_cost_table, grid_for
+from servecal.costmodels.compiled import grid_for
+from servecal.costmodels.fit import fit_cost_table
 from servecal.costmodels.grid import MAX_CELLS, choose_axes
 from servecal.costmodels.physics import PhysicsQuantileRegressor
 from servecal.costmodels.piecewise import PiecewiseQuantileRegressor, segment_knots

@@ -158,7 +158,7 @@ def test_energy_is_tabled_when_metered_and_absent_otherwise() -> None:
 
 def test_folds_hold_out_whole_points() -> None:
     ids = np.repeat(np.arange(50), 7)
-    folds = point_folds(ids, 5, np.random.default_rng(0))
+    folds = point_folds(ids, 5, 0).folds
     for fold in range(5):
         held = np.unique(ids[folds == fold])
         assert held.size == 10 and not np.isin(held, ids[folds != fold]).any()
