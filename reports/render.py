@@ -22,7 +22,8 @@ margin-top:40px} h3{margin:24px 0 6px;font-size:1.05em}
 nav a{margin-right:16px} .meta{color:#57606a;font-size:.92em}
 table{border-collapse:collapse;margin:6px 0 4px;font-size:.88em;background:#fff}
 th,td{border:1px solid #d0d7de;padding:3px 9px;text-align:right;white-space:nowrap}
-th{background:#f0f3f6} td.t,th:first-child{text-align:left}
+th{background:#f0f3f6;white-space:normal;min-width:4em} td.t,th:first-child{text-align:left}
+td.t{white-space:normal;overflow-wrap:anywhere;min-width:6em}
 .scroll{overflow-x:auto;max-width:100%} figure{margin:10px 0 18px} figure h3{margin-top:8px}
 img{max-width:100%;height:auto;border:1px solid #e1e4e8;background:#fff}
 p,.meta,figcaption,.caption{overflow-wrap:anywhere}

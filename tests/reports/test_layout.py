@@ -37,9 +37,12 @@ window.addEventListener('load', () => {
   const out = {
     inner: window.innerWidth,
     page: document.documentElement.scrollWidth,
-    answerTable: [table.scrollWidth, table.clientWidth],
-    figureTop: figure.getBoundingClientRect().top,
-    figureRight: figure.querySelector('img').getBoundingClientRect().right,
+    answerTable: table && [table.scrollWidth, table.clientWidth],
+    figureTop: figure && figure.getBoundingClientRect().top,
+    figureRight: figure && figure.querySelector('img').getBoundingClientRect().right,
+    scrolled: [...document.querySelectorAll('.scroll')]
+      .filter(e => e.scrollWidth > e.clientWidth)
+      .map(e => [e.previousElementSibling.textContent, e.scrollWidth]),
     wide: [...document.querySelectorAll('main > *, main > section > *')]
       .filter(e => e.getBoundingClientRect().right > window.innerWidth)
       .map(e => e.tagName + (e.id ? '#' + e.id : '')),
@@ -104,6 +107,8 @@ def test_nothing_overflows_sideways_at_1280_px(demo_like_page: Path, tmp_path: P
     assert layout["inner"] == WIDTH
     assert layout["page"] <= WIDTH, layout  # no horizontal scrollbar on the page
     assert layout["wide"] == [], layout
+    assert layout["scrolled"] == [], layout  # no table needs scrolling sideways either
+    assert layout["answerTable"] is not None and layout["figureTop"] is not None, layout
     width, visible = layout["answerTable"]
     assert width <= visible, layout  # the answer's table fits: no scrolling inside it
     assert layout["figureTop"] < 300 and layout["figureRight"] <= WIDTH, layout
