@@ -61,21 +61,23 @@ def tpot_bound(cell: Cell) -> tuple[float, float] | None:
 
 
 def margin_notes(cs: Sequence[Cell]) -> list[str]:
-    """One note per adaptive cell whose maximum ended where its TPOT attainment fell
-    below the target: its planning margin, not TTFT, decided it."""
-    notes = []
+    """One note per adaptive policy naming the cells whose maximum ended where its TPOT
+    attainment fell below the target: its planning margin, not TTFT, decided them."""
+    where: dict[str, list[str]] = {}
     for cell in cs:
         if is_baseline(cell.policy):
             continue
         found = tpot_bound(cell)
         if found is not None:
-            where = f"{cell.workload} at TPOT {fmt(cell.tpot_slo_ms)} ms"
-            notes.append(
-                f"{cell.policy} on {where}: its maximum is where its TPOT attainment falls "
-                f"below the target ({100 * found[1]:.1f}% at {fmt(found[0])} req/s; its "
-                f"maximum {max_goodput_text(cell)}): its planning margin decided it."
+            where.setdefault(cell.policy, []).append(
+                f"{cell.workload} at {fmt(cell.tpot_slo_ms)} ms ({100 * found[1]:.1f}% "
+                f"within TPOT at {fmt(found[0])} req/s)"
             )
-    return notes
+    return [
+        f"{policy}'s planning margin decided its maximum where its TPOT attainment fell "
+        f"below the target first: {'; '.join(cells_)}."
+        for policy, cells_ in where.items()
+    ]
 
 
 def _value_text(cell: Cell | None, searched: bool) -> str:

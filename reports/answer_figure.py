@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator
 
 from servecal.reports import figures as F
 from servecal.reports.aggregate import Cell, policy_order, workload_order
@@ -54,13 +55,17 @@ def answer_figure(cs: Sequence[Cell], searched: bool, setup: str) -> Figure | No
                     ax.errorbar(x[i], s.value, yerr=[[s.value - low], [s.spread]],
                                 color="#1d2330", linewidth=0.8, capsize=2)  # fmt: skip
         F.log_axis(ax, "y")
+        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
         ax.set_ylim(bottom=floor)
         ax.set_xticks(np.arange(len(loads)), loads)
         ax.set_title("" if math.isnan(tpot) else f"TPOT target {fmt(tpot)} ms", fontsize=10)
         ax.set_ylabel("max goodput (req/s)" if searched else "goodput (req/s)")
         ax.grid(alpha=0.3, axis="y")
     handles = [Patch(color=colours[p], label=p) for p in policies]
-    axes[0, -1].legend(handles=handles, fontsize=8, loc="upper right")
+    fig.subplots_adjust(bottom=1.05 / 3.2)  # room for the legend under the panels
+    fig.legend(handles=handles, loc="lower center", ncol=len(policies), fontsize=9,
+               frameon=False)  # fmt: skip
     measure = "the highest arrival rate with ≥ 90% of requests within both SLOs"
     return Figure(
         "Highest rate within SLO, by policy",

@@ -26,7 +26,7 @@ th{background:#f0f3f6;white-space:normal;min-width:4em} td.t,th:first-child{text
 td.t{white-space:normal;overflow-wrap:anywhere;min-width:6em}
 .scroll{overflow-x:auto;max-width:100%} figure{margin:10px 0 18px} figure h3{margin-top:8px}
 img{max-width:100%;height:auto;border:1px solid #e1e4e8;background:#fff}
-p,.meta,figcaption,.caption{overflow-wrap:anywhere}
+h2,h3,p,.meta,figcaption,.caption{overflow-wrap:anywhere}
 figcaption,.caption{color:#57606a;font-size:.88em;margin-top:3px}
 """
 
