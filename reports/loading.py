@@ -90,9 +90,17 @@ class RunData:
     energy_source: str = "unavailable"
     drift: dict[str, Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    #: How the page shows the policy (reports.labels' short label), when relabelled.
+    label: str | None = None
 
     @property
     def policy(self) -> str:
+        """The policy as the page shows it: the short label when relabelled, else the
+        full one."""
+        return self.label if self.label is not None else self.full_policy
+
+    @property
+    def full_policy(self) -> str:
         """The policy's label (name and the options given), as compare's rows name it."""
         return str(_first(self.config, "policy_label", "policy", "policy_name", default="?"))
 

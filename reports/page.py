@@ -16,6 +16,7 @@ from servecal.reports.calibration_value import calibration_value_section
 from servecal.reports.drift import drift_section
 from servecal.reports.energy import energy_section
 from servecal.reports.fleet import fleet_section
+from servecal.reports.labels import relabel
 from servecal.reports.loading import ReportInputs, discover
 from servecal.reports.render import to_html, to_markdown
 from servecal.reports.scheduling import scheduling_section
@@ -55,7 +56,9 @@ def _device_and_model(inputs: ReportInputs) -> tuple[str, str]:
 
 def sections(inputs: ReportInputs, preface: Sequence[str] = ()) -> list[Section]:
     """All report sections, in reading order: the short answer first (when there are
-    runs), then a preface section when given, and the detail."""
+    runs), then a preface section when given, and the detail. Policies are shown by
+    their short labels (reports.labels), their options in the answer's legend."""
+    inputs = relabel(inputs)
     device, model = _device_and_model(inputs)
     out = []
     answer = answer_section(inputs.runs)

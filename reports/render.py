@@ -22,9 +22,12 @@ margin-top:40px} h3{margin:24px 0 6px;font-size:1.05em}
 nav a{margin-right:16px} .meta{color:#57606a;font-size:.92em}
 table{border-collapse:collapse;margin:6px 0 4px;font-size:.88em;background:#fff}
 th,td{border:1px solid #d0d7de;padding:3px 9px;text-align:right;white-space:nowrap}
-th{background:#f0f3f6} td.t,th:first-child{text-align:left}
-.scroll{overflow-x:auto} figure{margin:10px 0 18px} img{max-width:100%;border:1px solid #e1e4e8;
-background:#fff} figcaption,.caption{color:#57606a;font-size:.88em;margin-top:3px}
+th{background:#f0f3f6;white-space:normal;min-width:4em} td.t,th:first-child{text-align:left}
+td.t{white-space:normal;overflow-wrap:anywhere;min-width:6em}
+.scroll{overflow-x:auto;max-width:100%} figure{margin:10px 0 18px} figure h3{margin-top:8px}
+img{max-width:100%;height:auto;border:1px solid #e1e4e8;background:#fff}
+h2,h3,p,.meta,figcaption,.caption{overflow-wrap:anywhere}
+figcaption,.caption{color:#57606a;font-size:.88em;margin-top:3px}
 """
 
 
@@ -53,7 +56,7 @@ def _figure_html(figure: Figure) -> str:
     data = base64.b64encode(figure.png).decode("ascii")
     caption = html.escape(figure.caption or figure.title)
     return (
-        f"<h3>{html.escape(figure.title)}</h3><figure>"
+        f"<figure><h3>{html.escape(figure.title)}</h3>"
         f'<img src="data:image/png;base64,{data}" alt="{html.escape(figure.title)}">'
         f"<figcaption>{caption}</figcaption></figure>"
     )
@@ -67,21 +70,30 @@ def _block_html(block: Text | Table | Figure) -> str:
     return f"<p>{html.escape(block.text)}</p>"
 
 
+def _section_html(section: Section, heading: bool = True) -> str:
+    head = f"<h2>{html.escape(section.title)}</h2>" if heading else ""
+    blocks = "".join(_block_html(b) for b in section.blocks)
+    return f'<section id="{section.key}">{head}{blocks}</section>'
+
+
 def to_html(title: str, meta: Sequence[str], sections: Sequence[Section]) -> str:
-    """The whole page as one string (UTF-8, no external resources)."""
-    nav = "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in sections)
+    """The whole page as one string (UTF-8, no external resources).
+
+    An ``answer`` section comes right under the title, without a heading of its own
+    (its figure is the first thing a reader sees); the navigation and the page's
+    metadata follow it."""
+    lead = [s for s in sections[:1] if s.key == "answer"]
+    rest = sections[len(lead) :]
+    nav = "".join(f'<a href="#{s.key}">{html.escape(s.title)}</a>' for s in rest)
     meta_html = "".join(f'<div class="meta">{html.escape(m)}</div>' for m in meta)
-    body = "".join(
-        f'<section id="{s.key}"><h2>{html.escape(s.title)}</h2>'
-        + "".join(_block_html(b) for b in s.blocks)
-        + "</section>"
-        for s in sections
-    )
+    body = "".join(_section_html(s) for s in rest)
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
         f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
-        f"<body><main><h1>{html.escape(title)}</h1>{meta_html}<nav>{nav}</nav>"
-        f"{body}</main></body></html>\n"
+        f"<body><main><h1>{html.escape(title)}</h1>"
+        + "".join(_section_html(s, heading=False) for s in lead)
+        + f"<nav>{nav}</nav>{meta_html}{body}</main></body></html>\n"
     )
 
 

@@ -27,7 +27,13 @@ from servecal.reports.demo.setting import (
     refine_axis,
     token_scale,
 )
-from servecal.reports.demo.simulation import DEMO_POWER_MODEL, demo_power, plan_runs, run_all
+from servecal.reports.demo.simulation import (
+    DEMO_POWER_MODEL,
+    demo_power,
+    feasible_setting,
+    plan_runs,
+    run_all,
+)
 
 #: Share of the budget the calibration sweep may use; simulation and report follow.
 CALIBRATION_SHARE = 0.45
@@ -214,6 +220,9 @@ def simulate_step(
         Axes(tuple(grid["n_decode"]), max(grid["chunk"]), tuple(grid["ctx"])),
         token_scale(on_gpu, config.token_scale),
         config.workloads,
+    )
+    setting = feasible_setting(
+        setting, config.seeds, config.n_requests, cal / "costtable.json", cal / "samples.parquet"
     )
     for line in setting.describe():
         say.message(line)

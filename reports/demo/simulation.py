@@ -13,11 +13,47 @@ its SLOs and the tables cannot tell them apart.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from servecal.reports.demo.setting import DemoSetting
+
+
+def spec_for(
+    setting: DemoSetting,
+    workload: str,
+    policy: str,
+    tpot_ms: float,
+    seeds: int,
+    n_requests: int,
+    table_path: Path,
+    samples_path: Path,
+) -> Any:
+    """The run spec of one cell of the demo grid (every seed)."""
+    from servecal.sched.experiment import RunSpec
+    from servecal.sched.policies.registry import PolicySpec
+
+    sloweave = (
+        ("aging_chunk", setting.aging_chunk),
+        ("aging_ms", float(round(setting.aging_ms))),  # whole ms: the label stays short
+        ("c_max", setting.c_max),
+    )
+    return RunSpec(
+        workload=workload,
+        policy=PolicySpec(policy, sloweave if policy == "sloweave" else ()),
+        tpot_slo_ms=tpot_ms,
+        rate=setting.rates[workload],
+        n_requests=n_requests,
+        seeds=tuple(range(seeds)),
+        truth=f"samples:{samples_path}",
+        predictor=f"table:{table_path}",
+        prompt_scale=setting.token_scale,
+        ttft_scale=setting.time_dilation,
+        monitor=policy == "sloweave",  # the policy a deployment would monitor
+        power=demo_power(samples_path),
+    )
 
 
 def plan_runs(
@@ -29,37 +65,40 @@ def plan_runs(
     samples_path: Path,
 ) -> tuple[list[Any], list[Path]]:
     """Every run spec of the demo grid and the folder of each (its seeds go below)."""
-    from servecal.sched.experiment import RunSpec
-    from servecal.sched.policies.registry import PolicySpec
-
-    sloweave = (
-        ("aging_chunk", setting.aging_chunk),
-        ("aging_ms", float(round(setting.aging_ms))),  # whole ms: the label stays short
-        ("c_max", setting.c_max),
-    )
-    power = demo_power(samples_path)
     specs, folders = [], []
     for d in setting.tpot_targets_ms:
-        for w, rate in setting.rates.items():
+        for w in setting.rates:
             for p in setting.policies:
-                specs.append(
-                    RunSpec(
-                        workload=w,
-                        policy=PolicySpec(p, sloweave if p == "sloweave" else ()),
-                        tpot_slo_ms=d,
-                        rate=rate,
-                        n_requests=n_requests,
-                        seeds=tuple(range(seeds)),
-                        truth=f"samples:{samples_path}",
-                        predictor=f"table:{table_path}",
-                        prompt_scale=setting.token_scale,
-                        ttft_scale=setting.time_dilation,
-                        monitor=p == "sloweave",  # the policy a deployment would monitor
-                        power=power,
-                    )
-                )
+                specs.append(spec_for(setting, w, p, d, seeds, n_requests, table_path,
+                                      samples_path))  # fmt: skip
                 folders.append(out / w / p / f"tpot-{d:.4g}")
     return specs, folders
+
+
+def feasible_setting(
+    setting: DemoSetting, seeds: int, n_requests: int, table_path: Path, samples_path: Path
+) -> DemoSetting:
+    """``setting`` with any TPOT target that the smallest fixed chunk cannot meet at
+    its search's floor rate, on some workload, lifted until it can (:mod:`.feasible`)."""
+    from servecal.reports.demo.feasible import lift_targets, sustains_floor
+
+    cheapest = setting.policies[0]  # the smallest fixed chunk
+
+    def feasible(d: float) -> bool:
+        return all(
+            sustains_floor(
+                spec_for(setting, w, cheapest, d, seeds, n_requests, table_path, samples_path),
+                bracket_for(rate).limits()[0],
+            )
+            for w, rate in setting.rates.items()
+        )
+
+    lifted = lift_targets(setting.tpot_targets_ms, feasible)
+    if lifted == setting.tpot_targets_ms:
+        return setting
+    return dataclasses.replace(
+        setting, tpot_targets_ms=lifted, derived_targets_ms=setting.tpot_targets_ms
+    )
 
 
 #: What prices the demo's energy when its calibration had no meter (sched/power.py).

@@ -73,17 +73,25 @@ def _check_report(out: Path) -> None:
     assert "TPOT targets come from this calibration" in sections["Setup"]
     # the demo searches each cell's max goodput: the answer ranks by it, and the
     # scheduling section opens with the curves the searches walked
-    assert "Ranked by maximum goodput" in sections["Answer"]
-    assert "### Highest rate within SLO" in sections["Answer"]
+    answer = sections["Answer"]
+    assert answer.split("\n", 1)[1].lstrip().startswith("*Figure: Highest rate within SLO")
+    assert "### Max goodput (req/s) by policy" in answer
+    assert "| workload | TPOT (ms) | fixed-8 | fixed-32 | full | SLOWeave | verdict |" in answer
+    assert "Policies: SLOWeave = sloweave with aging_chunk=" in answer  # the options, once
+    rows = [r for r in answer.splitlines() if r.startswith("| mixed |")]
+    assert len(rows) == 3  # every cell has a policy that sustains load (targets lifted if not)
+    assert all(any(v.strip() not in ("< floor", "—") for v in r.split("|")[3:7]) for r in rows)
+    assert "none sustains load" not in answer
     first = sections["Scheduling"].split("\n", 1)[1].lstrip()
     assert first.startswith("*Figure: SLO attainment against arrival rate*")
     run = json.loads(next(iter(seeds)).read_text())
     assert run["goodput_search"]["probes"] and run["goodput_search"]["bracket"]["rel_tol"] == 0.05
     assert "| samples (timed iterations) |" in sections["Calibration"]
     assert "*Figure: Predicted vs measured*" in sections["Calibration"]
-    assert "| mixed | sloweave[aging_chunk=" in sections["Scheduling"]
+    assert "| mixed | SLOWeave |" in sections["Scheduling"]
+    assert "sloweave[" not in md.split("Policies: SLOWeave = ")[0]  # short labels only
     assert "Ratio to the best static policy" in sections["Scheduling"]
-    assert "| mixed | sloweave" in sections["Energy"]
+    assert "| mixed | SLOWeave" in sections["Energy"]
     assert "Online validation per run" in sections["Drift"]
     assert "Monitor state changes" in sections["Drift"]  # the monitor ran on SLOWeave
 

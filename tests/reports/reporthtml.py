@@ -19,7 +19,14 @@ class PageCheck(HTMLParser):
         self.cells: list[str] = []
         self.section_ids: list[str] = []
         self.external: list[str] = []
+        #: (tag, id) of each element directly inside <main>, in order
+        self.main_children: list[tuple[str, str]] = []
+        #: each section's id -> the tag of its first child element
+        self.section_first: dict[str, str] = {}
+        #: the class of the element each <table> sits directly in
+        self.table_parents: list[str] = []
         self._in_cell = False
+        self._classes: list[str] = []
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         a = dict(attrs)
@@ -29,6 +36,11 @@ class PageCheck(HTMLParser):
             self.external.append(tag)
         if tag == "table":
             self.tables += 1
+            self.table_parents.append(self._classes[-1] if self._classes else "")
+        if self.stack[-1:] == ["main"]:
+            self.main_children.append((tag, a.get("id") or ""))
+        if self.stack[-1:] == ["section"] and self.section_ids:
+            self.section_first.setdefault(self.section_ids[-1], tag)
         if tag == "section":
             self.section_ids.append(a.get("id") or "")
         if tag in ("td", "th"):
@@ -36,6 +48,7 @@ class PageCheck(HTMLParser):
             self.cells.append("")
         if tag not in VOID:
             self.stack.append(tag)
+            self._classes.append(a.get("class") or "")
 
     def handle_endtag(self, tag: str) -> None:
         if tag in ("td", "th"):
@@ -44,6 +57,7 @@ class PageCheck(HTMLParser):
             self.errors.append(f"unexpected </{tag}> (open: {self.stack[-3:]})")
             return
         self.stack.pop()
+        self._classes.pop()
 
     def handle_data(self, data: str) -> None:
         if self._in_cell:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from servecal.costmodels.analytic import AnalyticPredictor
 from servecal.costmodels.errors import InputError
+from servecal.reports.demo.feasible import lift_targets, sustains_floor
 from servecal.reports.demo.pipeline import check_enough_rows
 from servecal.reports.demo.setting import Axes, derive_setting, grid_for, token_scale
-from servecal.sched.experiment import default_rate
+from servecal.sched.experiment import RunSpec, default_rate
+from servecal.sched.policies.registry import PolicySpec
 
 SPEC_AXES = Axes((0, 1, 8, 40, 256), 4096, (0, 512))
 
@@ -59,3 +63,35 @@ def test_refine_axis_keeps_measured_points_and_bounds_the_step() -> None:
     ratios = [b / a for a, b in zip(fine[1:], fine[2:], strict=False)]
     assert max(ratios) <= 1.5 + 1e-9
     assert refine_axis([0, 1]) == [0, 1]
+
+
+def test_a_target_nothing_sustains_is_lifted_and_looser_ones_are_not_simulated() -> None:
+    tried: list[float] = []
+
+    def feasible(d: float) -> bool:
+        tried.append(d)
+        return d >= 14.0
+
+    assert lift_targets((10.0, 20.0, 40.0), feasible) == (15.625, 20.0, 40.0)
+    assert tried == [10.0, 12.5, 15.625]  # 20 and 40 are looser than a passing target
+    # a lifted target pushes the next one up, keeping them a step apart
+    low, high = lift_targets((10.0, 11.0), lambda d: d >= 30.0)
+    assert low >= 30.0 and high == pytest.approx(low * 1.25)
+
+
+def test_the_floor_probe_simulates_the_run_a_search_would_end_on() -> None:
+    spec = RunSpec(workload="chat", policy=PolicySpec("fixed-256"), tpot_slo_ms=25.0,
+                   rate=1.0, n_requests=30, seeds=(0, 1))  # fmt: skip
+    assert sustains_floor(spec, 0.5)  # the paper's device, half a request per second
+    tight = dataclasses.replace(spec, tpot_slo_ms=1.0)  # below one decode iteration
+    assert not sustains_floor(tight, 0.5)
+
+
+def test_a_lifted_setting_says_so() -> None:
+    setting = derive_setting(AnalyticPredictor(), SPEC_AXES, scale=1.0)
+    lifted = dataclasses.replace(
+        setting, tpot_targets_ms=(15.0, 25.0, 50.0), derived_targets_ms=setting.tpot_targets_ms
+    )
+    (line,) = [t for t in lifted.describe() if t.startswith("Derived targets")]
+    assert "lifted to 15 / 25 / 50 ms" in line and "fixed-256" in line
+    assert not any(t.startswith("Derived targets") for t in setting.describe())

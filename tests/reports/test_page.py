@@ -45,7 +45,21 @@ def test_html_has_real_tables_and_every_section(page) -> None:
     assert parsed.section_ids == ["answer", "setup", "calibration", "scheduling", "energy", "drift"]
     n_tables = sum(len(s.tables) for s in secs)
     assert parsed.tables == n_tables > 8
-    assert "sloweave" in parsed.cells and "goodput (req/s)" in parsed.cells
+    assert "SLOWeave" in parsed.cells and "goodput (req/s)" in parsed.cells
+
+
+def test_the_answer_figure_comes_right_under_the_title_and_tables_scroll_inside(page) -> None:
+    """What a 1280 px window needs (tests/reports/test_layout.py measures it in a real
+    browser where one is installed): the answer's figure first, every table in a
+    wrapper that scrolls by itself, images no wider than the page."""
+    _, files = page
+    text = files.html.read_text(encoding="utf-8")
+    parsed = check(text)
+    assert parsed.main_children[:3] == [("h1", ""), ("section", "answer"), ("nav", "")]
+    assert parsed.section_first["answer"] == "figure"
+    assert parsed.table_parents and set(parsed.table_parents) == {"scroll"}
+    assert ".scroll{overflow-x:auto;max-width:100%}" in text
+    assert "img{max-width:100%;" in text
 
 
 def test_markdown_summary_has_the_tables(page) -> None:
