@@ -103,10 +103,12 @@ def _settings(
     dtype: str,
 ) -> dict[str, Any]:
     """vLLM's engine arguments, sized for the largest point."""
-    steps = 2 * (repeats + warmup) + 8
+    batched = max(512, max(p[0] + max(p[1], p[3]) for p in points))
+    # a decode's context: ctx, plus the steps of the repeats and of the decodes' setup
+    steps = [2 * (repeats + warmup) + 8 + math.ceil(p[0] * p[2] / batched) for p in points]
     n_max = max(p[0] for p in points)
-    longest = max(max(p[2] + steps, p[1] + p[3]) for p in points)
-    tokens = max(p[0] * (p[2] + steps) + p[1] + p[3] for p in points)
+    longest = max(max(p[2] + s, p[1] + p[3]) for p, s in zip(points, steps, strict=True))
+    tokens = max(p[0] * (p[2] + s) + p[1] + p[3] for p, s in zip(points, steps, strict=True))
     per_token = 2 * shape.n_layers * shape.n_kv_heads * shape.head_dim * _BYTES[dtype]
     blocks = (n_max + 2) * 16  # partly filled KV blocks, one per request
     kv = opts.kv_cache_bytes or max(1 << 26, 2 * (tokens + blocks) * per_token)
@@ -116,7 +118,7 @@ def _settings(
         "dtype": dtype,
         "kv_cache_bytes": int(kv),
         "max_model_len": int(16 * math.ceil((longest + 16) / 16)),
-        "max_num_batched_tokens": int(max(512, max(p[0] + max(p[1], p[3]) for p in points))),
+        "max_num_batched_tokens": int(batched),
         "max_num_seqs": int(max(8, n_max + 2)),
         "enforce_eager": opts.enforce_eager,
         "seed": cfg.seed,

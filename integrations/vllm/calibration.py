@@ -149,6 +149,7 @@ class _Driver:
         core = self.engine.engine_core.engine_core  # InprocClient -> EngineCore
         self.sched: CalibrationScheduler = core.scheduler
         self.budget = settings["max_num_batched_tokens"]
+        self.max_model_len = settings["max_model_len"]
         self.vocab = int(settings["vocab"])
         self._next = 0
 
@@ -183,8 +184,13 @@ class _Driver:
         total = warmup + repeats
         # decode contexts grow by one per step: centre the timed repeats on ctx
         centre = steps_per_rep * (warmup + (repeats + 1) / 2)
-        prompt_len = max(1, round(ctx - centre))
-        decodes = [self._add(prompt_len, steps_per_rep * total + 8) for _ in range(n)]
+        # while later decodes' prompts are prefilled, earlier ones decode: on average
+        # half the setup steps' worth of tokens
+        setup = math.ceil(n * ctx / self.budget)
+        prompt_len = max(1, round(ctx - centre - setup / 2))
+        # they run until aborted: never let one finish on its own
+        longest = self.max_model_len - prompt_len
+        decodes = [self._add(prompt_len, longest) for _ in range(n)]
         try:
             guard = 0
             while n and self._step(None).get("n_decode", 0) < n:  # prefill the decodes
