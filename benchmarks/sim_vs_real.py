@@ -8,7 +8,9 @@
    with ``--policy budget-N`` (vLLM's token budget, N = ``--max-num-batched-tokens``),
    ``--truth samples:`` of the calibration and ``--predictor`` its table;
 5. prints the measured and simulated TTFT/TPOT P50/P95/P99 and SLO attainment, and
-   the errors, as a Markdown table.
+   the errors, as Markdown tables: against the client's run (what a user saw) and
+   against the plug-in's run folder (the scheduler's token times, what the
+   simulator models).
 
 Needs the CPU engine's Python (``SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh)``)::
 
@@ -84,7 +86,11 @@ def main() -> None:
             "--requests", str(args.requests), "--out", str(sim), "--force", *common)  # fmt: skip
     (sim_run,) = [p for p in sim.iterdir() if (p / "requests.parquet").exists()]
     print(f"validate (exit {verdict.returncode}): {verdict.stdout.strip().splitlines()[0]}")
-    print(table(run_quantiles(bench / "run"), run_quantiles(sim_run)))
+    simulated = run_quantiles(sim_run)
+    print("\nagainst the client's run (token times as the client read them):\n")
+    print(table(run_quantiles(bench / "run"), simulated))
+    print("\nagainst the server's run folder (token times = ends of the steps, as simulated):\n")
+    print(table(run_quantiles(bench / "server-log"), simulated))
 
 
 if __name__ == "__main__":

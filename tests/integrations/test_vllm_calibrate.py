@@ -36,9 +36,9 @@ if not PYTHON:
         allow_module_level=True,
     )
 
-#: Small enough for CI's 2 cores (34 points), wide enough for the bench's steps below:
+#: Small enough for CI's 2 cores (24 points), wide enough for the bench's steps below:
 #: a few decodes, chunks up to the 256-token cap, chat-sized contexts and prefixes.
-GRID = {"n_decode": [0, 1, 3, 6], "chunk": [0, 64, 256], "ctx": [16, 1024], "prefix": [0, 512]}
+GRID = {"n_decode": [0, 1, 4], "chunk": [0, 64, 256], "ctx": [16, 1024], "prefix": [0, 512]}
 REPEATS = 4
 runner = CliRunner()
 
