@@ -26,8 +26,12 @@ per planned point without a shard:
 3. checks that the timed step scheduled exactly that batch (else the point is
    written infeasible with the reason), writes the point's shard, aborts its decodes.
 
-Repeats of one point run back to back: the point's decodes occupy the engine, so
-points cannot be interleaved as the profiler's own sweep does.
+Repeats are interleaved as the profiler's own sweep does on a CPU, coarser: a
+point's decodes occupy the engine, so a block of :data:`BLOCK` points is measured in
+:data:`ROUNDS` passes, each pass setting every point up again and timing a share
+of its repeats (warm-up in full on the first pass, one step on later ones). Back to
+back, one burst of a shared host's neighbours made a whole point slow, and the
+table's medians came out 1.2-2x the served steps' (docs/results/2026-12-02-sim-vs-real.md).
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ from typing import Any
 from vllm.v1.core.sched.scheduler import Scheduler
 
 _NAN = math.nan
+#: Points measured together: their repeats are spread over :data:`ROUNDS` passes, and
+#: a stop loses at most the block in progress.
+BLOCK = 8
+ROUNDS = 4
 #: How vLLM is told to load the scheduler (``__name__`` is ``__main__`` in the driver).
 SCHEDULER_CLS = "servecal.integrations.vllm.calibration.CalibrationScheduler"
 
@@ -228,6 +236,33 @@ def _short(got: dict[str, float]) -> str:
     return ", ".join(f"{k}={got[k]:g}" for k in ("n_decode", "chunk", "prefix") if k in got)
 
 
+def _measure_block(driver: _Driver, block: list[list[int]], plan: dict[str, Any], rounds: int,
+                   stop: _Stop) -> list[list[dict[str, Any]] | str] | None:  # fmt: skip
+    """The block's rows point by point, its repeats spread over ``rounds`` passes
+    over the block (a shared host's bursts last seconds: back to back, one burst
+    would make a whole point slow); ``None`` when a signal stopped it."""
+    repeats = plan["repeats"]
+    share = [repeats // rounds + (r < repeats % rounds) for r in range(rounds)]
+    results: list[list[dict[str, Any]] | str] = [[] for _ in block]
+    for rnd, count in enumerate(share):
+        order = range(len(block)) if rnd % 2 == 0 else reversed(range(len(block)))
+        for k in order:
+            if stop.signal is not None:
+                return None
+            so_far = results[k]
+            if isinstance(so_far, str):
+                continue
+            # the first pass warms each point up fully, later ones by one step
+            got = driver.measure(block[k], count, plan["warmup"] if rnd == 0 else 1)
+            if isinstance(got, str):
+                results[k] = got
+                continue
+            for row in got:
+                row["rep"] += len(so_far)
+            so_far.extend(got)
+    return results
+
+
 def run(out: Path, budget_s: float | None = None) -> int:
     """Measure every point of ``out``'s plan without a shard; 0 done, 3 out of
     budget (checked between points), 130 stopped by a signal."""
@@ -250,18 +285,22 @@ def run(out: Path, budget_s: float | None = None) -> int:
               "scheduler_cls": SCHEDULER_CLS}  # fmt: skip
     (store.root / "engine.json").write_text(json.dumps(engine) + "\n")
     start = time.monotonic()
-    for i in todo:
-        if stop.signal is not None:
-            return 130
+    block = int(plan.get("block", BLOCK))
+    rounds = max(1, min(int(plan.get("rounds", ROUNDS)), plan["repeats"]))
+    for first in range(0, len(todo), block):
         if budget_s is not None and time.monotonic() - start > budget_s:
             return 3
-        point = points[i]
-        _progress(len(store.done()), len(points), Point(*point).label())
-        result = driver.measure(point, plan["repeats"], plan["warmup"])
-        if isinstance(result, str):
-            store.write_infeasible(i, Point(*point), result)
-        else:
-            store.write_rows(i, result)
+        chunk = todo[first : first + block]
+        label = Point(*points[chunk[0]]).label() + (f" +{len(chunk) - 1}" if len(chunk) > 1 else "")
+        _progress(len(store.done()), len(points), label)
+        results = _measure_block(driver, [points[i] for i in chunk], plan, rounds, stop)
+        if results is None:  # stopped: the block's points are measured again on resume
+            return 130
+        for i, result in zip(chunk, results, strict=True):
+            if isinstance(result, str):
+                store.write_infeasible(i, Point(*points[i]), result)
+            else:
+                store.write_rows(i, result)
     _progress(len(store.done()), len(points), "calibrated")
     return 0
 
