@@ -35,7 +35,7 @@ def parse_workload(spec: str) -> WorkloadSpec | TraceWorkload:
     spec = spec.strip()
     if spec.startswith(TRACE_PREFIX):
         path = Path(spec[len(TRACE_PREFIX) :])
-        if not path.is_file():
+        if not (path.is_file() or (path / "requests.parquet").exists()):  # or a run folder
             raise InputError(f"workload {spec}: trace file {path} not found")
         return TraceWorkload(path)
     if spec in WORKLOADS:

