@@ -16,7 +16,7 @@ from typing import Any
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
-from servecal.sched.policies.sloweave import MARGIN_CONTROLS
+from servecal.sched.policies.sloweave import MARGIN_CONTROLS, SLO_CONTROL
 
 #: Key of the plug-in's section in vLLM's ``--additional-config``.
 SECTION = "servecal"
@@ -69,10 +69,9 @@ class PluginConfig:
       may span up to ``max_prefills`` prompts (off, as in the engine policy: one
       prompt per step; on admits bursts of short prompts faster).
     * ``check_model``: refuse a table whose fingerprint names another model shape.
-    * ``margin_control``: SLOWeave's ``margin_control`` (``slo``: the budget scaled online
-      from the SLO's gap misses, the engine policy's default; ``fixed``: the whole
-      budget). ``fixed`` here until the scheduler keeps a controller across steps
-      (``planner.plan_chunk(..., control=)``).
+    * ``margin_control``: SLOWeave's ``margin_control``, as in the engine policy: ``slo``
+      (default) scales the budget online from the SLO's gap misses, one controller per
+      engine kept across steps; ``fixed`` plans on the whole budget.
     """
 
     table: Path
@@ -89,7 +88,7 @@ class PluginConfig:
     multi_prefill: bool = False
     max_prefills: int = 8
     check_model: bool = True
-    margin_control: str = "fixed"
+    margin_control: str = SLO_CONTROL
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tpot_slo_ms) and self.tpot_slo_ms > 0):

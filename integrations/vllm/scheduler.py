@@ -150,7 +150,14 @@ class SLOWeaveScheduler(Scheduler):
             use_margin=cfg.use_margin,
             multi_prefill=cfg.multi_prefill,
             max_prefills=cfg.max_prefills,
+            margin_control=cfg.margin_control,
         )
+        # SLOWeave's margin controller, one per engine as in the engine policy (None:
+        # margin_control "fixed", or vLLM's own scheduling: nothing is planned)
+        self._sw_control = None if self._sw_observe else self._sw_sloweave.controller()
+        # gap counts of requests freed since the last schedule(): the engine policy
+        # scores the last iteration first, then counts the finished (same order here)
+        self._sw_finished: list[int] = []
         self._sw_prompts = cfg.max_prefills if cfg.multi_prefill else 1
         self._sw_async = bool(self.scheduler_config.async_scheduling)
         self._sw_tokens_per_decode = 1 + int(getattr(self, "num_spec_tokens", 0) or 0)
@@ -274,6 +281,8 @@ class SLOWeaveScheduler(Scheduler):
         return value
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._sw_control is not None:
+            self._sw_finished.append(request.num_output_tokens - 1)
         self._sw_due.forget(request)
         self._sw_kv.left(request)
         log = self._sw_log
@@ -340,6 +349,13 @@ class SLOWeaveScheduler(Scheduler):
         now = (t0 - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
+        control = self._sw_control
+        if control is not None:  # as the engine policy: whatever this decision turns out to be
+            control.settle(start)
+            if self._sw_finished:
+                for gaps in self._sw_finished:
+                    control.finished(gaps)
+                self._sw_finished.clear()
         running = self.running
         n_before = len(running)
         inflight = self._inflight_prefills if self._sw_inflight_prefills else None
@@ -381,7 +397,7 @@ class SLOWeaveScheduler(Scheduler):
                 deadline = due.earliest(n)
             chunk, budget, budget_ms = plan_chunk(
                 self._sw_table, self._sw_sloweave, start, n, n * self._sw_tokens_per_decode,
-                ctx, deadline, prefix, remaining, cap, waited,
+                ctx, deadline, prefix, remaining, cap, waited, control,
             )  # fmt: skip
         else:  # nothing to prefill (or observing): vLLM schedules untouched
             chunk, budget, budget_ms = DECODE_ONLY
