@@ -44,6 +44,7 @@ from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from servecal.costmodels.errors import InputError
 from servecal.integrations.vllm.config import (
     REQUEST_SLO_KEYS,
     PluginConfig,
@@ -227,12 +228,24 @@ class SLOWeaveScheduler(Scheduler):
         )
 
     def _sw_energy(self, prefer: str) -> tuple[Any, str]:
-        """The run log's energy: the engine's GPUs' counters (or the host's RAPL), read
-        every :data:`ENERGY_EVERY` steps; ``(None, "unavailable")`` when none opens."""
-        from servecal.integrations.vllm.energy import UNAVAILABLE, StepEnergy, open_energy_meter
+        """The run log's energy: the engine's GPUs' counters (or the host's RAPL, or the
+        user's ``MODULE:NAME`` meter), read every :data:`ENERGY_EVERY` steps;
+        ``(None, "unavailable")`` when none opens."""
+        from servecal.integrations.vllm.energy import (
+            UNAVAILABLE,
+            StepEnergy,
+            load_meter,
+            open_energy_meter,
+        )
 
         if prefer == "none":
             return None, UNAVAILABLE
+        if ":" in prefer:  # MODULE:NAME, a meter of the user's: failing to load it stops vLLM
+            try:
+                meter = load_meter(prefer)
+            except InputError as exc:
+                raise PluginConfigError(str(exc)) from None
+            return StepEnergy(meter, every=ENERGY_EVERY), meter.source
         parallel = self.vllm_config.parallel_config
         gpus = list(range(max(1, int(getattr(parallel, "world_size", 1) or 1))))
         meter, notice = open_energy_meter(prefer, gpus)

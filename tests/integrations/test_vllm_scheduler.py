@@ -374,6 +374,57 @@ def test_the_folder_is_written_while_serving(root: Path) -> None:
     s.shutdown()
 
 
+CONSTANT_METER = "servecal.integrations.vllm.energy:ConstantPowerMeter"
+
+
+def test_a_meter_named_module_attr_gives_every_step_its_joules(root: Path) -> None:
+    import pandas as pd
+
+    s, clock = make(root, run="metered", energy_meter=CONSTANT_METER)
+    warm(s, clock, 4)
+    for _ in range(40):
+        K.step(s, clock, 5.0)
+    s.shutdown()
+    it = pd.read_parquet(root / "metered" / "iterations.parquet")
+    # 100 W of the wall time that passed, shared by the steps' (fake, 5 ms) durations
+    assert len(it) > 40 and np.isfinite(it["energy_j"]).all() and (it["energy_j"] > 0).all()
+    meta = json.loads((root / "metered" / "run.json").read_text())
+    assert meta["energy_source"] == "fake:constant-100W"
+    out = runner.invoke(app, ["report", str(root / "metered"), "--out", str(root / "rep-e")])
+    assert out.exit_code == 0, out.output
+    assert priced_per_token((root / "rep-e" / "report.html").read_text()) > 0
+
+
+def priced_per_token(html: str) -> float:
+    """The J per output token the report's energy table gives the plug-in's run priced
+    by the fake meter (NaN when there is no such row)."""
+    import re
+
+    text = re.sub(r"<[^>]+>", " ", html)
+    number = r"[0-9][0-9.]*(?:e-?[0-9]+)?"
+    row = re.search(rf"sloweave-vllm\s+{number}\s+(?:—|{number})\s+({number})\s+fake meter", text)
+    return float(row.group(1)) if row else math.nan
+
+
+@pytest.mark.parametrize(
+    ("meter", "message"),
+    [
+        ("nosuch_meter_module:Meter", "cannot import 'nosuch_meter_module'"),
+        ("servecal.integrations.vllm.energy:NoSuchMeter", "has no 'NoSuchMeter'"),
+        ("servecal.integrations.vllm.energy:UNAVAILABLE", "TypeError"),  # a str, not a class
+        ("servecal.integrations.vllm.energy:StepEnergy", "TypeError"),  # needs a meter
+        ("zeus", "must be one of auto, nvml, rapl, none or MODULE:NAME"),
+    ],
+)
+def test_a_meter_that_does_not_load_stops_vllm_with_one_line(root, meter: str, message: str):
+    with pytest.raises(PluginConfigError) as err:
+        make(root, run=f"bad-meter-{abs(hash(meter))}", energy_meter=meter)
+    text = str(err.value)
+    assert text.startswith("servecal: ") and "\n" not in text and message in text
+    if ":" in meter:
+        assert meter in text
+
+
 # -- asynchronous scheduling --------------------------------------------------------------
 def test_async_step_time_is_the_gpu_time_of_each_step(root: Path) -> None:
     """Step k+1 is scheduled while k runs; the logged time is still k's own."""
