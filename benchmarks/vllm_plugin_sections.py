@@ -36,12 +36,10 @@ VLLM = "vLLM's own schedule()"
 #: named for the section it starts (up to the next stamp).
 SCHEDULE_MARKS = {
     "if self._sw_control is not None:": "margin controller (settle)",
-    "partial = self._sw_partials(running)": "partial prefills",
-    "n, ctx = self._sw_decodes(running, partial)": "KV sum (kept), mean context",
-    "prompts = self._sw_prompts_next(partial, n_before)": "next prompt",
+    "partial, n, ctx, prompts = self._sw_state(running)": "KV sum (kept), context, next prompt",
     "plan = self._sw_plan(start, n, ctx, prompts)": "due time, plan_chunk, deadline_chunk",
+    # vLLM's section includes the kept KV sum's update after it (one addition, usually)
     "# the decision's own time, for the run folder (on the plug-in's clock)": VLLM,
-    "self._sw_kv_scheduled(out, n_before)": "KV sum update",
     "if out.total_num_scheduled_tokens <= 0:": "what vLLM scheduled (record)",
     "if self._sw_async:  # the next step is planned before this one's tokens exist": "keep, return",
 }

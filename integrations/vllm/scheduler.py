@@ -353,12 +353,12 @@ class SLOWeaveScheduler(Scheduler):
         """One step: read the state, plan SLOWeave's chunk, run vLLM's own scheduling
         under the token budget that gives it, and record what vLLM scheduled.
 
-        1. :meth:`_sw_settle`: the margin controller scores the last planned step;
-        2. :meth:`_sw_partials`, :meth:`_sw_decodes`, :meth:`_sw_prompts_next`: the
-           decodes' count and mean context, the prompt(s) vLLM would prefill next;
+        1. the margin controller scores the last planned step (:meth:`_sw_settle`);
+        2. :meth:`_sw_state`: the decodes' count and mean context, the prompts still
+           prefilling and the prompt(s) vLLM would prefill next;
         3. :meth:`_sw_plan`: the chunk and token budget (``plan_chunk``);
-        4. :meth:`_sw_vllm_schedule`: vLLM's ``schedule()`` under that budget, then
-           :meth:`_sw_kv_scheduled` keeps the running requests' KV sum;
+        4. :meth:`_sw_vllm_schedule`: vLLM's ``schedule()`` under that budget, and the
+           running requests' KV sum after it;
         5. :meth:`_sw_step_of`: the step's record, kept until its output arrives.
         """
         clock = self._sw_clock
@@ -367,17 +367,16 @@ class SLOWeaveScheduler(Scheduler):
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
         if self._sw_control is not None:
-            self._sw_settle(start)
+            self._sw_control.settle(start)
+            if self._sw_finished:
+                self._sw_settle()
         running = self.running
         n_before = len(running)
-        partial = self._sw_partials(running)
-        n, ctx = self._sw_decodes(running, partial)
-        prompts = self._sw_prompts_next(partial, n_before)
+        partial, n, ctx, prompts = self._sw_state(running)
         plan = self._sw_plan(start, n, ctx, prompts)
         # the decision's own time, for the run folder (on the plug-in's clock)
         decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN
-        out = self._sw_vllm_schedule(plan[1], args, kwargs)
-        self._sw_kv_scheduled(out, n_before)
+        out = self._sw_vllm_schedule(plan[1], n_before, args, kwargs)
         if out.total_num_scheduled_tokens <= 0:
             return out
         step, shape = self._sw_step_of(out, start, n, ctx, n_before, partial, prompts,
@@ -389,55 +388,54 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_inflight[id(out)] = step
         return out
 
-    def _sw_settle(self, start: float) -> None:
-        """The margin controller, as the engine policy drives it: score the last step
-        it counted (whatever this decision turns out to be), then count the gaps of
-        the requests freed since."""
+    def _sw_settle(self) -> None:
+        """The margin controller hears of the requests freed since the last step (after
+        scoring it, as the engine policy does): each one's gaps, output tokens − 1."""
         control = self._sw_control
-        control.settle(start)
-        if self._sw_finished:
-            for gaps in self._sw_finished:
-                control.finished(gaps)
-            self._sw_finished.clear()
+        for gaps in self._sw_finished:
+            control.finished(gaps)
+        self._sw_finished.clear()
 
-    def _sw_partials(self, running: list[Any]) -> Sequence[Any]:
-        """Running requests still prefilling (at most a few), in vLLM's order.
-
-        vLLM keeps them in ``_inflight_prefills``; reading it spares a pass over
-        every running request (the fallback where the attribute is missing).
-        """
+    def _sw_state(self, running: list[Any]) -> tuple[Sequence[Any], int, float, Sequence[Any]]:
+        """``(partial, n_decode, ctx, prompts)``: the running requests still prefilling
+        (vLLM's ``_inflight_prefills``, at most a few; :meth:`_sw_partials` otherwise),
+        the decoding requests' count and mean context (from the KV sum
+        :class:`RunningKV` keeps, recounted only when it cannot vouch for it), and the
+        prompts vLLM would prefill next (:meth:`_sw_next_prompts`)."""
         inflight = self._inflight_prefills if self._sw_inflight_prefills else None
-        if inflight is None:
-            return [r for r in running if r.is_prefill_chunk]
-        if len(inflight) <= 1:
-            return list(inflight) if inflight else _NONE
-        return [r for r in running if r in inflight]
-
-    def _sw_decodes(self, running: list[Any], partial: Sequence[Any]) -> tuple[int, float]:
-        """The decoding requests' count and mean context: the running requests less
-        those still prefilling, from the KV sum :class:`RunningKV` keeps (a recount
-        only when it cannot vouch for it)."""
+        if inflight is not None and len(inflight) <= 1:  # the usual case: one or none
+            partial = list(inflight) if inflight else _NONE
+        else:
+            partial = self._sw_partials(running)
         kv_book = self._sw_kv
         if kv_book.valid and len(running) == len(kv_book.members):
             kv = kv_book.kv
         else:
             kv = kv_book.total(running)
         if partial:
-            kv -= (
-                partial[0].num_computed_tokens
-                if len(partial) == 1
-                else sum(map(_computed, partial))
-            )
+            kv -= sum(map(_computed, partial))
         n = len(running) - len(partial)
-        return n, kv / n if n else 0.0
+        if len(partial) == self._sw_prompts:  # the usual case: the prompt(s) being chunked
+            prompts = partial
+        else:
+            prompts = self._sw_next_prompts(partial, len(running))
+        return partial, n, kv / n if n else 0.0, prompts
 
-    def _sw_prompts_next(self, partial: Sequence[Any], n_running: int) -> Sequence[Any]:
+    def _sw_partials(self, running: list[Any]) -> Sequence[Any]:
+        """Running requests still prefilling, in vLLM's order (a pass over the running
+        requests only where vLLM keeps no ``_inflight_prefills`` set, or several)."""
+        inflight = getattr(self, "_inflight_prefills", None)
+        if inflight is None:
+            return [r for r in running if r.is_prefill_chunk]
+        return [r for r in running if r in inflight]
+
+    def _sw_next_prompts(self, partial: Sequence[Any], n_running: int) -> Sequence[Any]:
         """The prompts vLLM would prefill next, in its order: running ones still
         prefilling, then the waiting queues (KV holders first), while a slot is free.
         One prompt, or up to ``max_prefills`` with ``multi_prefill``."""
         k = self._sw_prompts
-        if len(partial) >= k:  # the usual case: the prompt being chunked
-            return partial if len(partial) == k else partial[:k]
+        if len(partial) >= k:
+            return partial[:k]
         found = list(partial)
         free = self.max_num_running_reqs - n_running
         for queue in (getattr(self, "kv_holding_waiting", None), self.waiting):
@@ -476,27 +474,25 @@ class SLOWeaveScheduler(Scheduler):
             self._sw_control,
         )  # fmt: skip
 
-    def _sw_vllm_schedule(self, budget: int | None, args: Any, kwargs: Any) -> Any:
+    def _sw_vllm_schedule(self, budget: int | None, n_before: int, args: Any, kwargs: Any) -> Any:
         """vLLM's own ``schedule()`` with its token cap at ``budget`` for this one call
-        (``None``: left alone); the cap is restored whatever happens, and a call that
-        raises leaves the kept KV sum to be recounted."""
+        (``None``: left alone; the cap is restored whatever happens), then the kept KV
+        sum after it (a recount next step after a preemption, which it does not model,
+        or a call that raised)."""
         cap = self.max_num_scheduled_tokens
+        kv_book = self._sw_kv
         try:
             if budget is None or budget >= cap:
-                return super().schedule(*args, **kwargs)
-            self.max_num_scheduled_tokens = budget
-            try:
-                return super().schedule(*args, **kwargs)
-            finally:
-                self.max_num_scheduled_tokens = cap
+                out = super().schedule(*args, **kwargs)
+            else:
+                self.max_num_scheduled_tokens = budget
+                try:
+                    out = super().schedule(*args, **kwargs)
+                finally:
+                    self.max_num_scheduled_tokens = cap
         except BaseException:
-            self._sw_kv.invalidate()
+            kv_book.invalidate()
             raise
-
-    def _sw_kv_scheduled(self, out: Any, n_before: int) -> None:
-        """The kept KV sum after vLLM scheduled ``out`` (a recount next step after a
-        preemption, which it does not model)."""
-        kv_book = self._sw_kv
         if out.preempted_req_ids:
             kv_book.invalidate()
         elif kv_book.valid:
@@ -505,62 +501,46 @@ class SLOWeaveScheduler(Scheduler):
             else:
                 kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens,
                                   out.total_num_scheduled_tokens)  # fmt: skip
+        return out
 
     def _sw_step_of(self, out: Any, start: float, n: int, ctx: float, n_before: int,
                     partial: Sequence[Any], prompts: Sequence[Any], decision_us: float,
                     plan: tuple[int, int | None, float],
                     ) -> tuple[_InFlight, tuple[int, int, float]]:  # fmt: skip
         """What vLLM scheduled in ``out``: the step's record, and its shape
-        ``(n_decode, chunk, prefix)`` for the asynchronous prediction. The two usual
-        steps are told apart by token and request counts alone (every decode ran, and
-        the one prompt planned for got its tokens, or none); :meth:`_sw_sort_out` works
-        any other out request by request."""
-        tok = self._sw_prompt_tokens(out, n, partial, prompts)
-        if tok is not None:
+        ``(n_decode, chunk, prefix)`` for the asynchronous prediction.
+
+        The two usual steps, every decode ran and the one prompt planned for got its
+        ``tok`` tokens (or, decodes only, none), nothing preempted or admitted beyond
+        it, are told apart by token and request counts alone, with no pass over the
+        decodes; :meth:`_sw_sort_out` works any other ``out`` request by request.
+        """
+        # complexity 17: the usual steps' checks side by side in one frame, because a
+        # call per check costs microseconds on the cold cache schedule() runs in
+        nst = out.num_scheduled_tokens
+        total = out.total_num_scheduled_tokens
+        tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
+        usual = (
+            len(partial) <= len(prompts)
+            and self._sw_tokens_per_decode == 1
+            and not out.preempted_req_ids
+            and len(nst) == (n if tok is None else n + 1)
+            and total == n + (tok or 0)
+        )
+        if usual and tok is not None:
+            new_reqs = out.scheduled_new_reqs
             first = prompts[0]
-            # what the prompt had computed before this step (vLLM has added tok; a
-            # prefix-cache hit of a prompt just admitted was added too)
-            prefix = first.num_computed_tokens - tok
-            done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
-            return self._sw_every_decode(start, n, tok, ctx, prefix, done, decision_us, plan), (
-                n, tok, prefix)  # fmt: skip
-        if self._sw_decodes_alone(out, n, partial, prompts):
+            if not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id):
+                # what the prompt had computed before this step (vLLM has added tok; a
+                # prefix-cache hit of a prompt just admitted was added too)
+                prefix = first.num_computed_tokens - tok
+                done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
+                step = self._sw_every_decode(start, n, tok, ctx, prefix, done, decision_us, plan)
+                return step, (n, tok, prefix)
+        elif usual and len(prompts) <= 1 and not out.scheduled_new_reqs:  # decodes only
             return self._sw_every_decode(start, n, 0, ctx, 0, _NONE, decision_us, plan), (n, 0, 0)
         step = self._sw_sort_out(out, start, n, ctx, n_before, partial, prompts, decision_us, plan)
         return step, (step.row[2], step.row[3], step.row[6])
-
-    def _sw_prompt_tokens(self, out: Any, n: int, partial: Sequence[Any],
-                          prompts: Sequence[Any]) -> int | None:  # fmt: skip
-        """The tokens of the one prompt planned for, when it and every decode ran and
-        nothing else did (no preemption, no other admission); else ``None``."""
-        if len(prompts) != 1 or len(partial) > 1 or self._sw_tokens_per_decode != 1:
-            return None
-        first = prompts[0]
-        nst = out.num_scheduled_tokens
-        tok = nst.get(first.request_id)
-        if tok is None or len(nst) != n + 1 or out.total_num_scheduled_tokens != n + tok:
-            return None
-        if out.preempted_req_ids:
-            return None
-        new_reqs = out.scheduled_new_reqs
-        if new_reqs and (len(new_reqs) != 1 or new_reqs[0].req_id != first.request_id):
-            return None
-        return tok
-
-    def _sw_decodes_alone(self, out: Any, n: int, partial: Sequence[Any],
-                          prompts: Sequence[Any]) -> bool:  # fmt: skip
-        """Every decode ran and nothing else (nothing to prefill, or a chunk of 0)."""
-        nst = out.num_scheduled_tokens
-        return (
-            len(nst) == n
-            and out.total_num_scheduled_tokens == n
-            and len(prompts) <= 1
-            and len(partial) <= len(prompts)
-            and (not prompts or prompts[0].request_id not in nst)
-            and not out.preempted_req_ids
-            and not out.scheduled_new_reqs
-            and self._sw_tokens_per_decode == 1
-        )
 
     def _sw_every_decode(self, start: float, n: int, tok: int, ctx: float, prefix: int,
                          done: Sequence[Any], decision_us: float,
