@@ -35,12 +35,12 @@ VLLM = "vLLM's own schedule()"
 #: schedule(): a stamp before each of these statements (its source line, stripped),
 #: named for the section it starts (up to the next stamp).
 SCHEDULE_MARKS = {
-    "kv_book = self._sw_kv": "KV sum (kept)",
-    "ctx = kv / n if n else 0.0": "mean context, next prompt",
-    "cap = self.max_num_scheduled_tokens": "due time, plan_chunk, deadline_chunk, checks",
+    "if self._sw_control is not None:": "margin controller (settle)",
+    "partial, n, ctx, prompts = self._sw_state(running)": "KV sum (kept), context, next prompt",
+    "plan = self._sw_plan(start, n, ctx, prompts)": "due time, plan_chunk, deadline_chunk",
+    # vLLM's section includes the kept KV sum's update after it (one addition, usually)
     "# the decision's own time, for the run folder (on the plug-in's clock)": VLLM,
-    "total = out.total_num_scheduled_tokens": "KV sum update",
-    "nst = out.num_scheduled_tokens": "what vLLM scheduled (record)",
+    "if out.total_num_scheduled_tokens <= 0:": "what vLLM scheduled (record)",
     "if self._sw_async:  # the next step is planned before this one's tokens exist": "keep, return",
 }
 #: CostTable.max_chunk: the same, inside the decision.

@@ -1,5 +1,6 @@
 """The plug-in's settings: ``--additional-config '{"servecal": {...}}'``, then the
-environment (``SERVECAL_TABLE``, ``SERVECAL_TPOT_SLO_MS``, ``SERVECAL_RUN_DIR``).
+environment (``SERVECAL_TABLE``, ``SERVECAL_TPOT_SLO_MS``, ``SERVECAL_RUN_DIR``,
+``SERVECAL_ENERGY_METER``).
 
 Every defect is one :class:`PluginConfigError` line that names the key and says
 where to set it, so that vLLM refuses to start with a message a person can act on.
@@ -16,7 +17,7 @@ from typing import Any
 
 from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
-from servecal.sched.policies.sloweave import MARGIN_CONTROLS
+from servecal.sched.policies.sloweave import MARGIN_CONTROLS, SLO_CONTROL
 
 #: Key of the plug-in's section in vLLM's ``--additional-config``.
 SECTION = "servecal"
@@ -26,6 +27,7 @@ ENV = {
     "table": "SERVECAL_TABLE",
     "tpot_slo_ms": "SERVECAL_TPOT_SLO_MS",
     "run_dir": "SERVECAL_RUN_DIR",
+    "energy_meter": "SERVECAL_ENERGY_METER",
 }
 
 #: Per-request SLO keys read from a request's ``SamplingParams.extra_args``
@@ -34,7 +36,8 @@ REQUEST_SLO_KEYS = ("tpot_slo_ms", "ttft_slo_ms")
 
 #: ``policy`` values: SLOWeave's budget, or vLLM's own scheduling (logged only).
 POLICIES = ("sloweave", "vllm")
-#: ``energy_meter`` values (see :func:`servecal.integrations.vllm.energy.open_energy_meter`).
+#: ``energy_meter`` values (see :func:`servecal.integrations.vllm.energy.open_energy_meter`),
+#: besides ``MODULE:NAME``: a meter of one's own (``energy.load_meter``).
 ENERGY_METERS = ("auto", "nvml", "rapl", "none")
 
 
@@ -61,7 +64,10 @@ class PluginConfig:
       with the same instrumentation).
     * ``energy_meter``: where the run log's per-step joules come from: ``auto`` (NVML
       on the engine's GPUs, else the host's RAPL package counter), ``nvml``, ``rapl``,
-      or ``none``; a meter that cannot be opened leaves energy "unavailable".
+      or ``none``; a meter that cannot be opened leaves energy "unavailable". Or
+      ``MODULE:NAME``: a class (or factory) of no arguments whose object has
+      ``read_j()`` and ``source`` (``energy.EnergyMeter``), e.g. the dry-run
+      ``servecal.integrations.vllm.energy:ConstantPowerMeter``.
     * ``c_max``: largest prefill chunk; None = the step's token cap
       (vLLM's ``max_num_scheduled_tokens``, normally ``max_num_batched_tokens``).
     * ``quantile``, ``use_margin``: plan on ``T̂_q + δ`` (SLOWeave's default P99 + δ).
@@ -69,10 +75,9 @@ class PluginConfig:
       may span up to ``max_prefills`` prompts (off, as in the engine policy: one
       prompt per step; on admits bursts of short prompts faster).
     * ``check_model``: refuse a table whose fingerprint names another model shape.
-    * ``margin_control``: SLOWeave's ``margin_control`` (``slo``: the budget scaled online
-      from the SLO's gap misses, the engine policy's default; ``fixed``: the whole
-      budget). ``fixed`` here until the scheduler keeps a controller across steps
-      (``planner.plan_chunk(..., control=)``).
+    * ``margin_control``: SLOWeave's ``margin_control``, as in the engine policy: ``slo``
+      (default) scales the budget online from the SLO's gap misses, one controller per
+      engine kept across steps; ``fixed`` plans on the whole budget.
     """
 
     table: Path
@@ -89,7 +94,7 @@ class PluginConfig:
     multi_prefill: bool = False
     max_prefills: int = 8
     check_model: bool = True
-    margin_control: str = "fixed"
+    margin_control: str = SLO_CONTROL
 
     def __post_init__(self) -> None:
         if not (math.isfinite(self.tpot_slo_ms) and self.tpot_slo_ms > 0):
@@ -100,10 +105,11 @@ class PluginConfig:
             raise PluginConfigError(f"'flush_every' must be >= 1, got {self.flush_every}")
         if not (math.isfinite(self.flush_s) and self.flush_s > 0):
             raise PluginConfigError(f"'flush_s' must be a number > 0, got {self.flush_s}")
-        if self.energy_meter not in ENERGY_METERS:
+        module, sep, attr = self.energy_meter.partition(":")
+        if self.energy_meter not in ENERGY_METERS and not (sep and module and attr):
             raise PluginConfigError(
-                f"'energy_meter' must be one of {', '.join(ENERGY_METERS)}, "
-                f"got {self.energy_meter!r}"
+                f"'energy_meter' must be one of {', '.join(ENERGY_METERS)} or MODULE:NAME "
+                f"(a meter class), got {self.energy_meter!r}"
             )
         if self.policy not in POLICIES:
             raise PluginConfigError(

@@ -11,7 +11,11 @@ vLLM's scheduler process (which holds no CUDA context) and tests run it on any C
   host's RAPL package zones, else ``None`` with one line saying why. Energy is then
   *unavailable*, never zero.
 * :class:`StepEnergy`: per-step joules from a meter read every ``every`` steps.
-* :class:`FakeMeter`: a meter for tests (constant power on a clock you give it).
+* :class:`FakeMeter`: a meter for tests (constant power on a clock you give it);
+  :class:`ConstantPowerMeter`: the same at 100 W of wall time, loadable by name
+  (``energy_meter: "servecal.integrations.vllm.energy:ConstantPowerMeter"``) for a dry
+  run of the energy path on a machine without a meter; its source says ``fake``.
+* :func:`load_meter`: a meter of one's own from ``MODULE:NAME``.
 """
 
 from __future__ import annotations
@@ -58,6 +62,41 @@ class FakeMeter:
     def read_j(self) -> float:
         self.reads += 1
         return self.power_w * (self._clock() - self._t0)
+
+
+#: :class:`ConstantPowerMeter`'s power (W): a round figure, near a small GPU's idle.
+CONSTANT_POWER_W = 100.0
+
+
+class ConstantPowerMeter(FakeMeter):
+    """:data:`CONSTANT_POWER_W` × the wall time since it opened: not a measurement, a
+    stand-in that gives a run folder energy rows (source ``fake:constant-100W``, which
+    reports name as a test's meter) where no NVML or RAPL counter exists."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            CONSTANT_POWER_W, time.perf_counter, f"fake:constant-{CONSTANT_POWER_W:g}W"
+        )
+
+
+def load_meter(path: str) -> EnergyMeter:
+    """The meter ``MODULE:NAME`` builds when called with no arguments (a class or a
+    factory), loaded as user policies are; an :class:`InputError` of one line naming
+    ``path`` when it does not import, fails, or is not an :class:`EnergyMeter`."""
+    from servecal.costmodels.errors import InputError
+    from servecal.sched.policies.registry import load_object
+
+    factory = load_object(path, "energy_meter")
+    try:
+        meter = factory()
+        if not isinstance(meter, EnergyMeter) or not isinstance(meter.source, str):
+            raise TypeError(f"{meter!r} is not a meter (needs read_j() and a source string)")
+        first = meter.read_j()
+    except Exception as exc:  # noqa: BLE001 - the user's meter, any failure
+        raise InputError(f"energy_meter {path!r}: {type(exc).__name__}: {exc}") from None
+    if not (isinstance(first, int | float) and math.isfinite(first)):
+        raise InputError(f"energy_meter {path!r}: read_j() gave {first!r}, not a number of J")
+    return meter
 
 
 def _physical_gpus(gpus: Sequence[int | str] | None) -> list[int | str]:

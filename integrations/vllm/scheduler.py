@@ -44,6 +44,7 @@ from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from servecal.costmodels.errors import InputError
 from servecal.integrations.vllm.config import (
     REQUEST_SLO_KEYS,
     PluginConfig,
@@ -97,6 +98,20 @@ class _InFlight:
 _EVERY_DECODE = _InFlight(None, _NAN, True, _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)
 
 
+def _mixed_row(start: float, n_decode: int, ctx: float, prefill: Sequence[Any],
+               tokens: Sequence[int], decision_us: float,
+               plan: tuple[int, int | None, float]) -> list[float]:  # fmt: skip
+    """The log row of a step whose ``prefill`` requests got ``tokens`` each: their
+    prefix is what each had computed before the step, weighted by its tokens."""
+    chunk = sum(tokens)
+    weighted = sum((r.num_computed_tokens - t) * t for r, t in zip(prefill, tokens, strict=True))
+    planned, budget, budget_ms = plan
+    return [
+        start, _NAN, n_decode, chunk, len(prefill), ctx, weighted / chunk if chunk else 0.0,
+        decision_us, budget_ms, planned, _NAN if budget is None else budget, _NAN,
+    ]  # fmt: skip
+
+
 class SLOWeaveScheduler(Scheduler):
     """vLLM's scheduler with SLOWeave's per-step token budget from a servecal cost table.
 
@@ -123,23 +138,10 @@ class SLOWeaveScheduler(Scheduler):
 
     # -- setup ---------------------------------------------------------------------------
     def _sw_setup(self, cfg: PluginConfig) -> None:
-        model_config = self.vllm_config.model_config
+        """The plug-in's state from its settings: the table, SLOWeave's configuration
+        and margin controller, the books kept across steps, the run log."""
         table = load_table(cfg.table, cfg.quantile, cfg.use_margin)
-        if cfg.check_model:
-            dtype = str(getattr(model_config, "dtype", "")).removeprefix("torch.") or None
-            warning = check_model(
-                table, cfg.table, model_config.hf_config, dtype, str(model_config.model)
-            )
-            if warning:
-                logger.warning("servecal: %s", warning)
-        from servecal.integrations.vllm import TESTED_VLLM_VERSIONS
-
-        if vllm.__version__ not in TESTED_VLLM_VERSIONS:
-            logger.warning(
-                "servecal: vLLM %s is not a release the plug-in is tested against (%s)",
-                vllm.__version__,
-                ", ".join(TESTED_VLLM_VERSIONS),
-            )
+        self._sw_check_versions(cfg, table)
         self._sw_cfg = cfg
         self._sw_observe = cfg.policy == "vllm"
         self._sw_table = table
@@ -150,7 +152,14 @@ class SLOWeaveScheduler(Scheduler):
             use_margin=cfg.use_margin,
             multi_prefill=cfg.multi_prefill,
             max_prefills=cfg.max_prefills,
+            margin_control=cfg.margin_control,
         )
+        # SLOWeave's margin controller, one per engine as in the engine policy (None:
+        # margin_control "fixed", or vLLM's own scheduling: nothing is planned)
+        self._sw_control = None if self._sw_observe else self._sw_sloweave.controller()
+        # gap counts of requests freed since the last schedule(): the engine policy
+        # scores the last iteration first, then counts the finished (same order here)
+        self._sw_finished: list[int] = []
         self._sw_prompts = cfg.max_prefills if cfg.multi_prefill else 1
         self._sw_async = bool(self.scheduler_config.async_scheduling)
         self._sw_tokens_per_decode = 1 + int(getattr(self, "num_spec_tokens", 0) or 0)
@@ -172,38 +181,32 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_last_update = -_INF
         self._sw_busy_until = -_INF  # async: when the GPU frees up (predicted)
         self._sw_now_ms = math.nan  # the step end being processed in update_from_output
-        self._sw_log = None
-        if cfg.run_dir is not None:
-            from servecal.integrations.vllm.runlog import RunLog
+        self._sw_log = None if cfg.run_dir is None else self._sw_open_log(cfg, table, cap)
+        self._sw_announce(cfg)
 
-            energy, energy_source = self._sw_energy(cfg.energy_meter)
-            self._sw_log = RunLog(
-                cfg.run_dir,
-                table,
-                {
-                    "policy": "vllm-default" if self._sw_observe else "sloweave-vllm",
-                    "workload": "vllm",
-                    "executor": "vllm",
-                    "tpot_slo_ms": cfg.tpot_slo_ms,
-                    "ttft_slo_ms": cfg.ttft_slo_ms,
-                    "servecal": cfg.describe(),
-                    "sloweave": {"c_max": self._sw_sloweave.c_max},
-                    "vllm": {
-                        "version": vllm.__version__,
-                        "model": str(model_config.model),
-                        "max_num_scheduled_tokens": cap,
-                        "max_num_seqs": self.max_num_running_reqs,
-                        "async_scheduling": self._sw_async,
-                        "speculative_tokens": self._sw_tokens_per_decode - 1,
-                        # wall time of the log's 0 ms: lines its steps up with a client's
-                        "clock_origin_unix": time.time() - (self._sw_clock() - self._sw_perf0),
-                    },
-                },
-                cfg.flush_every,
-                cfg.flush_s,
-                energy,
-                energy_source,
+    def _sw_check_versions(self, cfg: PluginConfig, table: Any) -> None:
+        """The table against the served model (``check_model``: another model shape or
+        dtype refuses, a table without a shape warns), and a warning for a vLLM release
+        the plug-in is not tested against."""
+        model_config = self.vllm_config.model_config
+        if cfg.check_model:
+            dtype = str(getattr(model_config, "dtype", "")).removeprefix("torch.") or None
+            warning = check_model(
+                table, cfg.table, model_config.hf_config, dtype, str(model_config.model)
             )
+            if warning:
+                logger.warning("servecal: %s", warning)
+        from servecal.integrations.vllm import TESTED_VLLM_VERSIONS
+
+        if vllm.__version__ not in TESTED_VLLM_VERSIONS:
+            logger.warning(
+                "servecal: vLLM %s is not a release the plug-in is tested against (%s)",
+                vllm.__version__,
+                ", ".join(TESTED_VLLM_VERSIONS),
+            )
+
+    def _sw_announce(self, cfg: PluginConfig) -> None:
+        """One line in vLLM's log saying what the plug-in does on this server."""
         where = f", run folder {cfg.run_dir}" if cfg.run_dir else ""
         if self._sw_observe:
             logger.info("servecal: vLLM's own scheduling, steps logged against %s%s",
@@ -219,13 +222,61 @@ class SLOWeaveScheduler(Scheduler):
             where,
         )
 
+    def _sw_open_log(self, cfg: PluginConfig, table: Any, cap: int) -> Any:
+        """The run folder's log (:class:`~servecal.integrations.vllm.runlog.RunLog`), with
+        the plug-in's and vLLM's settings in its ``run.json``."""
+        from servecal.integrations.vllm.runlog import RunLog
+
+        model_config = self.vllm_config.model_config
+
+        energy, energy_source = self._sw_energy(cfg.energy_meter)
+        return RunLog(
+            cfg.run_dir,
+            table,
+            {
+                "policy": "vllm-default" if self._sw_observe else "sloweave-vllm",
+                "workload": "vllm",
+                "executor": "vllm",
+                "tpot_slo_ms": cfg.tpot_slo_ms,
+                "ttft_slo_ms": cfg.ttft_slo_ms,
+                "servecal": cfg.describe(),
+                "sloweave": {"c_max": self._sw_sloweave.c_max},
+                "vllm": {
+                    "version": vllm.__version__,
+                    "model": str(model_config.model),
+                    "max_num_scheduled_tokens": cap,
+                    "max_num_seqs": self.max_num_running_reqs,
+                    "async_scheduling": self._sw_async,
+                    "speculative_tokens": self._sw_tokens_per_decode - 1,
+                    # wall time of the log's 0 ms: lines its steps up with a client's
+                    "clock_origin_unix": time.time() - (self._sw_clock() - self._sw_perf0),
+                },
+            },
+            cfg.flush_every,
+            cfg.flush_s,
+            energy,
+            energy_source,
+        )
+
     def _sw_energy(self, prefer: str) -> tuple[Any, str]:
-        """The run log's energy: the engine's GPUs' counters (or the host's RAPL), read
-        every :data:`ENERGY_EVERY` steps; ``(None, "unavailable")`` when none opens."""
-        from servecal.integrations.vllm.energy import UNAVAILABLE, StepEnergy, open_energy_meter
+        """The run log's energy: the engine's GPUs' counters (or the host's RAPL, or the
+        user's ``MODULE:NAME`` meter), read every :data:`ENERGY_EVERY` steps;
+        ``(None, "unavailable")`` when none opens."""
+        from servecal.integrations.vllm.energy import (
+            UNAVAILABLE,
+            StepEnergy,
+            load_meter,
+            open_energy_meter,
+        )
 
         if prefer == "none":
             return None, UNAVAILABLE
+        if ":" in prefer:  # MODULE:NAME, a meter of the user's: failing to load it stops vLLM
+            try:
+                meter = load_meter(prefer)
+            except InputError as exc:
+                raise PluginConfigError(str(exc)) from None
+            return StepEnergy(meter, every=ENERGY_EVERY), meter.source
         parallel = self.vllm_config.parallel_config
         gpus = list(range(max(1, int(getattr(parallel, "world_size", 1) or 1))))
         meter, notice = open_energy_meter(prefer, gpus)
@@ -274,6 +325,8 @@ class SLOWeaveScheduler(Scheduler):
         return value
 
     def _free_request(self, request: Any, *args: Any, **kwargs: Any) -> Any:
+        if self._sw_control is not None:
+            self._sw_finished.append(request.num_output_tokens - 1)
         self._sw_due.forget(request)
         self._sw_kv.left(request)
         log = self._sw_log
@@ -292,17 +345,88 @@ class SLOWeaveScheduler(Scheduler):
         return super()._handle_stopped_request(request)
 
     # -- the step --------------------------------------------------------------------------
-    def _sw_partials(self, running: list[Any]) -> Sequence[Any]:
-        """Running requests still prefilling (at most a few), in vLLM's order.
+    # schedule() runs right after vLLM's step has pushed the plug-in out of the CPU's
+    # caches, where each Python operation costs several times its warm cost: the
+    # helpers below read only what their job needs, the usual cases first, and never
+    # pass over the running requests (docs/vllm.md, "Cost").
+    def schedule(self, *args: Any, **kwargs: Any) -> Any:
+        """One step: read the state, plan SLOWeave's chunk, run vLLM's own scheduling
+        under the token budget that gives it, and record what vLLM scheduled.
 
-        vLLM keeps them in ``_inflight_prefills``; reading it spares a pass over
-        every running request (the fallback where the attribute is missing).
+        1. the margin controller scores the last planned step (:meth:`_sw_settle`);
+        2. :meth:`_sw_state`: the decodes' count and mean context, the prompts still
+           prefilling and the prompt(s) vLLM would prefill next;
+        3. :meth:`_sw_plan`: the chunk and token budget (``plan_chunk``);
+        4. :meth:`_sw_vllm_schedule`: vLLM's ``schedule()`` under that budget, and the
+           running requests' KV sum after it;
+        5. :meth:`_sw_step_of`: the step's record, kept until its output arrives.
         """
+        clock = self._sw_clock
+        t0 = clock()
+        now = (t0 - self._sw_perf0) * 1000.0
+        # async: this step starts when the one in flight ends (predicted)
+        start = max(now, self._sw_busy_until) if self._sw_async else now
+        if self._sw_control is not None:
+            self._sw_control.settle(start)
+            if self._sw_finished:
+                self._sw_settle()
+        running = self.running
+        n_before = len(running)
+        partial, n, ctx, prompts = self._sw_state(running)
+        plan = self._sw_plan(start, n, ctx, prompts)
+        # the decision's own time, for the run folder (on the plug-in's clock)
+        decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN
+        out = self._sw_vllm_schedule(plan[1], n_before, args, kwargs)
+        if out.total_num_scheduled_tokens <= 0:
+            return out
+        step, shape = self._sw_step_of(out, start, n, ctx, n_before, partial, prompts,
+                                       decision_us, plan)  # fmt: skip
+        if self._sw_async:  # the next step is planned before this one's tokens exist
+            step.pred_ms = float(self._sw_table.predict(shape[0], shape[1], ctx, shape[2]))
+            self._sw_busy_until = start + step.pred_ms
+            self._sw_apply(step, self._sw_busy_until)
+        self._sw_inflight[id(out)] = step
+        return out
+
+    def _sw_settle(self) -> None:
+        """The margin controller hears of the requests freed since the last step (after
+        scoring it, as the engine policy does): each one's gaps, output tokens − 1."""
+        control = self._sw_control
+        for gaps in self._sw_finished:
+            control.finished(gaps)
+        self._sw_finished.clear()
+
+    def _sw_state(self, running: list[Any]) -> tuple[Sequence[Any], int, float, Sequence[Any]]:
+        """``(partial, n_decode, ctx, prompts)``: the running requests still prefilling
+        (vLLM's ``_inflight_prefills``, at most a few; :meth:`_sw_partials` otherwise),
+        the decoding requests' count and mean context (from the KV sum
+        :class:`RunningKV` keeps, recounted only when it cannot vouch for it), and the
+        prompts vLLM would prefill next (:meth:`_sw_next_prompts`)."""
+        inflight = self._inflight_prefills if self._sw_inflight_prefills else None
+        if inflight is not None and len(inflight) <= 1:  # the usual case: one or none
+            partial = list(inflight) if inflight else _NONE
+        else:
+            partial = self._sw_partials(running)
+        kv_book = self._sw_kv
+        if kv_book.valid and len(running) == len(kv_book.members):
+            kv = kv_book.kv
+        else:
+            kv = kv_book.total(running)
+        if partial:
+            kv -= sum(map(_computed, partial))
+        n = len(running) - len(partial)
+        if len(partial) == self._sw_prompts:  # the usual case: the prompt(s) being chunked
+            prompts = partial
+        else:
+            prompts = self._sw_next_prompts(partial, len(running))
+        return partial, n, kv / n if n else 0.0, prompts
+
+    def _sw_partials(self, running: list[Any]) -> Sequence[Any]:
+        """Running requests still prefilling, in vLLM's order (a pass over the running
+        requests only where vLLM keeps no ``_inflight_prefills`` set, or several)."""
         inflight = getattr(self, "_inflight_prefills", None)
         if inflight is None:
             return [r for r in running if r.is_prefill_chunk]
-        if len(inflight) <= 1:
-            return list(inflight) if inflight else _NONE
         return [r for r in running if r in inflight]
 
     def _sw_next_prompts(self, partial: Sequence[Any], n_running: int) -> Sequence[Any]:
@@ -310,8 +434,8 @@ class SLOWeaveScheduler(Scheduler):
         prefilling, then the waiting queues (KV holders first), while a slot is free.
         One prompt, or up to ``max_prefills`` with ``multi_prefill``."""
         k = self._sw_prompts
-        if len(partial) >= k:  # the usual case: the prompt being chunked
-            return partial if len(partial) == k else partial[:k]
+        if len(partial) >= k:
+            return partial[:k]
         found = list(partial)
         free = self.max_num_running_reqs - n_running
         for queue in (getattr(self, "kv_holding_waiting", None), self.waiting):
@@ -323,226 +447,183 @@ class SLOWeaveScheduler(Scheduler):
                 free -= len(taken)
         return found
 
-    def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        """SLOWeave's token budget for this step, then vLLM's own scheduling.
+    def _sw_plan(
+        self, start: float, n: int, ctx: float, prompts: Sequence[Any]
+    ) -> tuple[int, int | None, float]:
+        """SLOWeave's ``(chunk, token_budget, budget_ms)`` for the first of ``prompts``
+        (:func:`plan_chunk`); :data:`DECODE_ONLY` when there is nothing to prefill or
+        vLLM schedules on its own (``policy: vllm``)."""
+        if not prompts or self._sw_observe:
+            return DECODE_ONLY
+        first = prompts[0]
+        prefix = first.num_computed_tokens
+        if len(prompts) == 1:
+            remaining = first.num_tokens - prefix
+        else:
+            remaining = sum([r.num_tokens - r.num_computed_tokens for r in prompts])
+        # the prompt's wait matters only to the aging rule
+        waited = max(0.0, time.time() - first.arrival_time) * 1000.0 if self._sw_aging else 0.0
+        due = self._sw_due
+        if n and not due.apart and not due.decoding_own:  # every decode due together
+            deadline = due.bulk + due.slo
+        else:
+            deadline = due.earliest(n)
+        return plan_chunk(
+            self._sw_table, self._sw_sloweave, start, n, n * self._sw_tokens_per_decode,
+            ctx, deadline, prefix, remaining, self.max_num_scheduled_tokens, waited,
+            self._sw_control,
+        )  # fmt: skip
 
-        Nothing here passes over the running requests: their KV sum is kept between
-        steps by :class:`RunningKV` (a recount only after what it does not model, such
-        as a preemption), due times come from :class:`DueTimes` in O(exceptions), and
-        the decision itself is one table ``max_chunk``. It runs right after vLLM's
-        previous step has pushed it out of the CPU's caches, where its cost grows with
-        every Python operation it executes: the usual cases are written out inline,
-        the helpers (:meth:`_sw_partials`, :meth:`_sw_next_prompts`,
-        :meth:`_sw_sort_out`) take the rest (docs/vllm.md, "Cost").
-        """
-        clock = self._sw_clock
-        t0 = clock()
-        now = (t0 - self._sw_perf0) * 1000.0  # self._sw_ms(), inline
-        # async: this step starts when the one in flight ends (predicted)
-        start = max(now, self._sw_busy_until) if self._sw_async else now
-        running = self.running
-        n_before = len(running)
-        inflight = self._inflight_prefills if self._sw_inflight_prefills else None
-        if inflight is not None and len(inflight) <= 1:  # _sw_partials, inline
-            partial = list(inflight) if inflight else _NONE
-        else:
-            partial = self._sw_partials(running)
-        n = n_before - len(partial)
-        kv_book = self._sw_kv
-        if kv_book.valid and n_before == len(kv_book.members):  # RunningKV.total, inline
-            kv = kv_book.kv
-        else:
-            kv = kv_book.total(running)
-        if partial:
-            kv -= (
-                partial[0].num_computed_tokens
-                if len(partial) == 1
-                else sum(map(_computed, partial))
-            )
-        ctx = kv / n if n else 0.0
-        if len(partial) == self._sw_prompts:  # _sw_next_prompts, inline: the prompt(s) in work
-            prompts = partial
-        else:
-            prompts = self._sw_next_prompts(partial, n_before)
+    def _sw_vllm_schedule(self, budget: int | None, n_before: int, args: Any, kwargs: Any) -> Any:
+        """vLLM's own ``schedule()`` with its token cap at ``budget`` for this one call
+        (``None``: left alone; the cap is restored whatever happens), then the kept KV
+        sum after it (a recount next step after a preemption, which it does not model,
+        or a call that raised)."""
         cap = self.max_num_scheduled_tokens
-        first = prompts[0] if prompts else None
-        if first is not None and not self._sw_observe:
-            prefix = first.num_computed_tokens
-            if len(prompts) == 1:
-                remaining = first.num_tokens - prefix
-            else:
-                remaining = sum([r.num_tokens - r.num_computed_tokens for r in prompts])
-            # the prompt's wait matters only to the aging rule
-            waited = max(0.0, time.time() - first.arrival_time) * 1000.0 if self._sw_aging else 0.0
-            due = self._sw_due
-            if n and not due.apart and not due.decoding_own:  # DueTimes.earliest, inline
-                deadline = due.bulk + due.slo
-            else:
-                deadline = due.earliest(n)
-            chunk, budget, budget_ms = plan_chunk(
-                self._sw_table, self._sw_sloweave, start, n, n * self._sw_tokens_per_decode,
-                ctx, deadline, prefix, remaining, cap, waited,
-            )  # fmt: skip
-        else:  # nothing to prefill (or observing): vLLM schedules untouched
-            chunk, budget, budget_ms = DECODE_ONLY
-        # the decision's own time, for the run folder (on the plug-in's clock)
-        decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN
+        kv_book = self._sw_kv
         try:
-            if budget is not None and budget < cap:
+            if budget is None or budget >= cap:
+                out = super().schedule(*args, **kwargs)
+            else:
                 self.max_num_scheduled_tokens = budget
                 try:
                     out = super().schedule(*args, **kwargs)
                 finally:
                     self.max_num_scheduled_tokens = cap
-            else:
-                out = super().schedule(*args, **kwargs)
         except BaseException:
             kv_book.invalidate()
             raise
-        total = out.total_num_scheduled_tokens
-        preempted = out.preempted_req_ids
-        if preempted:
+        if out.preempted_req_ids:
             kv_book.invalidate()
         elif kv_book.valid:
-            if len(self.running) == n_before:  # RunningKV.scheduled, inline: none admitted
-                kv_book.kv += total
+            if len(self.running) == n_before:  # none admitted: every token stays running
+                kv_book.kv += out.total_num_scheduled_tokens
             else:
-                kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens, total)
-        if total <= 0:
-            return out
-        # what vLLM actually scheduled: the step's log row, and whose tokens it makes.
-        # Usually (checked by token and request counts, no pass over the decodes):
-        # every decode ran, and the one prompt planned for got its tokens or none,
-        # nothing was preempted or admitted beyond it; otherwise _sw_sort_out works
-        # it out request by request.
-        nst = out.num_scheduled_tokens
-        tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
-        new_reqs = out.scheduled_new_reqs
-        log = self._sw_log
-        if (
-            tok is not None
-            and not preempted
-            and len(nst) == n + 1
-            and total == n + tok
-            and len(partial) <= 1
-            and (not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id))
-            and self._sw_tokens_per_decode == 1
-        ):
-            # what the prompt had computed before this step (vLLM has added tok; a
-            # prefix-cache hit of a prompt just admitted was added too)
-            prefix = first.num_computed_tokens - tok
-            done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
-            if log is None and not done and not self._sw_async:
-                step = _EVERY_DECODE  # nothing of its own to keep
-            else:
-                row = None  # the log's row: only with a run folder
-                if log is not None:
-                    row = [
-                        start, _NAN, n, tok, 1, ctx, float(prefix), decision_us, budget_ms,
-                        chunk, _NAN if budget is None else budget, _NAN,
-                    ]  # fmt: skip
-                step = _InFlight(
-                    row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True, _NONE,
-                    _NONE, done, _NAN, _NONE, _NONE,
-                )  # fmt: skip
-            shape = (n, tok, prefix)
-        elif (
-            tok is None
-            and len(prompts) <= 1
-            and len(partial) <= len(prompts)
-            and not preempted
-            and not new_reqs
-            and len(nst) == n
-            and total == n
-            and self._sw_tokens_per_decode == 1
-        ):
-            # decodes only (nothing to prefill, or SLOWeave's chunk was 0): every decode ran
-            if log is None and not self._sw_async:
-                step = _EVERY_DECODE
-            else:
-                row = None
-                if log is not None:
-                    row = [
-                        start, _NAN, n, 0, 0, ctx, 0.0, decision_us, budget_ms, chunk,
-                        _NAN if budget is None else budget, _NAN,
-                    ]  # fmt: skip
-                step = _InFlight(row, (clock() - self._sw_perf0) * 1000.0 if row else _NAN, True,
-                                 _NONE, _NONE, _NONE, _NAN, _NONE, _NONE)  # fmt: skip
-            shape = (n, 0, 0.0)
-        else:
-            step = self._sw_sort_out(
-                out, start, n, ctx, n_before, partial, prompts, decision_us,
-                (chunk, budget, budget_ms),
-            )  # fmt: skip
-            shape = (step.row[2], step.row[3], step.row[6])
-        if self._sw_async:  # the next step is planned before this one's tokens exist
-            step.pred_ms = float(self._sw_table.predict(shape[0], shape[1], ctx, shape[2]))
-            self._sw_busy_until = start + step.pred_ms
-            self._sw_apply(step, self._sw_busy_until)
-        self._sw_inflight[id(out)] = step
+                kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens,
+                                  out.total_num_scheduled_tokens)  # fmt: skip
         return out
+
+    def _sw_step_of(self, out: Any, start: float, n: int, ctx: float, n_before: int,
+                    partial: Sequence[Any], prompts: Sequence[Any], decision_us: float,
+                    plan: tuple[int, int | None, float],
+                    ) -> tuple[_InFlight, tuple[int, int, float]]:  # fmt: skip
+        """What vLLM scheduled in ``out``: the step's record, and its shape
+        ``(n_decode, chunk, prefix)`` for the asynchronous prediction.
+
+        The two usual steps, every decode ran and the one prompt planned for got its
+        ``tok`` tokens (or, decodes only, none), nothing preempted or admitted beyond
+        it, are told apart by token and request counts alone, with no pass over the
+        decodes; :meth:`_sw_sort_out` works any other ``out`` request by request.
+        """
+        # complexity 17: the usual steps' checks side by side in one frame, because a
+        # call per check costs microseconds on the cold cache schedule() runs in
+        nst = out.num_scheduled_tokens
+        total = out.total_num_scheduled_tokens
+        tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
+        usual = (
+            len(partial) <= len(prompts)
+            and self._sw_tokens_per_decode == 1
+            and not out.preempted_req_ids
+            and len(nst) == (n if tok is None else n + 1)
+            and total == n + (tok or 0)
+        )
+        if usual and tok is not None:
+            new_reqs = out.scheduled_new_reqs
+            first = prompts[0]
+            if not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id):
+                # what the prompt had computed before this step (vLLM has added tok; a
+                # prefix-cache hit of a prompt just admitted was added too)
+                prefix = first.num_computed_tokens - tok
+                done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
+                step = self._sw_every_decode(start, n, tok, ctx, prefix, done, decision_us, plan)
+                return step, (n, tok, prefix)
+        elif usual and len(prompts) <= 1 and not out.scheduled_new_reqs:  # decodes only
+            return self._sw_every_decode(start, n, 0, ctx, 0, _NONE, decision_us, plan), (n, 0, 0)
+        step = self._sw_sort_out(out, start, n, ctx, n_before, partial, prompts, decision_us, plan)
+        return step, (step.row[2], step.row[3], step.row[6])
+
+    def _sw_every_decode(self, start: float, n: int, tok: int, ctx: float, prefix: int,
+                         done: Sequence[Any], decision_us: float,
+                         plan: tuple[int, int | None, float]) -> _InFlight:  # fmt: skip
+        """The record of a step in which every decode ran, with ``tok`` tokens of one
+        prompt (``done``: it, if its prefill ended): the shared :data:`_EVERY_DECODE`
+        when there is nothing of its own to keep."""
+        log = self._sw_log
+        if log is None and not done and not self._sw_async:
+            return _EVERY_DECODE
+        row = None  # the log's row: only with a run folder
+        if log is not None:
+            chunk, budget, budget_ms = plan
+            row = [
+                start, _NAN, n, tok, 1 if tok else 0, ctx, float(prefix), decision_us,
+                budget_ms, chunk, _NAN if budget is None else budget, _NAN,
+            ]  # fmt: skip
+        sched_end = (self._sw_clock() - self._sw_perf0) * 1000.0 if row else _NAN
+        return _InFlight(row, sched_end, True, _NONE, _NONE, done, _NAN, _NONE, _NONE)
 
     def _sw_sort_out(self, out: Any, start: float, n: int, ctx: float, n_before: int,
                      partial: Sequence[Any], prompts: Sequence[Any], decision_us: float,
                      plan: tuple[int, int | None, float]) -> _InFlight:  # fmt: skip
-        """What vLLM scheduled, request by request (when :meth:`schedule`'s usual case
-        does not hold): from vLLM's running list as it was before scheduling
-        (``n_before`` long): vLLM only appends admitted requests to it, or removes
-        preempted ones, and never both in one step."""
+        """What vLLM scheduled, request by request (when :meth:`_sw_step_of`'s usual
+        steps do not hold). Only the planned prompts may have prefilled, and every
+        decode ran, when the counts say so; otherwise :meth:`_sw_by_request` reads
+        each request."""
         nst = out.num_scheduled_tokens
         preempted_ids = getattr(out, "preempted_req_ids", None)
         preempted = list(preempted_ids) if preempted_ids else _NONE
-        new_reqs = out.scheduled_new_reqs
         prefill = [r for r in prompts if r.request_id in nst]
         tokens = [nst[r.request_id] for r in prefill]
-        fast = (
-            not preempted
-            and self._sw_tokens_per_decode == 1
-            and len(partial) <= len(prompts)  # every partial prefill was a candidate
-            and len(nst) == n + len(prefill)
-            and out.total_num_scheduled_tokens == n + sum(tokens)
-            and (
-                not new_reqs or {new.req_id for new in new_reqs} <= {r.request_id for r in prompts}
-            )
-        )
+        fast = not preempted and self._sw_only_planned(out, n, partial, prompts, prefill, tokens)
         emitted: Sequence[Any] = _NONE
         skipped: Sequence[Any] = _NONE
         n_sched = n
         if not fast:
-            running, requests = self.running, self.requests
-            if preempted:  # nothing was admitted: the list less what was preempted
-                before = [*running, *(requests[i] for i in preempted if i in requests)]
-            else:  # nothing was removed: admitted requests were appended
-                before = running[:n_before]
-            pset = set(partial)
-            decoding = [r for r in before if r not in pset]
-            gone = set(preempted)  # they stopped decoding altogether
-            emitted = [r for r in decoding if r.request_id in nst]
-            skipped = [r for r in decoding if r.request_id not in nst and r.request_id not in gone]
+            emitted, skipped, prefill = self._sw_by_request(nst, n_before, partial, preempted)
             n_sched = len(emitted)
-            seen = {r.request_id for r in emitted}
-            prefill = [requests[i] for i in nst if i not in seen]
             tokens = [nst[r.request_id] for r in prefill]
-        chunk = sum(tokens)
-        # prefix: what each prompt had computed before this step, weighted by its tokens
-        pairs = zip(prefill, tokens, strict=True)
-        weighted = sum((r.num_computed_tokens - t) * t for r, t in pairs)
-        # prefill ends: first token
-        first = [r for r in prefill if not r.is_prefill_chunk] if prefill else _NONE
-        prefix = weighted / chunk if chunk else 0.0
-        planned, budget, budget_ms = plan
-        row = [
-            start, _NAN, n_sched, chunk, len(prefill), ctx, prefix, decision_us, budget_ms,
-            planned, _NAN if budget is None else budget, _NAN,
-        ]  # fmt: skip
+        row = _mixed_row(start, n_sched, ctx, prefill, tokens, decision_us, plan)
         for rid in preempted:  # a preempted request re-prefills: not decoding until then
             req = self.requests.get(rid)
             if req is not None:
                 self._sw_due.left(req)
         return _InFlight(
-            row, (self._sw_clock() - self._sw_perf0) * 1000.0, fast, emitted, skipped, first,
+            row, (self._sw_clock() - self._sw_perf0) * 1000.0, fast, emitted, skipped,
+            [r for r in prefill if not r.is_prefill_chunk] if prefill else _NONE,  # 1st token
             _NAN, [r.request_id for r in skipped] if skipped else _NONE, preempted,
         )  # fmt: skip
+
+    def _sw_only_planned(self, out: Any, n: int, partial: Sequence[Any], prompts: Sequence[Any],
+                         prefill: Sequence[Any], tokens: Sequence[int]) -> bool:  # fmt: skip
+        """Every decode ran, and only planned prompts (``prefill``, ``tokens`` each) were
+        prefilled or admitted: told by counts, no pass over the decodes."""
+        new_reqs = out.scheduled_new_reqs
+        return (
+            self._sw_tokens_per_decode == 1
+            and len(partial) <= len(prompts)  # every partial prefill was a candidate
+            and len(out.num_scheduled_tokens) == n + len(prefill)
+            and out.total_num_scheduled_tokens == n + sum(tokens)
+            and (not new_reqs or {x.req_id for x in new_reqs} <= {r.request_id for r in prompts})
+        )
+
+    def _sw_by_request(
+        self, nst: dict[str, int], n_before: int, partial: Sequence[Any], preempted: Sequence[str]
+    ) -> tuple[list[Any], list[Any], list[Any]]:
+        """``(decodes that ran, decodes that did not, requests that prefilled)``, from
+        vLLM's running list as it was before scheduling (``n_before`` long): vLLM only
+        appends admitted requests to it, or removes preempted ones, never both in one
+        step."""
+        running, requests = self.running, self.requests
+        if preempted:  # nothing was admitted: the list less what was preempted
+            before = [*running, *(requests[i] for i in preempted if i in requests)]
+        else:  # nothing was removed: admitted requests were appended
+            before = running[:n_before]
+        pset = set(partial)
+        decoding = [r for r in before if r not in pset]
+        gone = set(preempted)  # they stopped decoding altogether
+        emitted = [r for r in decoding if r.request_id in nst]
+        skipped = [r for r in decoding if r.request_id not in nst and r.request_id not in gone]
+        seen = {r.request_id for r in emitted}
+        return emitted, skipped, [requests[i] for i in nst if i not in seen]
 
     def _sw_apply(self, step: _InFlight, token_ms: float) -> None:
         """``step``'s tokens come out at ``token_ms``: move the due times."""

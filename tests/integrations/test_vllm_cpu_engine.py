@@ -14,7 +14,9 @@ exit of an ``LLM(...)`` script) keeps every step older than one flush interval.
 from __future__ import annotations
 
 import json
+import math
 import os
+import re
 import signal
 import subprocess
 import textwrap
@@ -83,8 +85,19 @@ def assert_one_row_per_step(steps, prompt_tokens: int, decode_tokens: int) -> No
     assert int(steps["n_decode"].sum()) == decode_tokens
 
 
+#: The dry-run meter (100 W of wall time), named as a user's meter is: the SLOWeave run's
+#: server gets it through the environment, the vLLM-policy run has whatever the host has.
+CONSTANT_METER = "servecal.integrations.vllm.energy:ConstantPowerMeter"
+
+
 @pytest.mark.parametrize("policy", ["sloweave", "vllm"])
-def test_bench_serves_every_request_and_the_log_has_every_step(root: Path, policy: str) -> None:
+def test_bench_serves_every_request_and_the_log_has_every_step(
+    root: Path, policy: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if policy == "sloweave":
+        monkeypatch.setenv("SERVECAL_ENERGY_METER", CONSTANT_METER)
+    else:
+        monkeypatch.delenv("SERVECAL_ENERGY_METER", raising=False)
     out = bench(root, f"bench-{policy}", policy)
     requests = read_table(out / "run" / "requests.parquet")
     assert len(requests) == 16
@@ -113,6 +126,33 @@ def test_bench_serves_every_request_and_the_log_has_every_step(root: Path, polic
     report = runner.invoke(app, ["report", str(out / "run"), str(log), "--out",
                                  str(root / f"report-{policy}")])  # fmt: skip
     assert report.exit_code == 0, report.output
+    assert_energy(log, root / f"report-{policy}" / "report.html", metered=policy == "sloweave")
+
+
+def priced_per_token(html: str) -> float:
+    """The J per output token the report's energy table gives the plug-in's run priced
+    by the fake meter (NaN when there is no such row)."""
+    text = re.sub(r"<[^>]+>", " ", html)
+    number = r"[0-9][0-9.]*(?:e-?[0-9]+)?"
+    row = re.search(rf"sloweave-vllm\s+{number}\s+(?:—|{number})\s+({number})\s+fake meter", text)
+    return float(row.group(1)) if row else math.nan
+
+
+def assert_energy(log: Path, report: Path, metered: bool) -> None:
+    """With the meter every step's joules are finite and > 0, run.json names the meter
+    and the report prices the served requests; without one (and no NVML or RAPL on
+    the host) energy is "unavailable", never zero."""
+    energy = read_table(log / "iterations.parquet")["energy_j"]
+    source = json.loads((log / "run.json").read_text())["energy_source"]
+    html = report.read_text()
+    if metered:
+        assert source == "fake:constant-100W"
+        assert np.isfinite(energy).all() and (energy > 0).all()
+        assert priced_per_token(html) > 0
+    elif source == "unavailable":
+        assert energy.isna().all()
+    else:  # the host has a real counter
+        assert source in ("nvml", "rapl") and np.isfinite(energy).all()
 
 
 def start(root: Path, run_dir: Path, shutdown_timeout: int | None) -> tuple[subprocess.Popen, str]:

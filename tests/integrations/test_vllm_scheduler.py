@@ -13,6 +13,7 @@ import json
 import math
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -189,25 +190,42 @@ def test_a_request_with_its_own_tighter_slo_shrinks_the_chunk(root: Path) -> Non
     assert 0 < c_tight < c_plain
 
 
-def test_the_chunk_equals_the_engine_policys_for_the_same_state(root: Path) -> None:
-    """vLLM's scheduled chunk, against SLOWeave.plan on a view the test builds itself."""
-    s, clock = make(root, c_max=1024)
-    # the plug-in plans on the whole budget (PluginConfig.margin_control "fixed")
-    policy = SLOWeave(SLOWeaveConfig(c_max=1024, margin_control="fixed"))
-    rng = np.random.default_rng(3)
+class ViewWithFinished(FakeView):
+    """A :class:`FakeView` that also lists the requests finished since the last plan."""
+
+    def __init__(self, finished: dict[str, int], **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.new_finished = tuple(finished)
+        self._finished = finished
+
+    def get(self, rid):
+        if rid in self._finished:
+            return SimpleNamespace(output_tokens=self._finished[rid])
+        return super().get(rid)
+
+
+def same_steps(s, clock, policy: SLOWeave, steps: int, seed: int = 3) -> dict[str, int]:
+    """Step the plug-in ``s`` and, beside it, ``policy.plan`` on a view the test builds
+    itself from vLLM's state: the chunks and the margin controllers' states must match
+    at every step. Decodes of varied length finish (the controller counts their gaps),
+    a new long prompt arrives every 12 steps. Returns counts of what was compared."""
+    rng = np.random.default_rng(seed)
     last: dict[str, float] = {}  # the test's own record of each request's last token
     for i in range(40):
-        s.add_request(K.request(f"d{i}", int(rng.integers(16, 200)), 10_000))
-    s.add_request(K.request("long", 6000, 10))
-    compared = 0
-    for _ in range(120):
+        s.add_request(K.request(f"d{i}", int(rng.integers(16, 200)), int(rng.integers(20, 90))))
+    finished: dict[str, int] = {}
+    counts = {"compared": 0, "finished": 0}
+    for k in range(steps):
+        if k % 12 == 0:
+            s.add_request(K.request(f"long{k}", 6000, 10))
         clock.advance_ms(float(rng.uniform(0.0, 0.8 * SLO)))  # varied slack before the step
         now = K.now_ms(s)
         decoding = K.decode_set(s)
         prompt = next((r for r in s.running if r.is_prefill_chunk), None) or (
             s.waiting.peek_request() if s.waiting else None
         )
-        view = FakeView(
+        view = ViewWithFinished(
+            finished,
             now=now,
             ready=[
                 FakeLive(k, 0, deadline_ms=last[r.request_id] + SLO) for k, r in enumerate(decoding)
@@ -229,14 +247,50 @@ def test_the_chunk_equals_the_engine_policys_for_the_same_state(root: Path) -> N
         out = s.schedule()
         got = out.num_scheduled_tokens.get(prompt.request_id, 0) if prompt is not None else 0
         assert got == expected, f"step at {now:.2f} ms: vLLM {got}, engine SLOWeave {expected}"
-        compared += prompt is not None and bool(decoding)
+        if policy.control is not None:
+            assert s._sw_control.summary() == policy.control.summary(), f"step at {now:.2f} ms"
+        counts["compared"] += prompt is not None and bool(decoding)
         clock.advance_ms(4.0)
+        before = {rid: s.requests[rid] for rid in out.num_scheduled_tokens}
         s.update_from_output(out, K.runner_output(s, out))
-        for rid in out.num_scheduled_tokens:
-            req = s.requests.get(rid)
-            if req is not None and not req.is_prefill_chunk:
+        finished = {}
+        for rid, req in before.items():
+            if rid not in s.requests:
+                finished[rid] = req.num_output_tokens
+                last.pop(rid, None)
+            elif not req.is_prefill_chunk:
                 last[rid] = K.now_ms(s)
-    assert compared > 60
+        counts["finished"] += len(finished)
+    return counts
+
+
+@pytest.mark.parametrize("margin_control", ["slo", "fixed"])
+def test_the_chunk_equals_the_engine_policys_for_the_same_state(
+    root: Path, margin_control: str
+) -> None:
+    """vLLM's scheduled chunk, against SLOWeave.plan on a view the test builds itself,
+    with the plug-in's default margin controller and with the whole-budget plan."""
+    settings = {} if margin_control == "slo" else {"margin_control": margin_control}
+    s, clock = make(root, c_max=1024, **settings)
+    policy = SLOWeave(SLOWeaveConfig(c_max=1024, margin_control=margin_control))
+    counts = same_steps(s, clock, policy, 150)
+    assert counts["compared"] > 60 and counts["finished"] >= 16
+    assert (s._sw_control is None) == (margin_control == "fixed")
+
+
+def test_the_margin_controller_moves_as_the_engine_policys(root: Path) -> None:
+    """On the same steps the plug-in's controller (kept across steps, scored at each
+    schedule(), told of each freed request) is in the engine policy's state at every
+    step (checked inside ``same_steps``), and that state moved: iterations the budget
+    cut were scored, some of them misses, the scale left 1, and ``α`` was solved again
+    from the finished requests' gap counts (after 16 of them)."""
+    s, clock = make(root, c_max=1024)
+    policy = SLOWeave(SLOWeaveConfig(c_max=1024))
+    prior_alpha = s._sw_control.alpha
+    same_steps(s, clock, policy, 150, seed=8)
+    state = s._sw_control.summary()
+    assert state["counted"] > 10 and 0 < state["misses"] < state["counted"]
+    assert state["scale"] != 1.0 and state["alpha"] != prior_alpha
 
 
 # -- online validation --------------------------------------------------------------------
@@ -318,6 +372,57 @@ def test_the_folder_is_written_while_serving(root: Path) -> None:
 
     assert len(pd.read_parquet(root / "live" / "iterations.parquet")) == s._sw_log.steps
     s.shutdown()
+
+
+CONSTANT_METER = "servecal.integrations.vllm.energy:ConstantPowerMeter"
+
+
+def test_a_meter_named_module_attr_gives_every_step_its_joules(root: Path) -> None:
+    import pandas as pd
+
+    s, clock = make(root, run="metered", energy_meter=CONSTANT_METER)
+    warm(s, clock, 4)
+    for _ in range(40):
+        K.step(s, clock, 5.0)
+    s.shutdown()
+    it = pd.read_parquet(root / "metered" / "iterations.parquet")
+    # 100 W of the wall time that passed, shared by the steps' (fake, 5 ms) durations
+    assert len(it) > 40 and np.isfinite(it["energy_j"]).all() and (it["energy_j"] > 0).all()
+    meta = json.loads((root / "metered" / "run.json").read_text())
+    assert meta["energy_source"] == "fake:constant-100W"
+    out = runner.invoke(app, ["report", str(root / "metered"), "--out", str(root / "rep-e")])
+    assert out.exit_code == 0, out.output
+    assert priced_per_token((root / "rep-e" / "report.html").read_text()) > 0
+
+
+def priced_per_token(html: str) -> float:
+    """The J per output token the report's energy table gives the plug-in's run priced
+    by the fake meter (NaN when there is no such row)."""
+    import re
+
+    text = re.sub(r"<[^>]+>", " ", html)
+    number = r"[0-9][0-9.]*(?:e-?[0-9]+)?"
+    row = re.search(rf"sloweave-vllm\s+{number}\s+(?:—|{number})\s+({number})\s+fake meter", text)
+    return float(row.group(1)) if row else math.nan
+
+
+@pytest.mark.parametrize(
+    ("meter", "message"),
+    [
+        ("nosuch_meter_module:Meter", "cannot import 'nosuch_meter_module'"),
+        ("servecal.integrations.vllm.energy:NoSuchMeter", "has no 'NoSuchMeter'"),
+        ("servecal.integrations.vllm.energy:UNAVAILABLE", "TypeError"),  # a str, not a class
+        ("servecal.integrations.vllm.energy:StepEnergy", "TypeError"),  # needs a meter
+        ("zeus", "must be one of auto, nvml, rapl, none or MODULE:NAME"),
+    ],
+)
+def test_a_meter_that_does_not_load_stops_vllm_with_one_line(root, meter: str, message: str):
+    with pytest.raises(PluginConfigError) as err:
+        make(root, run=f"bad-meter-{abs(hash(meter))}", energy_meter=meter)
+    text = str(err.value)
+    assert text.startswith("servecal: ") and "\n" not in text and message in text
+    if ":" in meter:
+        assert meter in text
 
 
 # -- asynchronous scheduling --------------------------------------------------------------

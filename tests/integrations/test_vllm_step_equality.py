@@ -48,7 +48,7 @@ def pair(root: Path, async_scheduling: bool):
         settings = {"table": str(root / "table.json"), "tpot_slo_ms": 6.0, "check_model": False,
                     "run_dir": str(root / f"run-{name}-{async_scheduling}")}  # fmt: skip
         args = K.engine_args(root / "model", settings, async_scheduling=async_scheduling, seqs=24)
-        built.append(K.build(args, num_blocks=90))  # 1440 KV tokens
+        built.append(K.build(args, num_blocks=80))  # 1280 KV tokens
     kept, plain = built
     plain._sw_kv = RunningKV(trusted=False)  # the old path: a pass every step
     clocks = [K.FakeClock(), K.FakeClock()]
