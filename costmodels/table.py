@@ -169,6 +169,7 @@ class CostTable:
         self._check_monotone()
         self._prepare_fast_path()
         self._out_of_domain = 0
+        self._beyond = dict.fromkeys(AXES, 0)
 
     # ------------------------------------------------------------------ checks
     def _check_monotone(self) -> None:
@@ -263,6 +264,30 @@ class CostTable:
         """How many queries so far fell outside the grid and were clamped."""
         return self._out_of_domain
 
+    @property
+    def beyond_grid(self) -> dict[str, int]:
+        """Per axis, how many counted queries lay beyond it (priced at its edge); a
+        query beyond two axes counts on both, once in :attr:`out_of_domain`."""
+        return dict(self._beyond)
+
+    def _count_beyond(self, n: float, ctx: float, prefix: float, chunk: float) -> None:
+        """Count one clamped query, in total and on each axis it lies beyond (called
+        only for clamped queries: the in-grid path pays nothing)."""
+        self._out_of_domain += 1
+        for name, axis, x in zip(AXES, self._ax_lists, (n, ctx, prefix, chunk), strict=True):
+            if x < axis[0] or x > axis[-1]:
+                self._beyond[name] += 1
+
+    def _count_beyond_many(self, xs: Sequence[ArrayLike]) -> None:
+        """:meth:`_count_beyond` for arrays of queries (n_decode, ctx, prefix, chunk)."""
+        xs = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in xs))
+        out = np.zeros(xs[0].shape, dtype=bool)
+        for name, axis, x in zip(AXES, self._ax_lists, xs, strict=True):
+            beyond = (x < axis[0]) | (x > axis[-1])
+            self._beyond[name] += int(beyond.sum())
+            out |= beyond
+        self._out_of_domain += int(out.sum())
+
     def values(self, q: float) -> np.ndarray:
         """The ``q`` grid as an array of shape ``len(axis)`` for axes in :data:`AXES`."""
         return self._quantile_array(q).copy()
@@ -309,7 +334,7 @@ class CostTable:
             or prefix < a2[0]
             or chunk < a3[0]
         ):
-            self._out_of_domain += 1
+            self._count_beyond(n, ctx, prefix, chunk)
             i0, i1, i2, i3 = min(i0, n0 - 1), min(i1, n1 - 1), min(i2, n2 - 1), min(i3, n3 - 1)
         return ((i0 * n1 + i1) * n2 + i2) * n3 + i3
 
@@ -336,7 +361,7 @@ class CostTable:
         lin = self._lin
         corners = lin.corners(grid, n, ctx, prefix)
         if corners[0] or c < lin.axes[3][0] or c > lin.axes[3][-1]:
-            self._out_of_domain += 1
+            self._count_beyond(n, ctx, prefix, c)
         return lin.chunk_value(corners, c)
 
     def _grid_values(
@@ -410,7 +435,7 @@ class CostTable:
         if kind:
             return lst[self._index(n_decode, ctx, prefix, chunk)]
         values, out = self._grid_values(grid, n_decode, chunk, ctx, prefix)
-        self._out_of_domain += int(out.sum())
+        self._count_beyond_many((n_decode, ctx, prefix, chunk))
         return self._shape_out(values)
 
     def margin(
@@ -489,7 +514,7 @@ class CostTable:
             out, bound = self._linear_bound(q, use_margin, n_decode, ctx, prefix)
             answer = largest_fitting_chunk(bound, cols, limit, budget_ms)
         if out or answer > cols[-1]:
-            self._out_of_domain += 1
+            self._count_beyond(n_decode, ctx, prefix, answer)
         return answer
 
     def _linear_bound(
