@@ -214,6 +214,16 @@ class Multilinear:
         k, t, _ = axis_position(self.axes[3], chunk)
         return corner_value(corners, k, t)
 
+    @staticmethod
+    def column_values(corners: Corners) -> list[float]:
+        """:func:`corner_value` at every chunk column (``t = 0``: step 3 alone, the same
+        floats), in one pass: ``max_chunk`` bisects them to the crossing segment."""
+        _, w0, r0, w1, r1, w2, r2, w3, r3 = corners
+        return [
+            0.0 + w0 * a + w1 * b + w2 * c + w3 * d
+            for a, b, c, d in zip(r0, r1, r2, r3, strict=True)
+        ]
+
     def at(self, grid: BlendedGrid, n: float, chunk: float, ctx: float, prefix: float) -> float:
         """One scalar value of ``grid`` (clamped silently; see :meth:`corners`)."""
         return self.chunk_value(self.corners(grid, n, ctx, prefix), chunk)

@@ -511,32 +511,40 @@ class CostTable:
             out, row = self._round_up_row(q, use_margin, n_decode, ctx, prefix)
             answer = round_up_fit(row, cols, limit, budget_ms)
         else:
-            out, bound = self._linear_bound(q, use_margin, n_decode, ctx, prefix)
-            answer = largest_fitting_chunk(bound, cols, limit, budget_ms)
+            out, bound, at_columns = self._linear_bound(q, use_margin, n_decode, ctx, prefix)
+            answer = largest_fitting_chunk(bound, at_columns, cols, limit, budget_ms, self._rho)
         if out or answer > cols[-1]:
             self._count_beyond(n_decode, ctx, prefix, answer)
         return answer
 
     def _linear_bound(
         self, q: float, use_margin: bool, n: float, ctx: float, prefix: float
-    ) -> tuple[bool, Callable[[int], float]]:
-        """Whether the query is clamped, and its bound along the chunk: exactly
-        ``predict(q)`` plus, with ``use_margin``, ``margin`` (``rho · predict(tail)``)."""
+    ) -> tuple[bool, Callable[[int], float], Callable[[], list[float]]]:
+        """Whether the query is clamped, its bound along the chunk (exactly
+        ``predict(q)`` plus, with ``use_margin``, ``margin`` = ``rho · predict(tail)``)
+        and the same bound at every chunk column."""
         blend = self._blend.get(q)
         if blend is None:
             raise self._missing(q)
-        lin = self._lin
+        lin, rho = self._lin, self._rho
         rows = lin.corners(blend, n, ctx, prefix)
-        at = lin.chunk_value
+        at, columns = lin.chunk_value, lin.column_values
         if not use_margin:
-            return rows[0], lambda c: at(rows, c)
+            return rows[0], lambda c: at(rows, c), lambda: columns(rows)
         if self._margin is None:
             raise self._no_margin()
-        rho = self._rho
         if q == self._margin.quantile:
-            return rows[0], lambda c: (f := at(rows, c)) + rho * f
+            return (
+                rows[0],
+                lambda c: (f := at(rows, c)) + rho * f,
+                lambda: [f + rho * f for f in columns(rows)],
+            )
         tail = lin.corners(self._blend[self._margin.quantile], n, ctx, prefix)
-        return rows[0], lambda c: at(rows, c) + rho * at(tail, c)
+        return (
+            rows[0],
+            lambda c: at(rows, c) + rho * at(tail, c),
+            lambda: [f + rho * g for f, g in zip(columns(rows), columns(tail), strict=True)],
+        )
 
     def _round_up_row(
         self, q: float, use_margin: bool, n: float, ctx: float, prefix: float
