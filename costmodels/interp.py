@@ -34,8 +34,10 @@ rows per ``(n_decode, row)`` (:class:`BlendedGrid`): a query then costs a bisect
 on ctx and prefix, four row look-ups and a few multiply-adds, written out as
 straight-line code (it runs right after a scheduler's own step, where every Python
 call and branch costs several times what it does in a loop). ``CostTable.max_chunk``
-searches the same function (:meth:`Multilinear.chunk_value` on one query's
-corners, made once per call): one routine answers every scalar query.
+reads only one or two chunk columns on its usual path, so it blends the two
+``n_decode`` sides inline at just those values (:data:`FlatSides`, made at load for
+every integer ``n_decode`` by :meth:`Multilinear.integer_sides`) instead of filling
+rows it would mostly not read.
 """
 
 from __future__ import annotations
@@ -53,6 +55,12 @@ CACHE_SIZE = 4096
 
 #: One axis's ``(offset, weight)`` pairs: one pair on a grid value, two between.
 Sides = tuple[tuple[int, float], ...]
+#: ``(out, a, b, dn, lo)``: one ``n_decode`` value's place on a flat grid
+#: (:meth:`Multilinear.flat_sides`): whether it is clamped; its sides' weights ``a``,
+#: ``b``, the flat offset ``lo`` of the low side and ``dn`` from there to the high
+#: side. Step 1 at flat position ``p`` of a low-side row is ``0 + a·values[p] +
+#: b·values[p + dn]`` (:func:`blend_row`).
+FlatSides = tuple[bool, float, float, int, int]
 #: ``(out, w0, r0, w1, r1, w2, r2, w3, r3)``: whether the query was clamped, and the
 #: four weighted blended rows of step 3, in its order (:meth:`Multilinear.corners`).
 Corners = tuple[
@@ -159,6 +167,35 @@ class Multilinear:
         entry = grid.by_n[n] = (sides, out, [None] * grid.cells)
         return entry
 
+    def flat_sides(self, n: float) -> FlatSides:
+        """Where ``n_decode`` lies on a flat grid, as ``CostTable.max_chunk`` keeps it
+        (it blends the two sides at only the values it reads): see :data:`FlatSides`.
+        With one side (on a grid value, or clamped), ``dn`` is 0 and ``b`` 0.0."""
+        sides, out = self._sides(self.axes[0], n, self.strides[0])
+        if len(sides) == 1:
+            return (out, sides[0][1], 0.0, 0, sides[0][0])
+        (lo, a), (hi, b) = sides
+        return (out, a, b, hi - lo, lo)
+
+    def integer_sides(self, count: int) -> dict[float, FlatSides]:
+        """:meth:`flat_sides` of the first ``count`` integers from the ``n_decode``
+        axis's first value, up to its last (the same floats: ``t`` computed as
+        :meth:`_sides` does), made in one pass over the axis's intervals."""
+        axis, stride = self.axes[0], self.strides[0]
+        end = min(int(axis[-1]), int(axis[0]) + count - 1)  # the last one made
+        sides: dict[float, FlatSides] = {}
+        for i in range(len(axis) - 1):
+            lo, hi = axis[i], axis[i + 1]
+            if lo > end:
+                break
+            sides[int(lo)] = (False, 1.0, 0.0, 0, i * stride)
+            for n in range(int(lo) + 1, min(int(hi), end + 1)):
+                t = (n - lo) / (hi - lo)
+                sides[n] = (False, 1.0 - t, t, stride, i * stride)
+        if axis[-1] <= end:
+            sides[int(axis[-1])] = (False, 1.0, 0.0, 0, (len(axis) - 1) * stride)
+        return sides
+
     def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
         """Whether the query is clamped, and the weighted blended rows of its four
         (ctx, prefix) side pairs (steps 1 and 3), ctx outer. On a grid value an axis's
@@ -208,25 +245,10 @@ class Multilinear:
         r3 = rows[cell] or grid.blend(rows, n_sides, cell)
         return out, u0 * v0, r0, u0 * v1, r1, u1 * v0, r2, u1 * v1, r3
 
-    def chunk_value(self, corners: Corners, chunk: float) -> float:
-        """Steps 2 and 3 at ``chunk`` on a query's :meth:`corners` (the scalar answer
-        of ``predict`` and of every ``max_chunk`` probe; clamped silently)."""
-        k, t, _ = axis_position(self.axes[3], chunk)
-        return corner_value(corners, k, t)
-
-    @staticmethod
-    def column_values(corners: Corners) -> list[float]:
-        """:func:`corner_value` at every chunk column (``t = 0``: step 3 alone, the same
-        floats), in one pass: ``max_chunk`` bisects them to the crossing segment."""
-        _, w0, r0, w1, r1, w2, r2, w3, r3 = corners
-        return [
-            0.0 + w0 * a + w1 * b + w2 * c + w3 * d
-            for a, b, c, d in zip(r0, r1, r2, r3, strict=True)
-        ]
-
     def at(self, grid: BlendedGrid, n: float, chunk: float, ctx: float, prefix: float) -> float:
         """One scalar value of ``grid`` (clamped silently; see :meth:`corners`)."""
-        return self.chunk_value(self.corners(grid, n, ctx, prefix), chunk)
+        k, t, _ = axis_position(self.axes[3], chunk)
+        return corner_value(self.corners(grid, n, ctx, prefix), k, t)
 
     def many(
         self,

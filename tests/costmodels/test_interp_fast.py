@@ -13,8 +13,9 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from servecal.costmodels import interp
+from servecal.costmodels import chunk_search, interp
 from servecal.costmodels.grid import make_monotone, uncross
+from servecal.costmodels.interp import Multilinear
 from servecal.costmodels.table import AXES, CostTable, Margin
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -242,6 +243,38 @@ def _small_table() -> CostTable:
     rng = np.random.default_rng(3)
     p50 = make_monotone(rng.gamma(2.0, 2.0, (3, 2, 2, 3)))
     return CostTable(axes, {0.5: p50, 0.99: p50 * 1.5}, Margin(0.99, 0.1, 0.99, 0.99, 10, 100))
+
+
+def test_max_chunk_cache_is_cleared_when_full_without_changing_answers(monkeypatch) -> None:
+    """max_chunk makes the sides of every integer n_decode on the axis's range at load
+    and those of other values as they come (integers past the axis with them,
+    fractions in a bounded cache), and keeps its walks' columns per box; each bounded
+    cache is emptied when full, and answers stay those of the vectorised predict."""
+    monkeypatch.setattr(chunk_search, "CACHE_SIZE", 3)
+    table = _small_table()
+    for n in [x + 0.5 for x in range(0, 70, 3)] + [70, 90, 64.0, 16]:
+        for ctx, p in ((10.5, 0), (700.25, 100), (2000.0, 600)):
+            budget = float(table.predict(n, 100, ctx, p))
+            assert table.max_chunk(n, ctx, p, budget, 300, 0.5, False) == _brute_max_chunk(
+                table, n, ctx, p, budget, 300
+            )
+            assert len(table._search.n_other) <= 3
+            assert all(len(boxes) <= 3 for boxes in table._search.boxes.values())
+    # the integers 0..64 made at load, never emptied, and those past the axis asked
+    assert sorted(table._search.n_sides) == [*range(65), 70, 90]
+
+
+def test_the_integer_n_decode_sides_made_at_load_are_those_made_one_by_one() -> None:
+    """Multilinear.integer_sides makes in one pass what flat_sides makes per value, to
+    the last bit (max_chunk reads either, and predict's answers depend on the floats)."""
+    lin = Multilinear([[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 3000], [0], [0], [0, 1]])
+    made = lin.integer_sides(5000)
+    assert sorted(made) == list(range(3001))
+    for n, sides in made.items():
+        assert sides == lin.flat_sides(n) == lin.flat_sides(float(n))
+    # a longer axis: the first `count` only (the rest are made by flat_sides on use)
+    assert sorted(lin.integer_sides(300)) == list(range(300))
+    assert sorted(lin.integer_sides(513)) == list(range(513))
 
 
 def test_planning_on_p50_plus_the_p99_margin_takes_numpy_scalars_as_python_numbers() -> None:
