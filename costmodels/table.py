@@ -174,6 +174,7 @@ class CostTable:
         self._check_monotone()
         self._prepare_fast_path()
         self._out_of_domain = 0
+        self._beyond = dict.fromkeys(AXES, 0)
 
     # ------------------------------------------------------------------ checks
     def _check_monotone(self) -> None:
@@ -277,6 +278,30 @@ class CostTable:
         """How many queries so far fell outside the grid and were clamped."""
         return self._out_of_domain
 
+    @property
+    def beyond_grid(self) -> dict[str, int]:
+        """Per axis, how many counted queries lay beyond it (priced at its edge); a
+        query beyond two axes counts on both, once in :attr:`out_of_domain`."""
+        return dict(self._beyond)
+
+    def _count_beyond(self, n: float, ctx: float, prefix: float, chunk: float) -> None:
+        """Count one clamped query, in total and on each axis it lies beyond (called
+        only for clamped queries: the in-grid path pays nothing)."""
+        self._out_of_domain += 1
+        for name, axis, x in zip(AXES, self._ax_lists, (n, ctx, prefix, chunk), strict=True):
+            if x < axis[0] or x > axis[-1]:
+                self._beyond[name] += 1
+
+    def _count_beyond_many(self, xs: Sequence[ArrayLike]) -> None:
+        """:meth:`_count_beyond` for arrays of queries (n_decode, ctx, prefix, chunk)."""
+        xs = np.broadcast_arrays(*(np.asarray(x, dtype=float) for x in xs))
+        out = np.zeros(xs[0].shape, dtype=bool)
+        for name, axis, x in zip(AXES, self._ax_lists, xs, strict=True):
+            beyond = (x < axis[0]) | (x > axis[-1])
+            self._beyond[name] += int(beyond.sum())
+            out |= beyond
+        self._out_of_domain += int(out.sum())
+
     def values(self, q: float) -> np.ndarray:
         """The ``q`` grid as an array of shape ``len(axis)`` for axes in :data:`AXES`."""
         return self._quantile_array(q).copy()
@@ -323,7 +348,7 @@ class CostTable:
             or prefix < a2[0]
             or chunk < a3[0]
         ):
-            self._out_of_domain += 1
+            self._count_beyond(n, ctx, prefix, chunk)
             i0, i1, i2, i3 = min(i0, n0 - 1), min(i1, n1 - 1), min(i2, n2 - 1), min(i3, n3 - 1)
         return ((i0 * n1 + i1) * n2 + i2) * n3 + i3
 
@@ -351,7 +376,7 @@ class CostTable:
         corners = lin.corners(grid, n, ctx, prefix)
         k, t, out_c = axis_position(lin.axes[3], c)
         if corners[0] or out_c:
-            self._out_of_domain += 1
+            self._count_beyond(n, ctx, prefix, c)
         return corner_value(corners, k, t)
 
     def _grid_values(
@@ -425,7 +450,7 @@ class CostTable:
         if kind:
             return lst[self._index(n_decode, ctx, prefix, chunk)]
         values, out = self._grid_values(grid, n_decode, chunk, ctx, prefix)
-        self._out_of_domain += int(out.sum())
+        self._count_beyond_many((n_decode, ctx, prefix, chunk))
         return self._shape_out(values)
 
     def margin(
@@ -596,7 +621,7 @@ class CostTable:
             f_lo = f_lo + rho * f_lo
             if f_lo <= budget_ms:  # so does the limit (past the last column: constant)
                 if out or limit > cols[k]:
-                    self._out_of_domain += 1
+                    self._count_beyond(n_decode, ctx, prefix, limit)
                 return limit
         else:  # beyond: a walk from there is likely (a long prompt's chunk)
             k, f_lo = search.hint, None
@@ -680,7 +705,7 @@ class CostTable:
                     budget_ms,
                 )
         if out or answer > cols[last]:
-            self._out_of_domain += 1
+            self._count_beyond(n_decode, ctx, prefix, answer)
         return answer
 
     def _max_chunk_other(
@@ -767,7 +792,7 @@ class CostTable:
         if answer > a3[-1]:
             out = True
         if out:
-            self._out_of_domain += 1
+            self._count_beyond(n_decode, ctx, prefix, answer)
         return answer if answer >= 1 else 0
 
     def _max_chunk_two_grids(
@@ -818,7 +843,7 @@ class CostTable:
                     while answer + 1 < top and bound(answer + 1) <= budget:
                         answer += 1
         if rows[0] or answer > cols[last]:
-            self._out_of_domain += 1
+            self._count_beyond(n, ctx, prefix, answer)
         return answer
 
     # -------------------------------------------------------------- JSON

@@ -260,6 +260,7 @@ def _iterations(engine: Engine) -> dict[str, np.ndarray]:
 
 def build_result(engine: Engine) -> RunResult:
     """Assemble the columns of ``engine``'s run."""
+    beyond = beyond_grid_counts(engine.predictor)  # before the log's own predictions
     iterations = _iterations(engine)
     requests = request_columns(_request_rows(engine))
     summaries: dict[str, Any] = {}
@@ -273,4 +274,25 @@ def build_result(engine: Engine) -> RunResult:
         plan_calls=engine.state.plan_calls,
         energy_source=getattr(engine.executor, "energy_source", "none"),
         observers=summaries,
+        counters={} if beyond is None else {"beyond_grid": beyond},
+    )
+
+
+def beyond_grid_counts(predictor: Any) -> dict[str, int] | None:
+    """A cost table's clamped queries so far: ``predictions`` (each once) and per axis
+    (a query beyond two axes counts on both); None for a predictor without a grid."""
+    counts = getattr(predictor, "beyond_grid", None)
+    if not isinstance(counts, dict):
+        return None
+    return {"predictions": int(predictor.out_of_domain), **counts}
+
+
+def beyond_grid_line(counts: dict[str, float] | None) -> str | None:
+    """One line saying how many predictions were priced at the grid's edge, or None."""
+    if not counts or not counts.get("predictions"):
+        return None
+    axes = ", ".join(f"{a} {round(v):,}" for a, v in counts.items() if a != "predictions" and v)
+    return (
+        f"{round(counts['predictions']):,} predictions beyond the table's grid ({axes}): "
+        "priced at the edge"
     )

@@ -384,14 +384,19 @@ class RunLog:
         self._parts += 1
 
     def _write_meta(self, closed: bool) -> None:
+        from servecal.sched.result import beyond_grid_counts, beyond_grid_line
         from servecal.sched.runfolder import write_json
 
+        beyond = beyond_grid_counts(self._predictor)  # the serving loop's own queries
+        if closed and beyond_grid_line(beyond):
+            log.warning("servecal: %s", beyond_grid_line(beyond))
         doc = {
             "schema": "servecal.run/1",
             "config": self._config,
             "seeds": {},
             "summary": {},  # computed by readers from the parts
             "energy_source": self._energy_source,
+            "beyond_grid": beyond,
             "log": {
                 "format": LOG_FORMAT,
                 "flush_every": self._flush_every,

@@ -33,7 +33,7 @@ def print_metrics(metrics: dict[str, Any]) -> None:
     for q, loss in metrics["pinball"].items():
         typer.echo(f"  pinball loss q={q:<6g}        {loss:.4f} ms")
     typer.echo("  tightness (P99+δ)/actual−1:  " + ("n/a" if tight is None else f"{tight:.2%}"))
-    typer.echo(f"  rows out of domain:          {metrics['out_of_domain']}")
+    typer.echo(f"  rows beyond the table's grid: {metrics['out_of_domain']} (priced at the edge)")
     typer.echo(f"  rows checked (in the grid):  {metrics['checked']} of {metrics['rows']}")
 
 
@@ -46,7 +46,7 @@ def eval_table(
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
-    """P50 MAPE, P99+δ coverage, pinball loss, margin tightness and rows out of domain."""
+    """P50 MAPE, P99+δ coverage, pinball loss, margin tightness and rows beyond the grid."""
     table_flags(allow_edited, strict, allow_mismatch)
     from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.evaluate import evaluate

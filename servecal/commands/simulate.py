@@ -186,6 +186,11 @@ def simulate_command(
         typer.echo(json.dumps(result, default=float))
         return
     _print(spec, result, len(spec.seeds))
+    from servecal.sched.result import beyond_grid_line
+
+    beyond = beyond_grid_line(means.get("beyond_grid"))
+    if beyond:
+        typer.echo(beyond + (" (mean over seeds)" if len(spec.seeds) > 1 else ""))
     typer.echo(f"run folders: {out}/seed-*/")
 
 

@@ -148,3 +148,16 @@ def test_strict_eval_refuses_another_device(fitted: Path, tmp_path: Path) -> Non
     assert len(warned) == 1 and "fingerprint mismatch" in warned[0]
     assert "device_name 'synthetic' vs 'A100'" in warned[0]
     _fails_with_one_line([*args, "--strict"], "fingerprint mismatch")
+
+
+def test_eval_reports_the_rows_beyond_the_grid(fitted, tmp_path) -> None:
+    """No silent clamp: rows beyond the table's grid are counted and said, not checked."""
+    frame = pd.read_parquet(EXAMPLE)
+    beyond = frame.index % 4 == 0
+    frame.loc[beyond, "ctx"] = 4096
+    write_samples(frame, tmp_path / "some.parquet", {"device_name": "synthetic"})
+    result = runner.invoke(app, ["eval", str(fitted), str(tmp_path / "some.parquet")])
+    assert result.exit_code == 0, result.output
+    count = int(beyond.sum())
+    assert f"rows beyond the table's grid: {count} (priced at the edge)" in result.output
+    assert f"rows checked (in the grid):  {len(frame) - count} of {len(frame)}" in result.output

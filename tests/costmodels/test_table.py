@@ -249,3 +249,23 @@ def test_tp_comes_from_the_samples_provenance_and_round_trips(tmp_path: Path) ->
         doc["tp"] = bad
         with pytest.raises(InputError, match="field 'tp'"):
             CostTable.from_json(doc, "t.json")
+
+
+def test_queries_beyond_the_grid_are_counted_per_axis() -> None:
+    """No silent clamp: predict, arrays and max_chunk count each clamped query once in
+    out_of_domain and on every axis it lies beyond; in-grid queries count nothing."""
+    table = CostTable(
+        {"n_decode": [0, 8], "ctx": [0, 1024], "prefix": [0, 512], "chunk": [0, 64, 256]},
+        {0.5: np.arange(24, dtype=float).reshape(2, 2, 2, 3)},
+    )
+    table.predict(4, 100, ctx=500, prefix=10)
+    assert table.out_of_domain == 0 and not any(table.beyond_grid.values())
+    table.predict(4, 300, ctx=500)  # chunk beyond
+    table.predict(9, 300, ctx=2000)  # n_decode, ctx and chunk beyond: one query
+    table.predict(np.array([4, 4]), np.array([10, 10]), ctx=np.array([0, 5000]))
+    assert table.max_chunk(2, 0, 0, 1e9, 1000, q=0.5, use_margin=False) == 1000
+    assert table.out_of_domain == 4
+    assert table.beyond_grid == {"n_decode": 1, "ctx": 2, "prefix": 0, "chunk": 3}
+    rounded = table.with_between("round_up")
+    rounded.predict(4, 10, ctx=0, prefix=600)
+    assert rounded.beyond_grid["prefix"] == 1 and rounded.out_of_domain == 1

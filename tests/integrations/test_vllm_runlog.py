@@ -223,3 +223,22 @@ def test_without_a_meter_energy_is_unavailable_not_zero(tmp_path: Path) -> None:
     assert load_run(tmp_path / "run").summary["energy_j"] is None or math.isnan(
         load_run(tmp_path / "run").summary["energy_j"]
     )
+
+
+def test_run_json_records_the_serving_loops_queries_beyond_the_grid(tmp_path: Path) -> None:
+    """No silent clamp: the table's clamped queries (the serving loop's, not the log's
+    own vectorised predictions) are in run.json per axis, and logged once at close."""
+    table = small_table()
+    log = RunLog(tmp_path / "run", table, dict(CONFIG))
+    table.predict(4, 2000, ctx=100)  # chunk beyond the grid's 1024
+    table.predict(40, 10, ctx=100)  # n_decode beyond its 32
+    drive(log, 20)
+    with pytest.MonkeyPatch.context() as mp:
+        seen: list[str] = []
+        mp.setattr(runlog.log, "warning", lambda fmt, *a: seen.append(fmt % a))
+        log.close()
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert doc["beyond_grid"] == {
+        "predictions": 2, "n_decode": 1, "ctx": 0, "prefix": 0, "chunk": 1
+    }  # fmt: skip
+    assert any("2 predictions beyond the table's grid (n_decode 1, chunk 1)" in s for s in seen)

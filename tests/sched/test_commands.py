@@ -147,3 +147,28 @@ def test_simulate_device_truth_fitted_table_and_tenant_tiers(tmp_path):
     assert result.exit_code == 0, result.output
     for slo in ("10", "25", "50"):
         assert f"TPOT {slo} ms: attain / tpot / share" in result.stdout
+
+
+def test_simulate_reports_predictions_beyond_the_tables_grid(tmp_path):
+    """No silent clamp: a table whose chunk axis stops at 256 prices longer chunks at
+    the edge; simulate records the count per axis in run.json and says so in a line."""
+    from pathlib import Path
+
+    from servecal.costmodels.table import AXES, CostTable
+
+    full = CostTable.load(Path(__file__).parents[2] / "sched/data/device_a100_fitted.json")
+    keep = [i for i, c in enumerate(full.axes["chunk"]) if c <= 256]
+    values = {q: full.values(q)[..., keep] for q in full.quantiles}
+    axes = {a: full.axes[a] for a in AXES} | {"chunk": [full.axes["chunk"][i] for i in keep]}
+    small = CostTable(axes, values, margin=full.margin_info, fingerprint=full.fingerprint)
+    small.save(tmp_path / "small.json")
+    args = ["simulate", "--workload", "mixed", "--policy", "sloweave", "--tpot-slo", "50",
+            "--rate", "20", "--seeds", "1", "--requests", "40", "--truth", "device",
+            "--predictor", str(tmp_path / "small.json"), "--out", str(tmp_path / "o")]  # fmt: skip
+    result = runner.invoke(app, args)
+    assert result.exit_code == 0, result.output
+    run = json.loads((tmp_path / "o" / "seed-0" / "run.json").read_text())
+    beyond = run["summary"]["beyond_grid"]
+    assert beyond["chunk"] > 0 and beyond["predictions"] >= beyond["chunk"]
+    assert f"{beyond['predictions']:,} predictions beyond the table's grid (" in result.stdout
+    assert "priced at the edge" in result.stdout
