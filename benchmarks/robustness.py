@@ -208,7 +208,7 @@ def run_jobs(
 
 
 def _write(cache: Path, key: str, doc: dict[str, Any], results: dict[str, Any]) -> None:
-    from servecal.costmodels.atomic import atomic_write_bytes
+    from servecal.util.atomic import atomic_write_bytes
 
     path = cache / f"{key}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -387,7 +387,7 @@ def main(argv: list[str] | None = None) -> int:
     for truth in truths:  # fit every table here once (cached on disk for the workers)
         truth_spec, predictor = models_of(truth, out / "cache")
         load_predictor(predictor, truth_spec)
-    from servecal.costmodels.atomic import atomic_write_bytes
+    from servecal.util.atomic import atomic_write_bytes
 
     cells: list[dict[str, Any]] = []
 

@@ -11,9 +11,9 @@ import importlib
 from typing import Any
 
 from servecal.costmodels.analytic import AnalyticPredictor
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor, largest_fitting
 from servecal.costmodels.table import CostTable, MissingQuantileError
+from servecal.util.errors import InputError
 
 #: Names loaded on first access (they pull in pandas / scikit-learn / lightgbm).
 #: (``evaluate`` is not here: it is also the name of its submodule; import it from

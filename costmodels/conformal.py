@@ -13,7 +13,7 @@ import math
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 
 def conformal_rho(scores: np.ndarray, target: float) -> float:

@@ -31,7 +31,7 @@ from sklearn.base import clone
 from sklearn.model_selection import GroupKFold, cross_val_predict
 
 from servecal.costmodels.conformal import conformal_rho
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: Fewest folds (two: each point predicted by a table fitted on the other half).
 MIN_FOLDS = 2

@@ -23,10 +23,10 @@ from typing import NamedTuple, Protocol
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.table import AXES, CostTable
 from servecal.plugins import Registry
+from servecal.util.atomic import atomic_path, atomic_write_bytes
+from servecal.util.errors import InputError
 
 #: Provenance written beside every export (see :func:`write_provenance`).
 PROVENANCE_SUFFIX = ".provenance.json"

@@ -33,9 +33,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.export import ExportOptions, Rendered
 from servecal.costmodels.table import CostTable
+from servecal.util.errors import InputError
 
 #: Column order of vllm-ascend's file.
 COLUMNS = ("chunk_size", "p_len", "d_num", "ctx_len", "cost")

@@ -42,9 +42,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError, NoticeWarning
 from servecal.costmodels.export import ExportOptions, Rendered
 from servecal.costmodels.table import CostTable
+from servecal.util.errors import InputError, NoticeWarning
 
 #: ``Φ⁻¹(0.99)``: P99 − P50 of a normal distribution in standard deviations.
 Z99 = 2.326

@@ -37,7 +37,6 @@ from servecal.costmodels.crossval import (
     out_of_fold,
     point_folds,
 )
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.evaluate import evaluate, metrics_from_predictions, pinball_losses
 from servecal.costmodels.grid import (
     FEATURES,
@@ -51,6 +50,7 @@ from servecal.costmodels.predictor import Predictor
 from servecal.costmodels.samples import POINT_COLUMNS, check_samples
 from servecal.costmodels.select import RULE, Trial, choose, trial_record
 from servecal.costmodels.table import AXES, CostTable, Margin
+from servecal.util.errors import InputError
 
 __all__ = ["MODELS", "FitResult", "TailWarning", "compile_predictor", "fit_cost_table"]
 

@@ -24,7 +24,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: The table fields the content hash covers (what it answers with, and for what).
 HASHED_FIELDS = ("axes", "between", "quantiles", "tail", "margin", "energy_j", "fingerprint")

@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servecal.costmodels.atomic import atomic_path, atomic_write_bytes, is_special
-from servecal.costmodels.errors import InputError
+from servecal.util.atomic import atomic_path, atomic_write_bytes, is_special
+from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -255,7 +255,7 @@ def read_sample_columns(path: str | os.PathLike[str]) -> dict[str, np.ndarray]:
     """
     import pyarrow as pa
 
-    from servecal.costmodels.arrow_numpy import read_parquet, to_numpy
+    from servecal.util.arrow_numpy import read_parquet, to_numpy
 
     p = Path(path)
     if p.suffix.lower() not in (".csv", ".txt") and p.is_file():

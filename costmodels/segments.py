@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 
 def table_exists(path: Path) -> bool:

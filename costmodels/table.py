@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.costmodels.chunk_search import (
     LINE_SLACK,
     PREMADE_N_DECODE,
@@ -41,7 +40,6 @@ from servecal.costmodels.chunk_search import (
     keep_bounded,
     settle,
 )
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.interp import (
     BlendedGrid,
     Multilinear,
@@ -59,6 +57,8 @@ from servecal.costmodels.provenance import (
     content_hash,
     fingerprint_diff,  # noqa: F401 - re-exported
 )
+from servecal.util.atomic import atomic_write_bytes
+from servecal.util.errors import InputError
 
 COSTTABLE_SCHEMA = "servecal.costtable/1"
 #: Storage order of the grid axes (chunk last: one max_chunk row is contiguous).

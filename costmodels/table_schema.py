@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 REQUIRED = (
     "schema",

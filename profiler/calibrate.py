@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 import torch
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.collective import SINGLE_DEVICE, Collective
 from servecal.profiler.design import Grid, Point, default_grid, design_points
 from servecal.profiler.energy import open_meter
@@ -39,6 +38,7 @@ from servecal.profiler.tensor_parallel import (
     start_group,
 )
 from servecal.profiler.timing import LayerScale, make_clock
+from servecal.util.errors import InputError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 #: Layers built when the user does not say: enough for the per-layer cost to be

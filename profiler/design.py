@@ -20,8 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.files import load_mapping
+from servecal.util.errors import InputError
 
 AXES = ("n_decode", "chunk", "ctx", "prefix")
 

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.jsontext import DuplicateKeyError, loads_unique
+from servecal.util.errors import InputError
 
 try:
     import tomllib

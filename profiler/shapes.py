@@ -14,8 +14,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.files import load_mapping
+from servecal.util.errors import InputError
 
 #: Largest tensor-parallel degree accepted anywhere (the largest NVLink domains hold 72).
 MAX_TP = 1024

@@ -23,10 +23,10 @@ from typing import Any
 
 import pandas as pd
 
-from servecal.costmodels.atomic import atomic_path, atomic_write_bytes
-from servecal.costmodels.errors import InputError
-from servecal.costmodels.folders import folder_lock
 from servecal.profiler.design import Point
+from servecal.util.atomic import atomic_path, atomic_write_bytes
+from servecal.util.errors import InputError
+from servecal.util.folders import folder_lock
 
 PLAN_SCHEMA = "servecal.calibration-plan/1"
 _SHARD = re.compile(r"p(\d{5})\.(parquet|infeasible\.json)")

@@ -43,13 +43,13 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.collective import ProcessGroupCollective
 from servecal.profiler.design import Point
 from servecal.profiler.model import Transformer, build_model
 from servecal.profiler.runner import PointLayout, PreparedPoint, is_out_of_memory
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.timing import CpuClock, CudaClock
+from servecal.util.errors import InputError
 
 #: Status codes the ranks agree on after each command (the largest wins).
 OK, OUT_OF_MEMORY, FAILED = 0, 1, 2

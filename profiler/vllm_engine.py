@@ -29,12 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.calibrate import CalibrateConfig, CalibrationResult, _finish
 from servecal.profiler.design import Grid, design_points
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.shards import ShardStore
 from servecal.profiler.sweep import SweepOutcome, SweepStatus
+from servecal.util.errors import InputError
 
 #: The grid when none is given: small, since every point is a real engine step.
 DEFAULT_GRID = {"n_decode": [0, 1, 4, 8], "chunk": [0, 16, 64, 128], "ctx": [64, 512],

@@ -237,8 +237,8 @@ def modelled_setting(runs: Sequence[RunData]) -> tuple[str, str]:
     names = {str(r.meta.get("energy_source", "")) for r in runs}
     if len(names) != 1 or not (name := names.pop()).startswith("model:"):
         return "", ""
-    from servecal.costmodels.errors import InputError
     from servecal.sched.power import load_power_model
+    from servecal.util.errors import InputError
 
     try:
         setting = load_power_model(name[6:]).meta.get("setting") or {}

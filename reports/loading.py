@@ -21,9 +21,9 @@ from typing import Any
 
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import Predictor
 from servecal.costmodels.segments import read_table, table_exists
+from servecal.util.errors import InputError
 
 RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
 RUN_SCHEMA = "servecal.run/1"

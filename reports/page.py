@@ -7,8 +7,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from servecal.costmodels.atomic import atomic_write_bytes
-from servecal.costmodels.folders import make_folder
 from servecal.reports.answer import answer_section
 from servecal.reports.blocks import Section, Text
 from servecal.reports.calibration import calibration_section
@@ -20,6 +18,8 @@ from servecal.reports.labels import relabel
 from servecal.reports.loading import ReportInputs, discover
 from servecal.reports.render import to_html, to_markdown
 from servecal.reports.scheduling import scheduling_section
+from servecal.util.atomic import atomic_write_bytes
+from servecal.util.folders import make_folder
 
 HTML_NAME = "report.html"
 MD_NAME = "report.md"

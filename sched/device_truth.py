@@ -33,10 +33,10 @@ import numpy as np
 import pandas as pd
 from numpy.typing import ArrayLike
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, largest_fitting
 from servecal.sched.power import DEFAULT_POWER_MODEL, PricedExecutor, load_power_model
 from servecal.sched.truth import Drift, _Draws, truth_options
+from servecal.util.errors import InputError
 
 DEVICE_SCHEMA = "servecal.device_truth/1"
 PROFILE_PATH = Path(__file__).resolve().parent / "data" / "device_a100.json"

@@ -29,7 +29,6 @@ from heapq import heapify, heappop, heappush
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import TAIL_QUANTILE, Predictor
 from servecal.sched.executor import Executor
 from servecal.sched.live import LiveRequest, Phase
@@ -40,6 +39,7 @@ from servecal.sched.policy import Policy
 from servecal.sched.request import Request
 from servecal.sched.state import EngineState
 from servecal.sched.view import EngineView
+from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     from servecal.sched.result import RunResult

@@ -36,8 +36,8 @@ from typing import Any, Protocol
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.table import CostTable
+from servecal.util.errors import InputError
 
 #: The profiler's GPU grid (profiler/design.py), extended to what schedulers visit:
 #: overloaded decode batches (512), full prefills of 16k prompts and prefill batches (the

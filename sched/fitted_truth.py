@@ -19,8 +19,8 @@ import numpy as np
 from scipy.optimize import nnls
 
 from servecal.costmodels.analytic import AnalyticPredictor
-from servecal.costmodels.errors import InputError
 from servecal.sched.truth import AnalyticTruth
+from servecal.util.errors import InputError
 
 
 def fit_formula(n_decode: np.ndarray, chunk: np.ndarray, ms: np.ndarray) -> AnalyticPredictor:

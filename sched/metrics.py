@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.result import REQUEST_COLUMNS as RESULT_COLUMNS
+from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 POWER_SCHEMA = "servecal.power_model/1"
 DATA_DIR = Path(__file__).resolve().parent / "data" / "power"

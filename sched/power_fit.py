@@ -19,8 +19,8 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.power import POWER_SCHEMA, power_model_from_doc
+from servecal.util.errors import InputError
 
 
 def _clip_line(params: np.ndarray, log_rows: np.ndarray, max_w: float) -> np.ndarray:

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import TAIL_QUANTILE
 from servecal.sched.live import LiveRequest, Phase
 from servecal.sched.request import Request
+from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -6,7 +6,7 @@ in ``.tmp``: never counted as a run) and renamed into place, so a crash never
 leaves a half-written run that a report would pick up.
 
 :func:`run_output` is what a command holds while it writes runs into ``--out``:
-the folder's lock (one writer at a time, :mod:`servecal.costmodels.folders`), and
+the folder's lock (one writer at a time, :mod:`servecal.util.folders`), and
 a record (``.servecal-outputs.json``) of what the command wrote there. When a
 later command into the same folder has written its runs, it removes what the
 previous one recorded and it did not rewrite or resume (and temporary
@@ -36,11 +36,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.arrow_numpy import write_parquet
-from servecal.costmodels.atomic import temporary_folder
-from servecal.costmodels.errors import InputError
-from servecal.costmodels.folders import folder_lock, make_folder
 from servecal.sched.result import RunResult
+from servecal.util.arrow_numpy import write_parquet
+from servecal.util.atomic import temporary_folder
+from servecal.util.errors import InputError
+from servecal.util.folders import folder_lock, make_folder
 
 RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
 #: What a command recorded of its outputs in a folder (relative paths).
@@ -127,7 +127,7 @@ def write_run(
     tmp = temporary_folder(target.parent, target.name)
     old: Path | None = None
     try:
-        # numpy → Parquet without pandas (costmodels.arrow_numpy); nulls as pandas writes them
+        # numpy → Parquet without pandas (servecal.util.arrow_numpy); nulls as pandas writes them
         write_parquet(dict(result.iteration_columns), tmp / "iterations.parquet")
         write_parquet(dict(result.request_columns), tmp / "requests.parquet")
         doc = {
@@ -215,7 +215,7 @@ def mark_resumed(folder: str | os.PathLike[str]) -> None:
 
 def write_json(path: str | os.PathLike[str], doc: Any) -> None:
     """Write ``doc`` as JSON atomically (NaN as null)."""
-    from servecal.costmodels.atomic import atomic_write_bytes
+    from servecal.util.atomic import atomic_write_bytes
 
     atomic_write_bytes(path, (json.dumps(_plain(doc), indent=2) + "\n").encode())
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from servecal.costmodels.analytic import AnalyticPredictor
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 _BLOCK = 4096
 

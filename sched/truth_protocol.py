@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     import numpy as np

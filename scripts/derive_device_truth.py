@@ -39,7 +39,6 @@ import numpy as np
 import pandas as pd
 
 from servecal.costmodels.analytic import AnalyticPredictor
-from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.profiler.design import Point
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.compose import compose_row
@@ -47,6 +46,7 @@ from servecal.profiler.importers.interp import ExtrapolationLog
 from servecal.profiler.importers.vidur import GEMM_OPS, OTHER_OPS, VidurSource
 from servecal.profiler.shapes import ModelShape
 from servecal.sched.device_truth import DEVICE_SCHEMA, PROFILE_PATH
+from servecal.util.atomic import atomic_write_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_CPU_CALIBRATION = ROOT / "scripts" / "data" / "cpu_calibration_tiny"

@@ -7,7 +7,7 @@ For A100 and H100 (``sched/data/aiconfigurator_{a100,h100}_sxm_vllm0.14/``, writ
 ``sched/data/imported_{a100,h100}x{T}/``:
 
 * ``table.json`` (a plan's ``predictor``): ``servecal import aiconfigurator --model
-  llama-3-8b --tp T`` on the profiler's GPU grid, then ``servecal fit --model table``:
+  llama-3-8b --tp T`` on the profiler's GPU grid, then ``servecal fit --family table``:
   the table a team would build from the profile (P50 only: the profiles are medians);
 * ``samples.csv`` with its ``fingerprint.json`` (a plan's ``truth = "samples:..."``):
   the same import on :data:`TRUTH_GRID`, denser in decodes and chunk sizes. A samples
@@ -73,7 +73,7 @@ def derive(out_root: Path) -> list[Path]:
                              "llama-3-8b", "--tp", str(tp), "--out",
                              str(tmp_path / name / "samples.parquet"), *grid)  # fmt: skip
                 servecal("fit", str(tmp_path / "table" / "samples.parquet"), "--out",
-                         str(out / "table.json"), "--model", "table")  # fmt: skip
+                         str(out / "table.json"), "--family", "table")  # fmt: skip
                 frame = pd.read_parquet(tmp_path / "truth" / "samples.parquet")
                 frame = frame[list(SAMPLE_COLUMNS)].assign(ms=frame["ms"].round(4))
                 frame.to_csv(out / "samples.csv", index=False)

@@ -15,10 +15,10 @@ import json
 import sys
 from pathlib import Path
 
-from servecal.costmodels.atomic import atomic_write_bytes
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.samples import read_samples
 from servecal.sched.power_fit import fit_power_doc
+from servecal.util.atomic import atomic_write_bytes
+from servecal.util.errors import InputError
 
 
 def main() -> int:

@@ -21,9 +21,9 @@ import pandas as pd
 
 from servecal.costmodels.drift.gate import Bands, GateConfig, decide, quarters_of
 from servecal.costmodels.drift.reference import TABLE_AXES, reference_for
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.costmodels.segments import read_table, table_exists
+from servecal.util.errors import InputError
 
 RUN_ITERATIONS = "iterations.parquet"
 #: Columns of a run's iterations.parquet that a replay needs (actual time: duration_ms).

@@ -23,8 +23,8 @@ from urllib.parse import urlparse
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
+from servecal.util.errors import InputError
 
 #: Prompt token ids are drawn from this range: inside any real vocabulary, clear of
 #: the special tokens at the bottom.

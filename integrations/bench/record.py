@@ -48,8 +48,8 @@ def server_steps(run_dir: Path, start_unix: float, end_unix: float) -> Any:
     """The steps a plug-in's run log holds between two wall-clock times, with their
     start times moved onto the bench's clock (ms after ``start_unix``); None when
     the folder has no steps yet."""
-    from servecal.costmodels.errors import InputError
     from servecal.costmodels.segments import read_table
+    from servecal.util.errors import InputError
 
     try:
         meta = json.loads((run_dir / "run.json").read_text())

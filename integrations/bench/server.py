@@ -27,7 +27,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: Seconds vLLM may take to drain and close on SIGTERM (its --shutdown-timeout).
 SHUTDOWN_S = 30

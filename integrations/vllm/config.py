@@ -15,9 +15,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.sched.policies.sloweave import MARGIN_CONTROLS, SLO_CONTROL
+from servecal.util.errors import InputError
 
 #: Key of the plug-in's section in vLLM's ``--additional-config``.
 SECTION = "servecal"

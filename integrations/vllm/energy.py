@@ -83,8 +83,8 @@ def load_meter(path: str) -> EnergyMeter:
     """The meter ``MODULE:NAME`` builds when called with no arguments (a class or a
     factory), loaded as user policies are; an :class:`InputError` of one line naming
     ``path`` when it does not import, fails, or is not an :class:`EnergyMeter`."""
-    from servecal.costmodels.errors import InputError
     from servecal.sched.policies.registry import load_object
+    from servecal.util.errors import InputError
 
     factory = load_object(path, "energy_meter")
     try:

@@ -48,10 +48,10 @@ from typing import Any
 
 import numpy as np
 
-from servecal.costmodels.atomic import atomic_path
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.integrations.vllm.energy import UNAVAILABLE, StepEnergy
+from servecal.util.atomic import atomic_path
+from servecal.util.errors import InputError
 
 log = logging.getLogger(__name__)
 
@@ -349,8 +349,8 @@ class RunLog:
     def _append_steps(
         self, rows: list[Sequence[float]], first: int, joules: list[float] | None
     ) -> None:
-        from servecal.costmodels.arrow_numpy import write_parquet
         from servecal.sched.engine import ITERATION_COLUMNS
+        from servecal.util.arrow_numpy import write_parquet
 
         steps = np.array(rows, dtype=float).reshape(-1, len(STEP_FIELDS))
         cols: dict[str, Any] = {name: steps[:, k] for k, name in enumerate(STEP_FIELDS)}
@@ -371,8 +371,8 @@ class RunLog:
         self._parts += 1
 
     def _append_requests(self, done: list[_Track], ends: np.ndarray, base: int) -> None:
-        from servecal.costmodels.arrow_numpy import write_parquet
         from servecal.sched.result import REQUEST_COLUMNS, request_columns
+        from servecal.util.arrow_numpy import write_parquet
 
         rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
         for t in done:

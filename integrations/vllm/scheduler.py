@@ -44,7 +44,6 @@ from vllm.logger import init_logger
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from servecal.costmodels.errors import InputError
 from servecal.integrations.vllm.config import (
     REQUEST_SLO_KEYS,
     PluginConfig,
@@ -56,6 +55,7 @@ from servecal.integrations.vllm.kvsum import RunningKV
 from servecal.integrations.vllm.planner import DECODE_ONLY, plan_chunk
 from servecal.integrations.vllm.tables import check_model, load_table
 from servecal.sched.policies.sloweave import SLOWeaveConfig
+from servecal.util.errors import InputError
 
 # a child of vLLM's own logger, so that its handlers and format apply to these lines
 logger = init_logger("vllm.servecal")

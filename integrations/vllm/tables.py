@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.table import CostTable, read_table_document
 from servecal.integrations.vllm.config import PluginConfigError
+from servecal.util.errors import InputError
 
 #: Model-shape fields of a table fingerprint (``fingerprint.model_shape``) and the
 #: Hugging Face config attributes they correspond to, first found wins.

@@ -20,8 +20,8 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from servecal.costmodels.atomic import atomic_path
 from servecal.profiler.fleet.plan import JobSpec
+from servecal.util.atomic import atomic_path
 
 SAMPLES_DIR = "samples"
 

@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.atomic import atomic_write_bytes
-from servecal.costmodels.errors import InputError
 from servecal.profiler.fleet.plan import FleetPlan, JobSpec
+from servecal.util.atomic import atomic_write_bytes
+from servecal.util.errors import InputError
 
 INDEX_FILE = "index.json"
 INDEX_SCHEMA = "servecal.fleet-index/1"

@@ -49,10 +49,10 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.design import AXES, Grid
 from servecal.profiler.files import load_mapping
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 KINDS = ("calibrate", "import")
 #: Timing options of a calibrate job (``servecal calibrate``'s names).

@@ -19,7 +19,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.fleet import dataset
 from servecal.profiler.fleet.index import FleetIndex, job_folder
 from servecal.profiler.fleet.plan import FleetPlan, JobSpec, fingerprint_mismatches
@@ -29,6 +28,7 @@ from servecal.profiler.fleet.tasks import (
     read_record,
 )
 from servecal.profiler.jobs import Backend, Job, JobResult, Resources, one_line
+from servecal.util.errors import InputError
 
 #: Called once before any job runs: names of jobs to run, kept (finished before), failed.
 OnStart = Callable[[list[str], list[str], dict[str, str]], None]

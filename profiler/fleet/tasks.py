@@ -18,9 +18,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
-from servecal.costmodels.atomic import atomic_write_bytes
 from servecal.profiler.fleet.plan import JobSpec
 from servecal.profiler.jobs import describe_worker
+from servecal.util.atomic import atomic_write_bytes
 
 RECORD_FILE = "fleet-job.json"
 RECORD_SCHEMA = "servecal.fleet-job/1"

@@ -19,7 +19,6 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.design import IMPORT_GRID, Grid, Point, design_points
 from servecal.profiler.importer_registry import IMPORTERS
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
@@ -35,6 +34,7 @@ from servecal.profiler.importers.overhead import (
     requests_in_batch,
 )
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 #: Names of the built-in importers (``servecal plugins importer`` lists them).
 SOURCES = IMPORTERS.names()

@@ -31,13 +31,13 @@ from typing import Any
 
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.importers import collective
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.csvfile import read_profile_csv
 from servecal.profiler.importers.interp import ExtrapolationLog, Series, bracket
 from servecal.profiler.importers.pointwise import PointwiseModel, device_key
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 KINDS = {
     "gemm": ("*gemm_perf*.csv", ("m", "n", "k", "latency")),

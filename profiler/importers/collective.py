@@ -37,8 +37,8 @@ from typing import Any
 
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.importers.interp import ExtrapolationLog, Series
+from servecal.util.errors import InputError
 
 #: All-reduces of ``tokens × hidden`` per layer (attention output, MLP down projection).
 ALLREDUCES_PER_LAYER = 2

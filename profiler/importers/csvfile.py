@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 
 def read_profile_csv(path: Path, needed: tuple[str, ...]) -> pd.DataFrame:

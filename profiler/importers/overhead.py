@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: Columns of a measured-steps CSV (``ms``: the step as the engine measured it).
 STEP_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "ms")

@@ -24,8 +24,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 BF16_BYTES = 2
 #: Pointwise kernels per layer (2 fused add+norm, rotary, KV-cache write, activation).

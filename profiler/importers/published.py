@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.importers.csvfile import read_profile_csv
+from servecal.util.errors import InputError
 
 SARATHI_DECODE_CTX = 1024
 STEP_FRAME = ("set", "config", "n_decode", "chunk", "ctx", "prefix", "ms")

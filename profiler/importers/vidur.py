@@ -30,11 +30,11 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.importers import collective
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.interp import ExtrapolationLog, Series
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 GEMM_OPS = ("attn_pre_proj", "attn_post_proj", "mlp_up_proj", "mlp_down_proj")
 OTHER_OPS = ("input_layernorm", "attn_rope", "post_attention_layernorm", "mlp_act", "add")

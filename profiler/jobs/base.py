@@ -16,7 +16,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: The longest error line a result carries (a traceback's last line can be huge).
 MAX_ERROR_CHARS = 400

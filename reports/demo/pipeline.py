@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 from servecal.costmodels.crossval import folds_for
-from servecal.costmodels.errors import InputError
 from servecal.reports.demo.setting import (
     WORKLOADS,
     Axes,
@@ -34,6 +33,7 @@ from servecal.reports.demo.simulation import (
     plan_runs,
     run_all,
 )
+from servecal.util.errors import InputError
 
 #: Share of the budget the calibration sweep may use; simulation and report follow.
 CALIBRATION_SHARE = 0.45

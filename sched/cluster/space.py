@@ -33,8 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
+from servecal.util.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 FLEET_PATH = DATA / "fleet_devices.json"

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import warnings
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.experiment.models import (
     DEFAULT_TRUTH,
     OracleWarning,
@@ -20,6 +19,7 @@ from servecal.sched.experiment.models import (
 )
 from servecal.sched.experiment.spec import TORCH, RunSpec, needs_tpot_target
 from servecal.sched.policies.registry import DRIVER, ENGINE
+from servecal.util.errors import InputError
 
 
 def _fail(message: str) -> InputError:

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: DistServe's attainment target.
 TARGET = 0.9

@@ -14,9 +14,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError, NoticeWarning
 from servecal.plugins import Registry, is_import_path, load_object
 from servecal.sched.truth_protocol import check_truth
+from servecal.util.errors import InputError, NoticeWarning
 
 #: What ``--truth`` and ``--predictor`` default to: a truth with a device's noise and
 #: structure, planned against by a table fitted on its samples (docs/truth.md). The

@@ -11,9 +11,9 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
 from servecal.sched.policies.registry import DRIVER, ENGINE, PolicySpec
+from servecal.util.errors import InputError
 
 #: Where a run executes: the iteration engine on a simulated executor, FlowPrefill's
 #: operator-level driver, or the iteration engine running real forward passes.

@@ -27,10 +27,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.experiment.goodput import ABOVE_CAP, MEASURED, Bracket, GoodputSearch
 from servecal.sched.experiment.run import STREAMS, RunProgress, run, summarize
 from servecal.sched.experiment.spec import RunSpec
+from servecal.util.errors import InputError
 
 
 @dataclass(frozen=True)

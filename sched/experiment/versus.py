@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 QUANTILES = (50, 95, 99)
 

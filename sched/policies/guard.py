@@ -21,7 +21,7 @@ import numbers
 from collections.abc import Callable
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 
 class PolicyError(InputError):

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 _NO_DEFAULT = inspect.Parameter.empty
 _TRUE = ("true", "yes", "on", "1")

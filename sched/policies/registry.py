@@ -27,9 +27,9 @@ from functools import lru_cache
 from typing import Any
 
 from servecal import plugins
-from servecal.costmodels.errors import InputError
 from servecal.sched.policies.guard import PolicyError, failure, guarded, import_failure
 from servecal.sched.policies.options import Option, options_of
+from servecal.util.errors import InputError
 
 ENGINE = "engine"
 DRIVER = "operator-driver"

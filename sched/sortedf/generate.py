@@ -17,8 +17,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.sortedf.model import Instance
+from servecal.util.errors import InputError
 
 # Column pairs (prompt, output) accepted in request files, first match wins.
 _COLUMNS = (

@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.engine import Engine, EngineConfig
 from servecal.sched.observe import Observer
 from servecal.sched.policies.registry import ENGINE
@@ -30,6 +29,7 @@ from servecal.sched.torch_executor.executor import PlanTap, TorchExecutor
 from servecal.sched.torch_executor.pool import PagedKVPool, PoolConfig
 from servecal.sched.torch_executor.setup import TorchSetup, load_setup
 from servecal.sched.torch_executor.validation import OnlineValidation
+from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     from servecal.sched.experiment.spec import RunSpec

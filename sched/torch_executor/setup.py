@@ -17,7 +17,6 @@ from typing import Any
 import torch
 
 from servecal.costmodels import CostTable
-from servecal.costmodels.errors import InputError
 from servecal.profiler.calibrate import (
     DEFAULT_LAYERS_TIMED,
     DTYPES,
@@ -29,6 +28,7 @@ from servecal.profiler.fingerprint import attention_backend, fingerprint
 from servecal.profiler.model import Transformer, build_model, default_dtype
 from servecal.profiler.shapes import ModelShape
 from servecal.profiler.timing import CpuClock, CudaClock, LayerScale, make_clock
+from servecal.util.errors import InputError
 
 
 @dataclass

@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         print("usage: python -m servecal.sched.torch_executor.targets TABLE.json", file=sys.stderr)
         return 2
     from servecal.costmodels import CostTable
-    from servecal.costmodels.errors import InputError
+    from servecal.util.errors import InputError
 
     try:
         targets = derive_targets(CostTable.load(argv[0]))

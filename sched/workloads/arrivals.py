@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 
 def _check_extent(rate: float, n_requests: int | None, duration_s: float | None) -> None:

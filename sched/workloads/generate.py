@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
 from servecal.sched.workloads.build import build_requests, clip_to_context
 from servecal.sched.workloads.classes import draw_classes, stamp_slos
 from servecal.sched.workloads.spec import WORKLOADS, WorkloadSpec, slo_classes_named
+from servecal.util.errors import InputError
 
 TRACE_PREFIX = "trace:"
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.workloads.arrivals import (
     ArrivalProcess,
     MarkovModulatedArrivals,
@@ -18,6 +17,7 @@ from servecal.sched.workloads.arrivals import (
 )
 from servecal.sched.workloads.classes import SloClass, TpotTier, TtftRule, tiered
 from servecal.sched.workloads.lengths import LogNormalLengths, QuantileLengths
+from servecal.util.errors import InputError
 
 #: Prompt + output of every request is clipped to this many tokens (Llama-3-8B's window).
 CONTEXT_LIMIT = 8192

@@ -21,13 +21,13 @@ from typing import Any
 
 import numpy as np
 
-from servecal.costmodels.arrow_numpy import read_parquet, to_numpy
-from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
 from servecal.sched.workloads.arrivals import PoissonArrivals
 from servecal.sched.workloads.build import build_requests, clip_to_context
 from servecal.sched.workloads.classes import SloClass, draw_classes, stamp_slos
 from servecal.sched.workloads.spec import CONTEXT_LIMIT, DEFAULT_TTFT, slo_classes_named
+from servecal.util.arrow_numpy import read_parquet, to_numpy
+from servecal.util.errors import InputError
 
 # (prompt column, output column, arrival column or None, arrival kind)
 _FORMATS = (
@@ -40,7 +40,7 @@ _FORMATS = (
 
 def _read_table(path: Path) -> Any:
     """The file as a pyarrow table (read and converted without pandas, see
-    :mod:`servecal.costmodels.arrow_numpy`; pyarrow's CSV reader also parses the
+    :mod:`servecal.util.arrow_numpy`; pyarrow's CSV reader also parses the
     Azure timestamps)."""
     import pyarrow.csv
 

@@ -20,13 +20,13 @@ from typing import Any, TypeVar
 
 import typer
 
-from servecal.costmodels.errors import InputError, NoticeWarning
 from servecal.costmodels.provenance import (
     ALLOW_EDITED_ENV,
     ALLOW_MISMATCH_ENV,
     STRICT_ENV,
     FingerprintMismatchWarning,
 )
+from servecal.util.errors import InputError, NoticeWarning
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -133,7 +133,7 @@ def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
 
                 holder = run_output(folder, command)
             else:
-                from servecal.costmodels.folders import folder_lock
+                from servecal.util.folders import folder_lock
 
                 holder = folder_lock(folder, command)
             with holder:
@@ -147,7 +147,7 @@ def writes_folder(param: str = "out", runs: bool = True) -> Callable[[F], F]:
 def writable_file(path: Path, flag: str = "--out") -> Path:
     """Check, before any work, that ``path`` can be written as a file; one-line
     :class:`InputError` if not. Creates nothing."""
-    from servecal.costmodels.atomic import is_special
+    from servecal.util.atomic import is_special
 
     p = Path(path)
     if p.is_dir():

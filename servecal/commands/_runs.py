@@ -9,13 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.experiment.models import (
     DEFAULT_PREDICTOR,
     DEFAULT_TRUTH,
     PREDICTORS,
     TRUTHS,
 )
+from servecal.util.errors import InputError
 
 #: ``--truth`` / ``--predictor`` help: the names of the experiment layer's tables.
 TRUTH_HELP = TRUTHS.usages() + f" [default: {DEFAULT_TRUTH}]."

@@ -11,7 +11,7 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import user_errors, writes_folder
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 DEFAULT_RANGE = "0.5:8"
 

@@ -24,8 +24,8 @@ DEFAULT_TARGETS = (10.0, 25.0, 50.0)
 
 def _rates(text: str | None, workloads: list[str], setting: str) -> dict[str, float | None]:
     from servecal.commands._runs import split_list
-    from servecal.costmodels.errors import InputError
     from servecal.sched.experiment import default_rate
+    from servecal.util.errors import InputError
 
     rates: dict[str, float | None] = {w: default_rate(w, setting) for w in workloads}
     for item in split_list(text):
@@ -46,8 +46,8 @@ def _target_folder(tpot_slo_ms: float | None) -> str:
 
 def _policy_options(opts: list[str], policies: list[str]) -> dict[str, dict[str, str]]:
     """``--opt POLICY.KEY=VALUE`` (``KEY=VALUE`` when only one policy is compared)."""
-    from servecal.costmodels.errors import InputError
     from servecal.sched.policies.options import split_assignments
+    from servecal.util.errors import InputError
 
     per: dict[str, dict[str, str]] = {p: {} for p in policies}
     for key, value in split_assignments(opts).items():
@@ -126,11 +126,11 @@ def compare_command(
     """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
     table_flags(allow_edited, strict, allow_mismatch)
     from servecal.commands._runs import Bars, driver_options, make_spec, split_list
-    from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex
     from servecal.sched.experiment.rows import ratios, row, write_summary
     from servecal.sched.experiment.spec import needs_tpot_target
     from servecal.sched.policies.registry import DRIVER, PolicySpec
+    from servecal.util.errors import InputError
 
     names_w, names_p = split_list(workloads), split_list(policies)
     if not names_w or not names_p:

@@ -49,8 +49,8 @@ def export(
     """Write the table in another format; fitted formats print the fit's error
     (docs/export.md: each consumer, its version, what its format cannot express)."""
     from servecal.costmodels import CostTable
-    from servecal.costmodels.atomic import atomic_path, is_special
     from servecal.costmodels.export import export_table
+    from servecal.util.atomic import atomic_path, is_special
 
     writable_file(out)
     loaded = CostTable.load(table, allow_edited=allow_edited or None)

@@ -67,7 +67,7 @@ def fleet(
         TextColumn("{task.description}"),
         TimeElapsedColumn(),
     )
-    from servecal.costmodels.folders import folder_lock
+    from servecal.util.folders import folder_lock
 
     writable_folder(out, "--out")
     with (

@@ -7,8 +7,8 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import user_errors, writable_file
-from servecal.costmodels.errors import InputError
 from servecal.profiler.importer_registry import IMPORTERS
+from servecal.util.errors import InputError
 
 IMPORTER_HELP = f"Profile kind: {IMPORTERS.usages()}."
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import typer
 
 from servecal.commands._common import user_errors
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 
 def register(app: typer.Typer) -> None:

@@ -74,7 +74,7 @@ def plan_command(
     out.mkdir(parents=True, exist_ok=True)
     write_json(out / "plan.json", doc)
     if frontier and doc["frontier"]:
-        from servecal.costmodels.atomic import atomic_write_bytes
+        from servecal.util.atomic import atomic_write_bytes
 
         atomic_write_bytes(out / "frontier.png", _figure(doc))
     if as_json:

@@ -8,7 +8,7 @@ from typing import Any
 import typer
 
 from servecal.commands._common import user_errors
-from servecal.costmodels.errors import InputError
+from servecal.util.errors import InputError
 
 #: Each kind's registry by import path (imported only when listed) and the
 #: option or command that names it.

@@ -116,12 +116,12 @@ def simulate_command(
     table_flags(allow_edited, strict, allow_mismatch)
     backend = renamed_flag(backend, executor, "--backend", "--executor")
     from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
-    from servecal.costmodels.errors import InputError
     from servecal.sched import experiment as ex
     from servecal.sched.experiment.spec import TORCH
     from servecal.sched.policies.options import split_assignments
     from servecal.sched.policies.registry import PolicySpec
     from servecal.sched.runfolder import write_json
+    from servecal.util.errors import InputError
 
     if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
         raise InputError("--rate-range/--rate-tol apply with --max-goodput")

@@ -228,7 +228,7 @@ def test_a_bad_fleet_plan_is_refused_before_anything_runs(tmp_path: Path, entry,
 def test_a_second_fleet_on_one_folder_is_refused(tmp_path: Path) -> None:
     out = tmp_path / "fleet"
     hold = (
-        "import sys, time\nfrom servecal.costmodels.folders import folder_lock\n"
+        "import sys, time\nfrom servecal.util.folders import folder_lock\n"
         "with folder_lock(sys.argv[1], 'servecal fleet'):\n    print('held', flush=True)\n"
         "    time.sleep(60)\n"
     )

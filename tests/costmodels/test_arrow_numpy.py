@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from servecal.costmodels.arrow_numpy import from_numpy, read_parquet, to_numpy, write_parquet
+from servecal.util.arrow_numpy import from_numpy, read_parquet, to_numpy, write_parquet
 
 COLUMNS = {
     "int64": np.array([0, -3, 2**40], dtype=np.int64),

@@ -19,10 +19,10 @@ from tablefactory import small_table
 from typer.testing import CliRunner
 
 from servecal.cli import app
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.export import export_table
 from servecal.costmodels.export_llmd import fit_sim_profile
 from servecal.costmodels.table import AXES, CostTable, Margin
+from servecal.util.errors import InputError
 
 GOLDEN = Path(__file__).parents[1] / "data" / "export"
 runner = CliRunner()

@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from servecal.costmodels.atomic import atomic_write_bytes, temporary_folder
-from servecal.costmodels.errors import InputError
-from servecal.costmodels.folders import LOCK_NAME, FolderBusy, folder_lock, make_folder
+from servecal.util.atomic import atomic_write_bytes, temporary_folder
+from servecal.util.errors import InputError
+from servecal.util.folders import LOCK_NAME, FolderBusy, folder_lock, make_folder
 
 HOLD = (
     "import sys, time\n"
-    "from servecal.costmodels.folders import folder_lock\n"
+    "from servecal.util.folders import folder_lock\n"
     "with folder_lock(sys.argv[1]):\n"
     "    print('held', flush=True)\n"
     "    time.sleep(60)\n"

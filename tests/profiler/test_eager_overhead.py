@@ -8,7 +8,6 @@ import pytest
 from typer.testing import CliRunner
 
 from servecal.cli import app
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.samples import read_samples
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.collective import CommOptions
@@ -17,6 +16,7 @@ from servecal.profiler.importers.interp import ExtrapolationLog
 from servecal.profiler.importers.overhead import HostOverhead, fit_overhead, read_parameters
 from servecal.profiler.importers.published import halves, sarathi_steps, splitwise_steps
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 EAGER = Path(__file__).parents[1] / "data" / "eager"
 AIC = Path(__file__).parents[1] / "data" / "profiler" / "aiconfigurator"

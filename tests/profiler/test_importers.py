@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 from servecal.cli import app
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.samples import read_samples
 from servecal.costmodels.table import CostTable
 from servecal.profiler.design import Grid
@@ -23,6 +22,7 @@ from servecal.profiler.importers.vidur import (
     prefill_features,
 )
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 DATA = Path(__file__).parents[1] / "data" / "profiler"
 AIC = DATA / "aiconfigurator"

@@ -5,7 +5,6 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.design import Grid
 from servecal.profiler.importers import import_profile
 from servecal.profiler.importers.pointwise import (
@@ -15,6 +14,7 @@ from servecal.profiler.importers.pointwise import (
     device_key,
 )
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 DATA = Path(__file__).parents[1] / "data" / "profiler"
 AIC = DATA / "aiconfigurator"

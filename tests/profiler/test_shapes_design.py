@@ -5,9 +5,9 @@ import json
 import numpy as np
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.design import CPU_GRID, Grid, Point, bisection_levels, design_points
 from servecal.profiler.shapes import SHAPES, ModelShape
+from servecal.util.errors import InputError
 
 
 def test_shipped_shapes_match_public_configs():

@@ -4,8 +4,8 @@ import pytest
 import torch.multiprocessing as mp
 from tpworker import check_equivalence
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 
 def test_tp2_forward_over_gloo_equals_the_tp1_forward(tmp_path):

@@ -7,12 +7,12 @@ import dataclasses
 import pytest
 
 from servecal.costmodels.analytic import AnalyticPredictor
-from servecal.costmodels.errors import InputError
 from servecal.reports.demo.feasible import lift_targets, sustains_floor
 from servecal.reports.demo.pipeline import check_enough_rows
 from servecal.reports.demo.setting import Axes, derive_setting, grid_for, token_scale
 from servecal.sched.experiment import RunSpec, default_rate
 from servecal.sched.policies.registry import PolicySpec
+from servecal.util.errors import InputError
 
 SPEC_AXES = Axes((0, 1, 8, 40, 256), 4096, (0, 512))
 

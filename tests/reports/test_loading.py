@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 from reportkit import write_run
 
-from servecal.costmodels.errors import InputError
 from servecal.reports.loading import discover, energy_source_name, load_run
+from servecal.util.errors import InputError
 
 
 def test_discovery_finds_nested_runs(grid_dir: Path) -> None:

@@ -9,7 +9,6 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.device_truth import (
     PROFILE_PATH,
     DeviceTruth,
@@ -19,6 +18,7 @@ from servecal.sched.device_truth import (
 )
 from servecal.sched.experiment.models import load_truth
 from servecal.sched.truth import Drift
+from servecal.util.errors import InputError
 
 
 def quiet(**overrides: float) -> DeviceTruth:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.evaluate import evaluate
 from servecal.costmodels.table import CostTable
 from servecal.sched import experiment as ex
@@ -14,6 +13,7 @@ from servecal.sched import fitted_table as fitted
 from servecal.sched.device_truth import DeviceTruth
 from servecal.sched.policies.registry import PolicySpec
 from servecal.sched.truth import AnalyticTruth
+from servecal.util.errors import InputError
 
 #: Off-grid shapes over what schedulers visit (log-uniform sizes, a tenth with no decodes
 #: or no chunk), never a grid point on every axis: fitted_table.probe_points up to these.

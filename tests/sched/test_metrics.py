@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.metrics import mean_over_seeds, request_outcomes, summarize
+from servecal.util.errors import InputError
 
 NAN = math.nan
 

@@ -7,7 +7,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.sched import experiment as ex
 from servecal.sched.experiment.models import OracleWarning
 from servecal.sched.policies.registry import PolicySpec
@@ -19,6 +18,7 @@ from servecal.sched.power import (
     load_power_model,
 )
 from servecal.sched.truth import AnalyticTruth
+from servecal.util.errors import InputError
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -18,10 +18,10 @@ import pytest
 from typer.testing import CliRunner
 
 from servecal.cli import app
-from servecal.costmodels.errors import InputError
 from servecal.reports.loading import discover
 from servecal.sched.result import RunResult
 from servecal.sched.runfolder import is_servecal_run, write_run
+from servecal.util.errors import InputError
 
 runner = CliRunner()
 

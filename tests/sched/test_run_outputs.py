@@ -12,9 +12,9 @@ from pathlib import Path
 from typer.testing import CliRunner
 
 from servecal.cli import app
-from servecal.costmodels.folders import LOCK_NAME
 from servecal.reports.loading import discover
 from servecal.sched.runfolder import OUTPUTS_FILE
+from servecal.util.folders import LOCK_NAME
 
 runner = CliRunner()
 
@@ -61,7 +61,7 @@ def test_a_command_refused_for_bad_input_leaves_the_last_runs(tmp_path: Path) ->
 def test_a_second_writer_exits_2_naming_the_first(tmp_path: Path) -> None:
     out = tmp_path / "out"
     hold = (
-        "import sys, time\nfrom servecal.costmodels.folders import folder_lock\n"
+        "import sys, time\nfrom servecal.util.folders import folder_lock\n"
         "with folder_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
     )
     holder = subprocess.Popen([sys.executable, "-c", hold, str(out)], stdout=subprocess.PIPE)

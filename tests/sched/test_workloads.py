@@ -7,7 +7,6 @@ import dataclasses
 import numpy as np
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.request import Request
 from servecal.sched.workloads import (
     CONTEXT_LIMIT,
@@ -26,6 +25,7 @@ from servecal.sched.workloads import (
     parse_workload,
 )
 from servecal.sched.workloads.build import clip_to_context
+from servecal.util.errors import InputError
 
 
 def _arrays(reqs: list[Request]) -> dict[str, np.ndarray]:

@@ -8,10 +8,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.metrics import summarize, summarize_by_class
 from servecal.sched.workloads import WORKLOADS, generate, load_trace
 from servecal.sched.workloads.classes import class_probabilities
+from servecal.util.errors import InputError
 
 AZURE = Path(__file__).resolve().parents[1] / "data" / "azure_conv_head200.csv"
 

@@ -8,8 +8,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.sched.workloads import generate, load_trace
+from servecal.util.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 AZURE = DATA / "azure_conv_head200.csv"  # first 200 rows of the Azure 2023 conversation trace

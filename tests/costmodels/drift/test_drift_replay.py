@@ -7,8 +7,8 @@ import pandas as pd
 import pytest
 
 from servecal.costmodels.drift.replay import load_measurements, replay
-from servecal.costmodels.errors import InputError
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
+from servecal.util.errors import InputError
 
 TRUTH = SyntheticTruth(sigma=0.05, spike_prob=0.003)
 POINTS = grid_points([0, 1, 4, 16, 64], [0, 64, 256, 1024, 2048], [0, 512], [0])

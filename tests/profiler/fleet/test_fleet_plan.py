@@ -7,10 +7,10 @@ import json
 import pytest
 from fleetkit import GRID, write_plan
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.fleet import fingerprint_mismatches, load_plan, resources_for
 from servecal.profiler.jobs import Resources
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 IMPORT = {"kind": "import", "source": "vidur", "device": "A100", "model": "llama-3-8b"}
 MATRIX = """

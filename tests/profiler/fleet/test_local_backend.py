@@ -7,8 +7,8 @@ import os
 import fleetkit
 import pytest
 
-from servecal.costmodels.errors import InputError
 from servecal.profiler.jobs import Gpu, Job, LocalBackend, Resources, open_backend
+from servecal.util.errors import InputError
 
 FAKE_GPUS = (
     Gpu(0, "GPU-aaaa", "NVIDIA H100 80GB HBM3"),

@@ -50,7 +50,9 @@ def test_colocated_baselines_run_on_the_engine():
         assert choose_backend(PolicySpec("flowprefill"), "colocated") == "operator-driver"
     spec = RunSpec("multislo", PolicySpec("sloweave"), rate=20.0, n_requests=60)
     result = run(spec, 0)
-    assert result.plan_calls > 0 and result.parks == 0 and not result.counters  # an engine run
+    assert (
+        result.plan_calls > 0 and result.parks == 0 and set(result.counters) <= {"beyond_grid"}
+    )  # engine run
 
 
 def test_fitted_truth_recovers_the_formula_and_runs(tmp_path):

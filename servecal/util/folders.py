@@ -17,8 +17,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from servecal.costmodels.atomic import file_mode, folder_mode
-from servecal.costmodels.errors import InputError
+from servecal.util.atomic import file_mode, folder_mode
+from servecal.util.errors import InputError
 
 try:
     import fcntl

@@ -1,0 +1,4 @@
+"""What every stage shares and none owns: atomic writes and folder locks
+(:mod:`.atomic`, :mod:`.folders`), the one-line user error (:mod:`.errors`) and the
+Arrow/numpy column helpers (:mod:`.arrow_numpy`). Standard library and numpy only, so
+any stage imports it without pulling in another."""
