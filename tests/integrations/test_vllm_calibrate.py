@@ -117,7 +117,11 @@ def test_simulate_on_the_served_arrivals_predicts_the_runs_tpot(
     ])  # fmt: skip
     assert result.exit_code == 0, result.output
     (sim_run,) = [p for p in out.iterdir() if (p / "requests.parquet").exists()]
-    measured, simulated = run_quantiles(served / "run"), run_quantiles(sim_run)
+    # the server's own view (its plug-in's log): the simulator models the engine, not the
+    # API process, which on a loaded host lags and hands a client a request's tokens in
+    # one burst (client-side TTFT ~0.7 s and TPOT ~0 ms beside the engine's 28 and 4.4)
+    measured = run_quantiles(served / "server-log")
+    simulated = run_quantiles(sim_run)
     assert simulated["requests"] == measured["requests"] == 12
     ratio = 1.0 + compare(measured, simulated)["tpot_ms"][50]
     assert 1 / 3 < ratio < 3, (measured, simulated)
