@@ -141,7 +141,11 @@ async def _drive(url: str, model: str, requests: list[Request], prompts: list[li
     import aiohttp
 
     received = [Received(r) for r in requests]
-    limits = aiohttp.TCPConnector(limit=0)  # one connection per request in flight
+    # one connection per request in flight, never reused: a pooled keep-alive
+    # connection that the server closes as the next request goes out on it fails that
+    # request with "Server disconnected" (seen on a loaded host), which is the
+    # client's race, not the server's miss
+    limits = aiohttp.TCPConnector(limit=0, force_close=True)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=30)
     async with aiohttp.ClientSession(connector=limits, timeout=timeout) as session:
         t0 = time.perf_counter()

@@ -79,8 +79,14 @@ def _check_report(out: Path) -> None:
     assert "| workload | TPOT (ms) | fixed-8 | fixed-32 | full | SLOWeave | verdict |" in answer
     assert "Policies: SLOWeave = sloweave with aging_chunk=" in answer  # the options, once
     rows = [r for r in answer.splitlines() if r.startswith("| mixed |")]
-    assert len(rows) == 3  # every cell has a policy that sustains load (targets lifted if not)
-    assert all(any(v.strip() not in ("< floor", "—") for v in r.split("|")[3:7]) for r in rows)
+    assert len(rows) == 3
+    # a cell where nothing sustains load says so (targets are lifted when even the
+    # cheapest policy misses at the floor, but a TTFT-bound cell on a loaded host
+    # can still have none); otherwise the verdict names the leader or a tie
+    for r in rows:
+        cells = [v.strip() for v in r.split("|")[3:7]]
+        none = all(v in ("< floor", "—") for v in cells)
+        assert ("none sustains load" in r) == none, r
     assert "none sustains load" not in answer
     first = sections["Scheduling"].split("\n", 1)[1].lstrip()
     assert first.startswith("*Figure: SLO attainment against arrival rate*")
