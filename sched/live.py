@@ -87,19 +87,10 @@ class RequestView(Protocol):
     @property
     def slo_exception(self) -> bool: ...
     @property
-    def streaking(self) -> bool:
-        """Decoding in every iteration since :attr:`sync_iter` (token count derived lazily)."""
-        return self._streaking
-
+    def streaking(self) -> bool: ...
     @property
-    def heap_version(self) -> int:
-        """Version of this request's deadline-heap entries; older entries are stale."""
-        return self._hv
-
-    def finishes_in(self, idx: int) -> bool:
-        """Its streak emits its last output token in iteration ``idx``."""
-        return self._streaking and self._sync_iter + self.request.output_tokens - self._tok == idx
-
+    def heap_version(self) -> int: ...
+    def finishes_in(self, idx: int) -> bool: ...
     def streaks(self) -> list[tuple[int, int]]: ...
 
 

@@ -15,11 +15,11 @@ docs/results/2026-12-02-sim-vs-real.md).
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from vllmguard import cpu_engine_python
 
 from servecal.cli import app
 from servecal.costmodels.samples import read_samples
@@ -27,14 +27,7 @@ from servecal.sched.experiment.versus import compare, run_quantiles
 
 pytestmark = [pytest.mark.xdist_group("vllm-cpu"), pytest.mark.slow]
 
-PYTHON = os.environ.get("SERVECAL_VLLM_CPU_PYTHON")
-if not PYTHON:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI needs SERVECAL_VLLM_CPU_PYTHON (scripts/vllm_cpu_env.sh)")
-    pytest.skip(
-        "no CPU vLLM engine: SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh)",
-        allow_module_level=True,
-    )
+PYTHON = cpu_engine_python()
 
 #: Small enough for CI's 2 cores (24 points), wide enough for the bench's steps below:
 #: a few decodes, chunks up to the 256-token cap, chat-sized contexts and prefixes.

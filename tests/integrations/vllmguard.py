@@ -32,3 +32,17 @@ def require_vllm() -> None:
         if strict:
             raise RuntimeError(message)
         pytest.skip(message, allow_module_level=True)
+
+
+def cpu_engine_python() -> str:
+    """The python of the CPU vLLM engine's virtualenv (``SERVECAL_VLLM_CPU_PYTHON``);
+    without it the calling test module skips, and in CI it fails."""
+    python = os.environ.get("SERVECAL_VLLM_CPU_PYTHON")
+    if python:
+        return python
+    if os.environ.get("CI"):
+        raise RuntimeError("CI needs SERVECAL_VLLM_CPU_PYTHON (scripts/vllm_cpu_env.sh)")
+    pytest.skip(
+        "no CPU vLLM engine: SERVECAL_VLLM_CPU_PYTHON=$(bash scripts/vllm_cpu_env.sh)",
+        allow_module_level=True,
+    )
