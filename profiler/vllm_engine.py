@@ -35,6 +35,7 @@ from servecal.profiler.shapes import ModelShape
 from servecal.profiler.shards import ShardStore
 from servecal.profiler.sweep import SweepOutcome, SweepStatus
 from servecal.util.errors import InputError
+from servecal.util.niceness import check_niceness, popen_at_niceness
 
 #: The grid when none is given: small, since every point is a real engine step.
 DEFAULT_GRID = {"n_decode": [0, 1, 4, 8], "chunk": [0, 16, 64, 128], "ctx": [64, 512],
@@ -55,6 +56,7 @@ class EngineOptions:
     model_dir: Path | None = None
     kv_cache_bytes: int | None = None
     enforce_eager: bool = True
+    nice: int | None = None  # the engine's niceness (servecal.util.niceness); None: ours
 
 
 def _python(opts: EngineOptions) -> str:
@@ -191,6 +193,7 @@ def calibrate_vllm(
     if cfg.device not in ("auto", "cpu") and not cfg.device.startswith("cuda"):
         raise InputError(f"--device {cfg.device!r}: expected auto, cpu or cuda:N")
     python = _python(opts)
+    check_niceness(opts.nice)
     store = ShardStore(cfg.out)
     with store.locked():
         if cfg.resume:
@@ -206,17 +209,18 @@ def calibrate_vllm(
             plan = _new_plan(cfg, opts, store)
             store.write_plan(plan)
         omp: dict[str, str] = {}
-        outcome = _run_child(python, cfg, plan, store, omp, on_message, on_progress)
+        outcome = _run_child(python, cfg, plan, store, omp, opts.nice, on_message, on_progress)
         engine = _engine_info(store)
         provenance = _provenance(plan, engine, cfg)
         provenance["omp"] = omp
+        provenance["nice"] = opts.nice
         provenance["infeasible_points"] = store.infeasible()
         provenance["points_planned"] = len(plan["points"])
         return _finish(cfg, store, outcome, provenance, on_message, len(plan["points"]))
 
 
 def _run_child(python: str, cfg: CalibrateConfig, plan: dict[str, Any], store: ShardStore,
-               omp: dict[str, str], on_message: Callable[[str], None],
+               omp: dict[str, str], nice: int | None, on_message: Callable[[str], None],
                on_progress: Callable[[SweepStatus], None] | None) -> SweepOutcome:  # fmt: skip
     before = len(store.done())
     env = dict(os.environ)
@@ -230,7 +234,7 @@ def _run_child(python: str, cfg: CalibrateConfig, plan: dict[str, Any], store: S
     on_message(f"engine: vLLM through {python} (log: {log_path})")
     start = time.monotonic()
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, env=env)
+        proc = popen_at_niceness(cmd, nice, stdout=log, stderr=subprocess.PIPE, env=env)
         assert proc.stderr is not None
         try:
             for raw in proc.stderr:

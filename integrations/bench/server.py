@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servecal.util.errors import InputError
+from servecal.util.niceness import popen_at_niceness
 
 #: Seconds vLLM may take to drain and close on SIGTERM (its --shutdown-timeout).
 SHUTDOWN_S = 30
@@ -51,6 +52,7 @@ class ServerSpec:
     enforce_eager: bool = True  # a CPU build compiles for minutes otherwise
     dtype: str | None = None  # None: vLLM's choice for the model
     flush_s: float = 2.0
+    nice: int | None = None  # the server's niceness (servecal.util.niceness); None: ours
     extra_args: Sequence[str] = field(default_factory=tuple)
 
     def command(self, port: int) -> list[str]:
@@ -152,8 +154,14 @@ def running_server(spec: ServerSpec, log_path: Path, start_timeout_s: float = 60
     env = dict(os.environ, VLLM_TARGET_DEVICE=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "ab") as log:
-        proc = subprocess.Popen(spec.command(port), stdout=log, stderr=subprocess.STDOUT,
-                                env=env, start_new_session=True)  # fmt: skip
+        proc = popen_at_niceness(
+            spec.command(port),
+            spec.nice,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             deadline = time.monotonic() + start_timeout_s
             while not _ready(url):

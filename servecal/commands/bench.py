@@ -12,6 +12,7 @@ import typer
 
 from servecal.commands._common import user_errors, writes_folder
 from servecal.util.errors import InputError
+from servecal.util.niceness import check_niceness
 
 DEFAULT_RANGE = "0.5:8"
 
@@ -123,6 +124,11 @@ def bench_command(
     compile_model: bool = typer.Option(
         False, "--compile", help="Let vLLM compile (default: eager)."
     ),
+    nice: int = typer.Option(
+        None,
+        help="With --model-dir: the server's niceness, -20..19 (-20 on a shared host keeps "
+        "neighbours' load out of its steps; below 0 needs root). Default: this process's.",
+    ),
     server_arg: list[str] = typer.Option(
         [], "--server-arg", help="One more vLLM flag (repeatable)."
     ),
@@ -160,6 +166,9 @@ def bench_command(
         raise InputError(f"--tpot-slo {tpot_slo:g}: expected a number of ms > 0")
     if not (timeout_s > 0 and math.isfinite(timeout_s)):
         raise InputError(f"--timeout-s {timeout_s:g}: expected seconds > 0")
+    check_niceness(nice)
+    if nice is not None and url is not None:
+        raise InputError("--nice sets the niceness of a server bench starts: not with --url")
     if rate is None and not max_goodput:
         raise InputError("give --rate, or --max-goodput to search it")
     if rate is not None and not (rate > 0 and math.isfinite(rate)):
@@ -214,7 +223,7 @@ def bench_command(
         max_num_batched_tokens=max_num_batched_tokens, max_model_len=max_model_len,
         kv_cache_bytes=kv_cache_bytes, dummy_weights=not real_weights,
         enforce_eager=not compile_model,
-        dtype=table_dtype(table), extra_args=tuple(server_arg),
+        dtype=table_dtype(table), nice=nice, extra_args=tuple(server_arg),
     )  # fmt: skip
     settings["max_num_batched_tokens"] = max_num_batched_tokens
     typer.echo(f"starting vLLM ({policy}) on {model_dir} ...")

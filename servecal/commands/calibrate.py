@@ -68,6 +68,11 @@ def calibrate(
     kv_cache_bytes: int = typer.Option(
         None, min=1, help="With --engine vllm: vLLM's KV cache (default: sized for the grid)."
     ),
+    nice: int = typer.Option(
+        None,
+        help="With --engine vllm: the engine's niceness, -20..19 (-20 on a shared host keeps "
+        "neighbours' load out of its steps; below 0 needs root). Default: this process's.",
+    ),
 ) -> None:
     """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
 
@@ -78,8 +83,10 @@ def calibrate(
 
     if engine not in ("servecal", "vllm"):
         raise InputError(f"--engine {engine!r}: expected servecal or vllm")
-    if engine == "servecal" and (server_python, model_dir, kv_cache_bytes) != (None,) * 3:
-        raise InputError("--server-python, --model-dir and --kv-cache-bytes need --engine vllm")
+    if engine == "servecal" and (server_python, model_dir, kv_cache_bytes, nice) != (None,) * 4:
+        raise InputError(
+            "--server-python, --model-dir, --kv-cache-bytes and --nice need --engine vllm"
+        )
     cfg = CalibrateConfig(
         out=out,
         device=device,
@@ -101,7 +108,7 @@ def calibrate(
         if engine == "vllm":
             from servecal.profiler.vllm_engine import EngineOptions, calibrate_vllm
 
-            opts = EngineOptions(server_python, model_dir, kv_cache_bytes)
+            opts = EngineOptions(server_python, model_dir, kv_cache_bytes, nice=nice)
             result = calibrate_vllm(cfg, opts, on_message=say, on_progress=bars.points())
         else:
             result = run(
