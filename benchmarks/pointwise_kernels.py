@@ -1,8 +1,8 @@
 """What pricing the pointwise kernels changes: composed decode steps before and after.
 
-1. Decode-only steps of real engines (the only per-step records in the repository are
-   eager engines': Sarathi-Serve figure 2 / table 2, Yi-34B TP 2 on A100 PCIe, and
-   Splitwise token_time, Llama-2-70B TP 2/4/8 on A100): median error of the GPU-only
+1. Decode-only steps of eager engines (Sarathi-Serve figure 2 / table 2, Yi-34B TP 2 on
+   A100 PCIe, and Splitwise token_time, Llama-2-70B TP 2/4/8 on A100; a CUDA-graph
+   engine's, vLLM V1 on H100, are in benchmarks/modern_decode.py): median error of the GPU-only
    composed time, and of the held-out host-overhead model (benchmarks/eager_overhead.py's
    split), without and with the pointwise kernels priced.
 2. The pointwise model itself against measured kernels: Vidur's A100 Llama-3-8B
