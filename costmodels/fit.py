@@ -75,7 +75,7 @@ class FitResult:
 
 @dataclass(frozen=True)
 class DataShape:
-    """What the samples look like (recorded with the table; no longer picks the model)."""
+    """What the samples look like (recorded with the table; cross-validation picks the model)."""
 
     points: int
     median_repeats: float
@@ -275,7 +275,7 @@ def fit_cost_table(
         "reason": reason,
         "samples": source,
         "seed": seed,
-        "holdout": fold_share,  # the JSON key of tables since 0.1 (the fold share)
+        "holdout": fold_share,  # the fold share, under the key table readers look up
         "quantiles": list(qs),
         "selection": {
             "rule": RULE if model == "auto" else f"--family {model}",

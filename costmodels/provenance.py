@@ -32,7 +32,7 @@ HASH_PREFIX = "sha256:"
 #: Set (to "1") to load tables whose content hash does not match.
 ALLOW_EDITED_ENV = "SERVECAL_ALLOW_EDITED"
 #: Set (to "1") to refuse a fingerprint mismatch even under ``--allow-mismatch``
-#: (``--strict``: refusing is the default now; the flag is kept for scripts).
+#: (``--strict``: refusing is the default; the flag is accepted so scripts keep working).
 STRICT_ENV = "SERVECAL_STRICT_FINGERPRINT"
 #: Set (to "1") to warn on, instead of refuse, a fingerprint mismatch.
 ALLOW_MISMATCH_ENV = "SERVECAL_ALLOW_MISMATCH"

@@ -269,7 +269,7 @@ def load_run(folder: Path) -> RunData:
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
     requests = _read_parquet(folder / "requests.parquet", REQUEST_COLUMNS)
     if "preemptions" in requests.columns and "recomputes" not in requests.columns:
-        # a run folder written before 0.2 named recompute preemptions "preemptions"
+        # a requests table without "recomputes" counts recompute preemptions as "preemptions"
         requests = requests.rename(columns={"preemptions": "recomputes"}).assign(parks=0)
     _compare_run_table(folder, config)
     if not summary:  # an older or hand-made run: the one metrics implementation fills it in

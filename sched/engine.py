@@ -398,7 +398,7 @@ class Engine:
         ready = s.ready
         for heap in (s.sync_heap, s.lag_heap):
             # the top's check written out: most stale steps leave the tops valid, and a
-            # call per heap per step was ~2% of an engine run (benchmarks/engine.py)
+            # call per heap per step costs ~2% of an engine run (benchmarks/engine.py)
             if heap:
                 top = heap[0]
                 live = ready.get(top[1])

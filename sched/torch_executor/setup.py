@@ -99,7 +99,7 @@ def load_setup(
         warnings.simplefilter("always")
         CostTable.load(path, fingerprint=fp)  # warns (does not refuse) on a mismatch
     notices += [f"warning: {w.message}" for w in caught]
-    # a servecal calibration from before layouts were recorded timed the contiguous one
+    # a servecal fingerprint (it has layers_timed) with no kv_layout timed the contiguous one
     layout = table_fp.get("kv_layout", "contiguous" if "layers_timed" in table_fp else None)
     if layout not in (None, "paged"):
         notices.append(
