@@ -43,6 +43,9 @@ def run_with_estimates(inst: Instance, order: np.ndarray, lower: np.ndarray) -> 
     Semantically a step-by-step loop; it jumps over boundaries at which nothing can
     change (no completion, no overflow, no estimate moving, head provably not fitting).
     """
+    # One function: the four numbered stages of a boundary share the running arrays
+    # (rid, start, done, est) and the queue, which each stage updates for the next;
+    # split, every stage would take and return all of them.
     s, o, memory = inst.s, inst.o, inst.memory
     bound = np.asarray(lower, dtype=np.int64).copy()
     if (bound < 1).any() or (bound > o).any():
