@@ -10,7 +10,7 @@
   checked (:func:`check_hash_present`).
 * **Fingerprint.** A table's fingerprint names the device and model it was
   measured on. :func:`compare_fingerprints` compares the keys of
-  :data:`FINGERPRINT_KEYS` that *both* sides have (older files lack some) and
+  :data:`FINGERPRINT_KEYS` that *both* sides have (a file may lack some) and
   refuses a mismatch, or with ``--allow-mismatch`` (:data:`ALLOW_MISMATCH_ENV`)
   warns and goes on.
 """
@@ -106,8 +106,8 @@ def check_hash_present(
 
 
 def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
-    """``fp``'s identity keys; ``tp`` always (measurements from before tensor
-    parallelism recorded none: they are TP 1)."""
+    """``fp``'s identity keys; ``tp`` always (a fingerprint without one was measured
+    at TP 1)."""
     out = {k: fp.get(k) for k in FINGERPRINT_KEYS}
     tp = fp.get("tp")
     out["tp"] = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1
