@@ -75,7 +75,7 @@ class FitResult:
 
 @dataclass(frozen=True)
 class DataShape:
-    """What the samples look like (recorded with the table; no longer picks the model)."""
+    """What the samples look like (recorded with the table; cross-validation picks the model)."""
 
     points: int
     median_repeats: float
@@ -231,13 +231,7 @@ def fit_cost_table(
     points = {a: frame[a].to_numpy() for a in AXES}
     axes = choose_axes(points, grid)
     shape = describe_samples(frame, axes)
-    notes: list[str] = []
-    if shape.medians_only:
-        msg = "samples are medians only (one row per point, rep 0): P50 table, no tail/margin"
-        warnings.warn(msg, TailWarning, stacklevel=2)
-        notes.append(msg)
-        qs = (0.5,)
-    tail = max((q for q in qs if q > 0.5), default=None)
+    qs, tail, notes = _quantiles_for(shape, qs)
     ids = frame.groupby(list(POINT_COLUMNS), sort=False).ngroup().to_numpy()
     k = folds_for(fold_share, shape.points)
     fitting = _Fitting(
@@ -270,34 +264,11 @@ def fit_cost_table(
     values = final.values_
     energy = _fit_energy(frame, kind, table_axes, model_seed(seed, kind, k + 1))
     final_s = time.perf_counter() - start
-    info: dict[str, Any] = {
-        "kind": kind,
-        "reason": reason,
-        "samples": source,
-        "seed": seed,
-        "holdout": fold_share,  # the JSON key of tables since 0.1 (the fold share)
-        "quantiles": list(qs),
-        "selection": {
-            "rule": RULE if model == "auto" else f"--family {model}",
-            "folds": k,
-            "points": shape.points,
-            "candidates": [trial_record(t) for t in trials],
-            "final_fit_s": round(final_s, 3),
-        },
-    }
-    if hasattr(fitted, "describe"):
-        info["coefficients"] = fitted.describe()
+    info = _model_info(kind, reason, source, seed, fold_share, qs, model, k, shape.points,
+                       trials, final_s, fitted)  # fmt: skip
     margin = None
     if tail is not None and cc is not None:
-        margin = Margin(
-            quantile=tail,
-            rho=cc.rho,
-            target=tail,
-            validated_coverage=metrics["p99_coverage"],
-            calibration_points=shape.points,
-            calibration_rows=len(frame),
-            score="ms / p_tail - 1 (out-of-fold)",
-        )
+        margin = _margin(tail, cc.rho, metrics["p99_coverage"], shape.points, len(frame))
     validation = {
         "method": f"{k}-fold cross-validation over grid points",
         "folds": k,
@@ -321,6 +292,69 @@ def fit_cost_table(
         reason=reason,
         notes=tuple(notes),
         trials=tuple(trials),
+    )
+
+
+def _quantiles_for(
+    shape: DataShape, qs: tuple[float, ...]
+) -> tuple[tuple[float, ...], float | None, list[str]]:
+    """The quantiles the samples can support, the tail among them (the highest above
+    0.5, or ``None``), and a note when medians-only samples leave P50 alone (warned)."""
+    notes: list[str] = []
+    if shape.medians_only:
+        msg = "samples are medians only (one row per point, rep 0): P50 table, no tail/margin"
+        warnings.warn(msg, TailWarning, stacklevel=3)  # fit_cost_table's caller
+        notes.append(msg)
+        qs = (0.5,)
+    return qs, max((q for q in qs if q > 0.5), default=None), notes
+
+
+def _model_info(
+    kind: str,
+    reason: str,
+    source: str,
+    seed: int,
+    fold_share: float,
+    qs: Sequence[float],
+    model: str,
+    k: int,
+    points: int,
+    trials: Sequence[Trial],
+    final_s: float,
+    fitted: Any,
+) -> dict[str, Any]:
+    """What the table records as its ``model``: the kept family and why, the samples,
+    the seed and folds, every candidate's trial, and the fitted coefficients."""
+    info: dict[str, Any] = {
+        "kind": kind,
+        "reason": reason,
+        "samples": source,
+        "seed": seed,
+        "holdout": fold_share,  # the fold share, under the key table readers look up
+        "quantiles": list(qs),
+        "selection": {
+            "rule": RULE if model == "auto" else f"--family {model}",
+            "folds": k,
+            "points": points,
+            "candidates": [trial_record(t) for t in trials],
+            "final_fit_s": round(final_s, 3),
+        },
+    }
+    if hasattr(fitted, "describe"):
+        info["coefficients"] = fitted.describe()
+    return info
+
+
+def _margin(tail: float, rho: float, coverage: float, points: int, rows: int) -> Margin:
+    """The conformal margin of the tail quantile, with the coverage cross-validation measured."""
+    return Margin(
+        quantile=tail,
+        rho=rho,
+        target=tail,
+        validated_coverage=coverage,
+        calibration_points=points,
+        calibration_rows=rows,
+        score="ms / p_tail - 1 (out-of-fold)",
     )
 
 

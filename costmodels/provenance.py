@@ -10,7 +10,7 @@
   checked (:func:`check_hash_present`).
 * **Fingerprint.** A table's fingerprint names the device and model it was
   measured on. :func:`compare_fingerprints` compares the keys of
-  :data:`FINGERPRINT_KEYS` that *both* sides have (older files lack some) and
+  :data:`FINGERPRINT_KEYS` that *both* sides have (a file may lack some) and
   refuses a mismatch, or with ``--allow-mismatch`` (:data:`ALLOW_MISMATCH_ENV`)
   warns and goes on.
 """
@@ -32,7 +32,7 @@ HASH_PREFIX = "sha256:"
 #: Set (to "1") to load tables whose content hash does not match.
 ALLOW_EDITED_ENV = "SERVECAL_ALLOW_EDITED"
 #: Set (to "1") to refuse a fingerprint mismatch even under ``--allow-mismatch``
-#: (``--strict``: refusing is the default now; the flag is kept for scripts).
+#: (``--strict``: refusing is the default; the flag is accepted so scripts keep working).
 STRICT_ENV = "SERVECAL_STRICT_FINGERPRINT"
 #: Set (to "1") to warn on, instead of refuse, a fingerprint mismatch.
 ALLOW_MISMATCH_ENV = "SERVECAL_ALLOW_MISMATCH"
@@ -106,8 +106,8 @@ def check_hash_present(
 
 
 def _identity(fp: Mapping[str, Any]) -> dict[str, Any]:
-    """``fp``'s identity keys; ``tp`` always (measurements from before tensor
-    parallelism recorded none: they are TP 1)."""
+    """``fp``'s identity keys; ``tp`` always (a fingerprint without one was measured
+    at TP 1)."""
     out = {k: fp.get(k) for k in FINGERPRINT_KEYS}
     tp = fp.get("tp")
     out["tp"] = tp if isinstance(tp, int) and not isinstance(tp, bool) and tp >= 1 else 1

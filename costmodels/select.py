@@ -79,13 +79,28 @@ def choose(trials: Sequence[Trial], tie: float = TIE_TOLERANCE) -> tuple[str, st
     if not scored:
         raise ValueError("no candidate could be scored")
     best = min(scored, key=lambda t: t.score)
+    tied = _tied(scored, best, tie)
+    with_tightness = [t for t in tied if t.metrics["tightness"] is not None]
+    kept = min(with_tightness, key=lambda t: t.metrics["tightness"]) if with_tightness else best
+    return kept.name, _reason(trials, scored, best, kept, tied)
+
+
+def _tied(scored: Sequence[Trial], best: Trial, tie: float) -> list[Trial]:
+    """The candidates whose loss is within a standard error (paired over points when
+    known) or ``tie`` of the best's."""
     tied = []
     for t in scored:
         gap, se = paired_gap(t, best) if t.point_loss is not None else (t.score - best.score, 0)
         if gap <= max(se, tie * best.score):
             tied.append(t)
-    with_tightness = [t for t in tied if t.metrics["tightness"] is not None]
-    kept = min(with_tightness, key=lambda t: t.metrics["tightness"]) if with_tightness else best
+    return tied
+
+
+def _reason(
+    trials: Sequence[Trial], scored: Sequence[Trial], best: Trial, kept: Trial, tied: list[Trial]
+) -> str:
+    """Why ``kept``: the lowest loss, or tied with it and tightest; then the others'
+    scores and the skipped candidates."""
     others = sorted((t for t in scored if t is not kept), key=lambda t: t.score)
     versus = ", ".join(f"{t.name} {t.score:.4g} ({_rel(t.score, kept.score)})" for t in others)
     reason = (
@@ -105,7 +120,7 @@ def choose(trials: Sequence[Trial], tie: float = TIE_TOLERANCE) -> tuple[str, st
     skipped = [f"{t.name} ({t.skipped})" for t in trials if t.skipped]
     if skipped:
         reason += "; skipped: " + ", ".join(skipped)
-    return kept.name, reason
+    return reason
 
 
 def _rel(value: float, ref: float) -> str:

@@ -129,7 +129,8 @@ class NvmlMeter:
 
 
 def _throttle_reasons(nvml: object) -> object:
-    # Renamed "clocks event reasons" in newer NVML; the old name is kept as an alias.
+    # NVML calls these "clocks event reasons"; drivers that lack that name have the
+    # "throttle reasons" one.
     return getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or (
         nvml.nvmlDeviceGetCurrentClocksThrottleReasons
     )

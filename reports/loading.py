@@ -251,7 +251,7 @@ def load_run(folder: Path) -> RunData:
         if not table_exists(folder / name):
             raise InputError(f"{folder}: not a run folder (no {name})")
     info = _read_json(folder / "run.json")
-    schema = info.get("schema", RUN_SCHEMA)  # run folders from before the field: version 1
+    schema = info.get("schema", RUN_SCHEMA)  # a run.json without the field is version 1
     if schema != RUN_SCHEMA:
         raise InputError(
             f"{folder / 'run.json'}: field 'schema': {schema!r}, this servecal reads "
@@ -269,10 +269,10 @@ def load_run(folder: Path) -> RunData:
     iterations = _read_parquet(folder / "iterations.parquet", ITERATION_COLUMNS)
     requests = _read_parquet(folder / "requests.parquet", REQUEST_COLUMNS)
     if "preemptions" in requests.columns and "recomputes" not in requests.columns:
-        # a run folder written before 0.2 named recompute preemptions "preemptions"
+        # a requests table without "recomputes" counts recompute preemptions as "preemptions"
         requests = requests.rename(columns={"preemptions": "recomputes"}).assign(parks=0)
     _compare_run_table(folder, config)
-    if not summary:  # an older or hand-made run: the one metrics implementation fills it in
+    if not summary:  # no summary recorded: the one metrics implementation fills it in
         from servecal.sched.metrics import summarize
 
         summary = summarize(requests, iterations)

@@ -33,7 +33,7 @@ MAX_TIMELINE_POINTS = 4000
 
 
 def _recomputes(c: Cell) -> float:
-    """Recompute preemptions per seed (runs before 0.2 summarised them as "preemptions")."""
+    """Recompute preemptions per seed (a run without "recomputes" counts them as "preemptions")."""
     value = c.get("recomputes")
     return c.get("preemptions") if math.isnan(value) else value
 

@@ -215,6 +215,9 @@ class Engine:
         return PlanError(f"policy {self.policy_name!r} at {self.state.now_ms:.3f} ms: {what}")
 
     def _run_plan(self, plan: Plan, decision_us: float) -> bool:
+        # One function: this runs once per simulated iteration (the engine aims at
+        # >= 50,000/s) and reads in order: check the plan, price the batch, run it,
+        # account tokens, KV and finishes; a call per stage would be paid every iteration.
         s = self.state
         starting: list[LiveRequest] = []
         if plan is DECODE_ONLY and not s.parked_ready:
@@ -398,7 +401,7 @@ class Engine:
         ready = s.ready
         for heap in (s.sync_heap, s.lag_heap):
             # the top's check written out: most stale steps leave the tops valid, and a
-            # call per heap per step was ~2% of an engine run (benchmarks/engine.py)
+            # call per heap per step costs ~2% of an engine run (benchmarks/engine.py)
             if heap:
                 top = heap[0]
                 live = ready.get(top[1])

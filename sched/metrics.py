@@ -305,24 +305,28 @@ def mean_over_seeds(summaries: list[dict[str, Any]]) -> dict[str, Any]:
         keys += [k for k in s if k not in keys]
     result: dict[str, Any] = {}
     for key in keys:
-        values = [s.get(key) for s in summaries]
-        present = [v for v in values if v is not None]
-        if present and all(isinstance(v, dict) for v in present):
-            result[key] = mean_over_seeds(present)
-            result[key].pop("seeds", None)
-        elif present and all(_is_number(v) for v in present):
-            mean, std = _mean_std(present)
-            result[key] = mean
-            if key in MAIN_METRICS:
-                result[f"{key}_std"] = std
-        elif not present:
-            result[key] = None
-            if key in MAIN_METRICS:
-                result[f"{key}_std"] = None
-        elif all(v == present[0] for v in values):
-            result[key] = present[0]
+        result.update(_seed_mean(key, [s.get(key) for s in summaries]))
     result["seeds"] = len(summaries)
     return result
+
+
+def _seed_mean(key: str, values: list[Any]) -> dict[str, Any]:
+    """``key``'s entries in the mean over seeds of ``values`` (one per seed): the mean
+    (and ``<key>_std`` for :data:`MAIN_METRICS`), a nested mean, the value every seed
+    agrees on, or nothing."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, dict) for v in present):
+        nested = mean_over_seeds(present)
+        nested.pop("seeds", None)
+        return {key: nested}
+    if present and all(_is_number(v) for v in present):
+        mean, std = _mean_std(present)
+        return {key: mean, f"{key}_std": std} if key in MAIN_METRICS else {key: mean}
+    if not present:
+        return {key: None, f"{key}_std": None} if key in MAIN_METRICS else {key: None}
+    if all(v == present[0] for v in values):
+        return {key: present[0]}
+    return {}
 
 
 def _is_number(v: Any) -> bool:

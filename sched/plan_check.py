@@ -26,29 +26,12 @@ def check_plan(
     Raises ``fail(reason)`` (a :class:`PlanError` naming the policy). Nothing is
     changed, so a refused plan leaves the engine as it was.
     """
-    running, ready = state.running, state.ready
+    ready = state.ready
     freed = 0
     skipped_ready = 0  # ready requests that will not decode under decode=None
     named: list[int] = []
-    if plan.preempt or plan.park or plan.reject or plan.exceptions:
-        for rid in plan.preempt:
-            live = running.get(rid)
-            if live is None:
-                raise fail(f"preempts request {rid}, which is not running")
-            freed += live.kv_tokens
-            skipped_ready += live.phase == Phase.READY
-        for rid in plan.park:
-            live = running.get(rid)
-            if live is None:
-                raise fail(f"parks request {rid}, which is not running")
-            skipped_ready += live.phase == Phase.READY and rid not in state.parked_ready
-        for rid in plan.reject:
-            live = state.waiting.get(rid)
-            if live is None or live.recomputes or live.tokens_out:
-                raise fail(f"rejects request {rid}, which is not a new waiting request")
-        for rid in plan.exceptions:
-            if rid not in ready:
-                raise fail(f"records an SLO exception for {rid}, which is not decoding")
+    if plan.preempt or plan.park or plan.reject or plan.exceptions:  # rare: most plans pay no call
+        freed, skipped_ready = _check_side_orders(state, plan, fail)
         named.extend(plan.preempt)
         named.extend(plan.park)
         named.extend(plan.reject)
@@ -78,3 +61,32 @@ def check_plan(
     if need > state.kv_capacity:
         raise fail(f"needs {need} KV tokens after the iteration; capacity is {state.kv_capacity}")
     return n_decode, chunks
+
+
+def _check_side_orders(
+    state: EngineState, plan: Plan, fail: Callable[[str], PlanError]
+) -> tuple[int, int]:
+    """Check the plan's preemptions, parks, rejections and SLO exceptions; return (KV
+    tokens the preemptions free, ready requests they and the parks take out of decode)."""
+    running, ready = state.running, state.ready
+    freed = 0
+    skipped_ready = 0
+    for rid in plan.preempt:
+        live = running.get(rid)
+        if live is None:
+            raise fail(f"preempts request {rid}, which is not running")
+        freed += live.kv_tokens
+        skipped_ready += live.phase == Phase.READY
+    for rid in plan.park:
+        live = running.get(rid)
+        if live is None:
+            raise fail(f"parks request {rid}, which is not running")
+        skipped_ready += live.phase == Phase.READY and rid not in state.parked_ready
+    for rid in plan.reject:
+        live = state.waiting.get(rid)
+        if live is None or live.recomputes or live.tokens_out:
+            raise fail(f"rejects request {rid}, which is not a new waiting request")
+    for rid in plan.exceptions:
+        if rid not in ready:
+            raise fail(f"records an SLO exception for {rid}, which is not decoding")
+    return freed, skipped_ready

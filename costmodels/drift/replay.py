@@ -151,12 +151,7 @@ def replay(
     args = tuple(cols[c] for c in QUERY_COLUMNS)
     ms = frame["ms"].to_numpy(dtype=float)
     ref = reference_for(predictor)
-    if ref is not None:  # interpolated median; rows beyond the grid are reported apart
-        inside = ref.domain_mask(*args)
-        median = ref.many(*args)
-    else:
-        inside = np.ones(len(frame), dtype=bool)
-        median = np.asarray(predictor.predict(*args, q=0.5), dtype=float)
+    inside, median = _medians(predictor, ref, args)
     bound = _bound(predictor, args)
     hit = None if bound is None else ms > bound
     checked = int(inside.sum())
@@ -169,31 +164,11 @@ def replay(
     sub = frame.iloc[rows]
     r = np.log(ms[rows] / median[rows])
     n_dec, chunk = cols["n_decode"][rows], cols["chunk"][rows]
-    quarter = None
-    if kind == "run" and ref is not None:
-        # a run rarely repeats a point: the unit is a grid box (within one region
-        # cell, so that it lies in one band) in one quarter of the run's time
-        unit = "grid box"
-        when = sub["start_ms"].to_numpy(dtype=float) if "start_ms" in sub else np.arange(checked)
-        quarter = quarters_of(when)
-        cell = config.grid.indices(n_dec, chunk)
-        cluster = (grid_boxes(predictor.axes, sub) * config.grid.size + cell) * 4 + quarter
-    else:
-        unit = "grid point"
-        cluster = sub.groupby(list(QUERY_COLUMNS), sort=False).ngroup().to_numpy()
-    try:
-        result = decide(
-            r, None if hit is None else hit[rows], cluster, n_dec, chunk, config, quarter
-        )
-    except ValueError as exc:
-        raise CannotDecide(
-            f"cannot decide: {str(exc).replace('grid points', plural(unit))}"
-        ) from None
-    out_rows = len(frame) - checked
-    outside = {
-        "rows": out_rows,
-        "coverage": None if hit is None or not out_rows else float(1 - hit[~inside].mean()),
-    }
+    by_box = kind == "run" and ref is not None
+    unit, cluster, quarter = _units(predictor, sub, by_box, n_dec, chunk, config)
+    hit_rows = None if hit is None else hit[rows]
+    result = _decide(r, hit_rows, cluster, n_dec, chunk, config, quarter, unit)
+    outside = _outside(hit, inside)
     bands = Bands(config.grid, quarters=quarter is not None).of(n_dec, chunk, quarter)
     for reg in result.regions:
         reg["grid"] = _grid_span(predictor, sub, (bands == reg["index"]).any(axis=1))
@@ -223,6 +198,69 @@ def replay(
     doc["recalibrate"] = [reg["grid"] for reg in result.regions if reg["status"] == "drift"]
     doc["recommendation"] = _recommend(doc)
     return doc
+
+
+def _decide(
+    r: np.ndarray,
+    hit: np.ndarray | None,
+    cluster: np.ndarray,
+    n_dec: np.ndarray,
+    chunk: np.ndarray,
+    config: GateConfig,
+    quarter: np.ndarray | None,
+    unit: str,
+) -> Any:
+    """The gate's decision; too few units to decide is :class:`CannotDecide`, worded in
+    the run's unit."""
+    try:
+        return decide(r, hit, cluster, n_dec, chunk, config, quarter)
+    except ValueError as exc:
+        raise CannotDecide(
+            f"cannot decide: {str(exc).replace('grid points', plural(unit))}"
+        ) from None
+
+
+def _outside(hit: np.ndarray | None, inside: np.ndarray) -> dict[str, Any]:
+    """The rows beyond the table's grid: how many, and how many of them the bound covers."""
+    out_rows = int((~inside).sum())
+    return {
+        "rows": out_rows,
+        "coverage": None if hit is None or not out_rows else float(1 - hit[~inside].mean()),
+    }
+
+
+def _medians(
+    predictor: Any, ref: Any, args: tuple[np.ndarray, ...]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows lie inside the table's grid, and the predicted median of every row
+    (interpolated when the predictor has a reference; rows beyond the grid are
+    reported apart)."""
+    if ref is not None:
+        return ref.domain_mask(*args), ref.many(*args)
+    inside = np.ones(len(args[0]), dtype=bool)
+    return inside, np.asarray(predictor.predict(*args, q=0.5), dtype=float)
+
+
+def _units(
+    predictor: Any,
+    sub: pd.DataFrame,
+    by_box: bool,
+    n_dec: np.ndarray,
+    chunk: np.ndarray,
+    config: GateConfig,
+) -> tuple[str, np.ndarray, np.ndarray | None]:
+    """The unit the gate's tests count (its name, each row's cluster) and, by grid box,
+    each row's quarter of the run."""
+    if not by_box:
+        cluster = sub.groupby(list(QUERY_COLUMNS), sort=False).ngroup().to_numpy()
+        return "grid point", cluster, None
+    # a run rarely repeats a point: the unit is a grid box (within one region
+    # cell, so that it lies in one band) in one quarter of the run's time
+    when = sub["start_ms"].to_numpy(dtype=float) if "start_ms" in sub else np.arange(len(sub))
+    quarter = quarters_of(when)
+    cell = config.grid.indices(n_dec, chunk)
+    cluster = (grid_boxes(predictor.axes, sub) * config.grid.size + cell) * 4 + quarter
+    return "grid box", cluster, quarter
 
 
 def _bound(predictor: Any, args: tuple[np.ndarray, ...]) -> np.ndarray | None:
@@ -265,6 +303,8 @@ def _span_text(span: dict[str, list[int]]) -> str:
 
 
 def _recommend(doc: dict[str, Any]) -> str:
+    """The verdict as one sentence: undecided (and why), the table holds, or what to
+    recalibrate; rows beyond the grid add a note."""
     out = doc["outside_domain"]
     tail = ""
     if out["rows"]:
@@ -276,29 +316,49 @@ def _recommend(doc: dict[str, Any]) -> str:
     if doc["verdict"] == "undecided":
         return f"cannot decide ({checked}): {doc['reason']}" + tail
     if doc["verdict"] == "valid":
-        tol = doc["min_shift"]
-        if 1 - tol <= doc["factor"] <= 1 + tol:
-            shift = f"median shift ×{doc['factor']:.3f}, within ±{tol:.0%}"
-        else:  # the median moved, but on too few points for any test to be sure
-            shift = (
-                f"median shift ×{doc['factor']:.3f}, beyond ±{tol:.0%} but on too few "
-                f"{plural(doc['unit'])} past the tolerance for a test to reject: measure more"
-            )
-        return (
-            f"the table holds ({checked}; {shift}; false-alarm bound "
-            f"{doc['false_alarm_bound']:.0%})" + tail
+        return _holds(doc, checked) + tail
+    return _recalibrate(doc, checked) + tail
+
+
+def _holds(doc: dict[str, Any], checked: str) -> str:
+    """The table holds: by how much the median moved, and the false-alarm bound."""
+    tol = doc["min_shift"]
+    if 1 - tol <= doc["factor"] <= 1 + tol:
+        shift = f"median shift ×{doc['factor']:.3f}, within ±{tol:.0%}"
+    else:  # the median moved, but on too few points for any test to be sure
+        shift = (
+            f"median shift ×{doc['factor']:.3f}, beyond ±{tol:.0%} but on too few "
+            f"{plural(doc['unit'])} past the tolerance for a test to reject: measure more"
         )
-    moved = [r for r in doc["regions"] if r["status"] == "drift"]
+    return f"the table holds ({checked}; {shift}; false-alarm bound {doc['false_alarm_bound']:.0%})"
+
+
+def _recalibrate(doc: dict[str, Any], checked: str) -> str:
+    """Drift: the whole table when it moved everywhere (or only in time), else the
+    regions that moved, and since when in the run."""
+    drifted = [r for r in doc["regions"] if r["status"] == "drift"]
     rejected = [t["test"] for t in doc["tests"] if t["rejected"]]
+    since = [r for r in drifted if r["axis"] == "time"]
+    moved = [r for r in drifted if r["axis"] != "time"]
+    when = f"; it moved from {since[0]['region']} of the run on" if since else ""
+    if _moved_everywhere(doc, rejected, moved):
+        what = "the tail" if rejected == ["tail"] else f"shift ×{doc['factor']:.3f}"
+        return f"recalibrate the whole table: {what} ({checked}){when}"
+    return "recalibrate " + _regions_text(moved) + when
+
+
+def _moved_everywhere(doc: dict[str, Any], rejected: list[str], moved: list[dict]) -> bool:
+    """No region moved on its own, or at least half the regions shifted the way a
+    rejecting test says."""
     tol = math.log1p(doc["min_shift"])
     direction = 1 if "slowdown" in rejected else (-1 if "speedup" in rejected else 0)
     shifted = [r for r in doc["regions"] if direction * math.log(r["factor"]) > tol]
-    since = [r for r in moved if r["axis"] == "time"]
-    moved = [r for r in moved if r["axis"] != "time"]
-    when = f"; it moved from {since[0]['region']} of the run on" if since else ""
-    if not moved or (direction and 2 * len(shifted) >= len(doc["regions"])):
-        what = "the tail" if rejected == ["tail"] else f"shift ×{doc['factor']:.3f}"
-        return f"recalibrate the whole table: {what} ({checked}){when}" + tail
+    return not moved or bool(direction and 2 * len(shifted) >= len(doc["regions"]))
+
+
+def _regions_text(moved: list[dict]) -> str:
+    """The first :data:`NAME_REGIONS` regions that moved, each with its factor, coverage
+    and grid span, and how many more."""
     parts = [
         f"{r['region']} (×{r['factor']:.3f}"
         + ("" if r["coverage"] is None else f", {r['coverage']:.1%} covered")
@@ -306,4 +366,4 @@ def _recommend(doc: dict[str, Any]) -> str:
         for r in moved[:NAME_REGIONS]
     ]
     more = f" and {len(moved) - NAME_REGIONS} more regions" if len(moved) > NAME_REGIONS else ""
-    return "recalibrate " + "; ".join(parts) + more + when + tail
+    return "; ".join(parts) + more

@@ -212,7 +212,43 @@ def load_space(path: Path) -> Space:
     stray = set(doc) - {"workload", "target", "search", "device"}
     if stray:
         raise InputError(f"{path}: unknown table [{sorted(stray)[0]}]")
-    w = doc["workload"]
+    workload = _workload(doc["workload"], base)
+    target = doc.get("target", {}).get("attainment", 0.9)
+    if not isinstance(target, (int, float)) or not 0 < target <= 1:
+        raise InputError(f"target.attainment = {target!r}: expected a share in (0, 1]")
+    replicas, policies, routers = _search(doc["search"])
+    devices = doc.get("device")
+    if not isinstance(devices, list) or not devices:
+        raise InputError(f"{path}: need at least one [[device]] table")
+    hardware = tuple(h for i, d in enumerate(devices) for h in _hardware(d, i, base))
+    _check_models(hardware)
+    return Space(**workload, target=float(target), replicas=replicas, policies=policies,
+                 routers=routers, hardware=hardware)  # fmt: skip
+
+
+def _workload(w: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The ``[workload]`` table as :class:`Space`'s workload fields."""
+    workload, rate = _workload_source(w, base)
+    n = w.get("requests", 2000)
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise InputError(f"workload.requests = {n!r}: expected an integer >= 1")
+    tpot = _positive(_get(w, "tpot_slo_ms", (int, float), "workload"), "workload.tpot_slo_ms")
+    seeds = w.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
+        raise InputError(f"workload.seeds = {seeds!r}: expected a list of integers")
+    slo_classes = w.get("slo_classes")
+    if slo_classes is not None and not isinstance(slo_classes, str):
+        raise InputError(f"workload.slo_classes = {slo_classes!r}: expected a workload name")
+    stray = set(w) - {"trace", "name", "rate", "requests", "tpot_slo_ms", "seeds", "slo_classes"}
+    if stray:
+        raise InputError(f"[workload]: unknown key {sorted(stray)[0]!r}")
+    return {"workload": workload, "rate": rate, "n_requests": n, "tpot_slo_ms": tpot,
+            "slo_classes": slo_classes, "seeds": tuple(seeds)}  # fmt: skip
+
+
+def _workload_source(w: dict[str, Any], base: Path) -> tuple[str, float | None]:
+    """The workload (a trace's path made absolute, or a named workload) and its rate
+    (``None``: a trace's own times)."""
     if ("trace" in w) == ("name" in w):
         raise InputError("[workload]: give trace = PATH or name = WORKLOAD (one of them)")
     if "trace" in w:
@@ -229,23 +265,13 @@ def load_space(path: Path) -> Space:
         if not isinstance(rate, (int, float)) or isinstance(rate, bool):
             raise InputError(f"workload.rate = {rate!r}: expected a number")
         rate = _positive(rate, "workload.rate")
-    n = w.get("requests", 2000)
-    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-        raise InputError(f"workload.requests = {n!r}: expected an integer >= 1")
-    tpot = _positive(_get(w, "tpot_slo_ms", (int, float), "workload"), "workload.tpot_slo_ms")
-    seeds = w.get("seeds", [0])
-    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) for s in seeds):
-        raise InputError(f"workload.seeds = {seeds!r}: expected a list of integers")
-    slo_classes = w.get("slo_classes")
-    if slo_classes is not None and not isinstance(slo_classes, str):
-        raise InputError(f"workload.slo_classes = {slo_classes!r}: expected a workload name")
-    stray = set(w) - {"trace", "name", "rate", "requests", "tpot_slo_ms", "seeds", "slo_classes"}
-    if stray:
-        raise InputError(f"[workload]: unknown key {sorted(stray)[0]!r}")
-    target = doc.get("target", {}).get("attainment", 0.9)
-    if not isinstance(target, (int, float)) or not 0 < target <= 1:
-        raise InputError(f"target.attainment = {target!r}: expected a share in (0, 1]")
-    s = doc["search"]
+    return workload, rate
+
+
+def _search(
+    s: dict[str, Any],
+) -> tuple[tuple[int, int], tuple[PolicySpec, ...], tuple[PolicySpec, ...]]:
+    """The ``[search]`` table: the replica bounds, the policies and the routers."""
     bounds = _get(s, "replicas", list, "search")
     if (
         len(bounds) != 2
@@ -261,13 +287,7 @@ def load_space(path: Path) -> Space:
     )  # noqa: E501
     if not policies or not routers:
         raise InputError("[search]: need at least one policy and one router")
-    devices = doc.get("device")
-    if not isinstance(devices, list) or not devices:
-        raise InputError(f"{path}: need at least one [[device]] table")
-    hardware = tuple(h for i, d in enumerate(devices) for h in _hardware(d, i, base))
-    _check_models(hardware)
-    return Space(workload, rate, n, tpot, slo_classes, tuple(seeds), float(target),
-                 (bounds[0], bounds[1]), policies, routers, hardware)  # fmt: skip
+    return (bounds[0], bounds[1]), policies, routers
 
 
 def _check_models(hardware: tuple[Hardware, ...]) -> None:

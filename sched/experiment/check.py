@@ -37,6 +37,16 @@ def check(spec: RunSpec, searching: bool = False) -> None:
         raise _fail(f"--slo-classes applies to trace:PATH workloads, not {spec.workload}")
     backend = spec.backend
     spec.policy.build(ENGINE if backend == TORCH else backend)  # names, options, backend
+    _check_setting(spec, backend)
+    _check_backend_options(spec, backend)
+    if backend == TORCH:
+        _check_torch(spec, searching)
+    _check_models(spec, backend)
+
+
+def _check_setting(spec: RunSpec, backend: str) -> None:
+    """The prefill setting runs on the operator driver with no TPOT target; any other
+    needs one when some of the workload's requests carry none."""
     if spec.setting == "prefill":
         if backend != DRIVER:
             raise _fail(f"--setting prefill runs on the operator driver, not the {backend}")
@@ -44,28 +54,41 @@ def check(spec: RunSpec, searching: bool = False) -> None:
             raise _fail("--tpot-slo does not apply to --setting prefill (only TTFT is judged)")
     elif spec.tpot_slo_ms is None and needs_tpot_target(spec.workload, spec.slo_classes):
         raise _fail(f"--tpot-slo is required: {spec.workload} has requests without a TPOT SLO")
+
+
+def _check_backend_options(spec: RunSpec, backend: str) -> None:
+    """A backend's own options go with that backend."""
     if spec.driver is not None and backend != DRIVER:
         raise _fail(f"--granularity/--scheduling apply to the operator driver, not the {backend}")
     if spec.torch is not None and backend != TORCH:
         raise _fail(f"--device/--model apply to --backend torch, not the {backend}")
     if backend == DRIVER and (spec.monitor or spec.adaptive_margin):
         raise _fail("--monitor/--adaptive-margin watch the engine's iterations, not the driver's")
-    if backend == TORCH:
-        if searching:
-            raise _fail("--backend torch does not search --max-goodput (each probe is a real run)")
-        if spec.drift:
-            raise _fail("--drift slows the simulated truth down; the torch backend measures")
-        if spec.truth != DEFAULT_TRUTH:
-            raise _fail("--truth is the simulated executor's; drop it with --backend torch")
-        if spec.power is not None:
-            raise _fail("--power prices simulated iterations; the torch backend meters its own")
-        from servecal.sched.experiment.models import table_path
 
-        if table_path(spec.predictor) is None:
-            raise _fail(
-                "--backend torch needs --predictor TABLE.json, from servecal calibrate "
-                "on the same device and model shape"
-            )
+
+def _check_torch(spec: RunSpec, searching: bool) -> None:
+    """The torch backend measures: no search, drift, truth or power model, and a table
+    to plan on."""
+    if searching:
+        raise _fail("--backend torch does not search --max-goodput (each probe is a real run)")
+    if spec.drift:
+        raise _fail("--drift slows the simulated truth down; the torch backend measures")
+    if spec.truth != DEFAULT_TRUTH:
+        raise _fail("--truth is the simulated executor's; drop it with --backend torch")
+    if spec.power is not None:
+        raise _fail("--power prices simulated iterations; the torch backend meters its own")
+    from servecal.sched.experiment.models import table_path
+
+    if table_path(spec.predictor) is None:
+        raise _fail(
+            "--backend torch needs --predictor TABLE.json, from servecal calibrate "
+            "on the same device and model shape"
+        )
+
+
+def _check_models(spec: RunSpec, backend: str) -> None:
+    """The power model, drift, truth and predictor load, and the predictor's provenance
+    matches the truth's; planning on the oracle warns."""
     if spec.power not in (None, "none"):
         from servecal.sched.power import load_power_model
 
@@ -80,4 +103,4 @@ def check(spec: RunSpec, searching: bool = False) -> None:
         compare_provenance(spec.predictor, spec.truth)
     notice = oracle_notice(spec.predictor)
     if notice is not None:
-        warnings.warn(notice, OracleWarning, stacklevel=2)
+        warnings.warn(notice, OracleWarning, stacklevel=3)  # check()'s caller

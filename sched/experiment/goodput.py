@@ -134,11 +134,16 @@ class GoodputSearch:
             raise RuntimeError("record() without a pending next_rate()")
         self._pending = None
         self.probes += 1
-        floor, cap = self.bracket.limits()
         if attainment >= self.bracket.target:
             self.good = rate if self.good is None else max(self.good, rate)
         else:
             self.bad = rate if self.bad is None else min(self.bad, rate)
+        self._conclude()
+
+    def _conclude(self) -> None:
+        """After a probe: at a limit, answer or look once at the limit itself; with the
+        answer bracketed to ``rel_tol``, answer; else the search goes on."""
+        floor, cap = self.bracket.limits()
         if self.bad is None and self.good is not None and self.good * 2 > cap:
             if self.good >= cap:
                 self._result = Goodput(cap, ABOVE_CAP, self.probes)

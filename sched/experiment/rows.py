@@ -88,29 +88,30 @@ def ratios(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         if not baselines:
             continue
         best = max(baselines, key=lambda r: r.get(metric) or 0.0)
-        base = best.get(metric) or 0.0
         for r in cell:
-            if r in baselines:
-                continue
-            value = r.get(metric)
-            bound = _ratio_bound(r, best) if metric == "max_goodput" else None
-            ratio = (value / base) if base > 0 and value is not None else None
-            out.append(
-                {
-                    "setting": setting,
-                    "tpot_slo": tpot,
-                    "workload": workload,
-                    "policy": r["policy"],
-                    "metric": metric,
-                    "value": value,
-                    "best_baseline": best["policy"],
-                    "best_baseline_value": base,
-                    "ratio": None if bound == "unknown" else ratio,
-                    "ratio_bound": bound,
-                    "ratio_per_seed": _per_seed(r, best) if metric == "max_goodput" else None,
-                }
-            )
+            if r not in baselines:
+                out.append({"setting": setting, "tpot_slo": tpot, "workload": workload,
+                            **_ratio(r, best, metric)})  # fmt: skip
     return out
+
+
+def _ratio(policy: dict[str, Any], best: dict[str, Any], metric: str) -> dict[str, Any]:
+    """A policy's value over its cell's best baseline, and whether either is a bound:
+    one row of :func:`ratios` after the cell's own keys."""
+    base = best.get(metric) or 0.0
+    value = policy.get(metric)
+    bound = _ratio_bound(policy, best) if metric == "max_goodput" else None
+    ratio = (value / base) if base > 0 and value is not None else None
+    return {
+        "policy": policy["policy"],
+        "metric": metric,
+        "value": value,
+        "best_baseline": best["policy"],
+        "best_baseline_value": base,
+        "ratio": None if bound == "unknown" else ratio,
+        "ratio_bound": bound,
+        "ratio_per_seed": _per_seed(policy, best) if metric == "max_goodput" else None,
+    }
 
 
 def _ratio_bound(policy: dict[str, Any], best: dict[str, Any]) -> str | None:

@@ -286,91 +286,167 @@ def sweep(
     Ctrl-C (``KeyboardInterrupt``) cancels the tasks not started and propagates; run
     folders already written stay.
     """
-    folder_of = list(folders) if folders is not None else [None] * len(specs)
-    if len(folder_of) != len(specs):
-        raise ValueError("folders must name one folder (or None) per spec")
-    outcomes = [SpecOutcome(spec) for spec in specs]
-    # absolute: a worker elsewhere (a Ray node) does not start in this directory
-    roots = [None if f is None else Path(f).absolute() for f in folder_of]
-    runs = [
-        (i, seed, Task(spec, seed, None if roots[i] is None else str(roots[i] / f"seed-{seed}")))
-        for i, spec in enumerate(specs)
-        for seed in spec.seeds
-    ]
-    folder_of_run = {(i, seed): task.folder for i, seed, task in runs}
-    brackets = _brackets(goodput, len(specs))
-    searches = {(i, seed): GoodputSearch(brackets[i]) for i, seed, _ in runs if brackets[i]}
-    probes: dict[tuple[int, int], list[dict[str, Any]]] = {key: [] for key in searches}
-    summaries: dict[tuple[int, int], dict[str, Any]] = {}
-    resumed = _resumable([task for _, _, task in runs], force)
-    replayed: set[tuple[int, int]] = set()
-    for i, seed, task in runs:
-        doc = resumed.get(task.folder) if task.folder is not None else None
-        if doc is None:
-            continue
-        from servecal.sched.runfolder import mark_resumed
-
-        mark_resumed(task.folder)  # type: ignore[arg-type]
-        summaries[(i, seed)] = {k: v for k, v in doc["summary"].items() if k != "max_goodput"}
-        if (i, seed) in searches:
-            recorded = _replay(searches[(i, seed)], doc.get("goodput_search"), brackets[i])  # type: ignore[arg-type]
-            if recorded is None:
-                searches[(i, seed)] = GoodputSearch(brackets[i])  # type: ignore[arg-type]
-            else:
-                probes[(i, seed)] = recorded
-                replayed.add((i, seed))
-    to_run = [(i, seed, task) for i, seed, task in runs if (i, seed) not in summaries]
-    to_search = [key for key in searches if key not in replayed]
+    state = _Sweep.plan(specs, folders, goodput)
+    state.resume(force)
     own = pool is None
+    to_run, to_search = state.to_run(), state.to_search()
     pool = pool or _local_pool(jobs, len(to_run) + len(to_search), on_run_progress)
-    pending: dict[Future, tuple[int, int, float | None]] = {}
-    done = len(runs) - len(to_run) if not searches else 0
-    total = None if searches else len(runs)
-    searched = {i for i, _ in searches}
-
-    def submit_probe(i: int, seed: int) -> None:
-        rate = searches[(i, seed)].next_rate()
-        if rate is not None:
-            task = Task(specs[i].at_rate(rate), seed)
-            pending[pool.submit(execute, task)] = (i, seed, rate)
-
     try:
-        for i, seed, task in to_run:
-            pending[pool.submit(execute, task)] = (i, seed, None)
-        for i, seed in to_search:
-            submit_probe(i, seed)
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                i, seed, rate = pending.pop(future)
-                summary = future.result()
-                done += 1
-                if rate is None:
-                    _check_written(folder_of_run[(i, seed)])
-                    summaries[(i, seed)] = summary
-                else:
-                    searches[(i, seed)].record(summary["attainment"])
-                    probes[(i, seed)].append(probe_record(rate, summary))
-                    submit_probe(i, seed)
-                if on_progress is not None:
-                    on_progress(SweepProgress(done, total, i, seed, rate))
+        state.execute(pool, to_run, to_search, on_progress)
     except BaseException:
-        for future in pending:
-            future.cancel()
         if own:
             pool.shutdown(wait=True, cancel_futures=True)
         raise
     if own:
         pool.shutdown(wait=True)
-    done_outcomes = [
-        _outcome(o, i, summaries, searches if i in searched else {}, probes)
-        for i, o in enumerate(outcomes)
-    ]
-    for i, seed, task in runs:
-        if task.folder is not None and i in searched and (i, seed) not in replayed:
-            record = search_record(brackets[i], searches[(i, seed)], probes[(i, seed)])  # type: ignore[arg-type]
-            add_search(task.folder, record)
-    return done_outcomes
+    outcomes = state.outcomes()
+    state.record_searches()
+    return outcomes
+
+
+#: One run of a sweep: (spec index, seed).
+RunKey = tuple[int, int]
+
+
+@dataclass
+class _Sweep:
+    """One sweep's bookkeeping by (spec index, seed): its runs, the max-goodput searches
+    and their probes, and the summaries so far."""
+
+    specs: Sequence[RunSpec]
+    runs: list[tuple[int, int, Task]]
+    brackets: list[Bracket | None]
+    searches: dict[RunKey, GoodputSearch]
+    probes: dict[RunKey, list[dict[str, Any]]]
+    summaries: dict[RunKey, dict[str, Any]] = field(default_factory=dict)
+    replayed: set[RunKey] = field(default_factory=set)
+
+    @classmethod
+    def plan(
+        cls,
+        specs: Sequence[RunSpec],
+        folders: Sequence[str | Path | None] | None,
+        goodput: Bracket | Sequence[Bracket | None] | None,
+    ) -> _Sweep:
+        """Every (spec, seed) run, with its folder, and a search per run of a bracketed spec."""
+        folder_of = list(folders) if folders is not None else [None] * len(specs)
+        if len(folder_of) != len(specs):
+            raise ValueError("folders must name one folder (or None) per spec")
+        # absolute: a worker elsewhere (a Ray node) does not start in this directory
+        roots = [None if f is None else Path(f).absolute() for f in folder_of]
+        runs = [
+            (
+                i,
+                seed,
+                Task(spec, seed, None if roots[i] is None else str(roots[i] / f"seed-{seed}")),
+            )
+            for i, spec in enumerate(specs)
+            for seed in spec.seeds
+        ]
+        brackets = _brackets(goodput, len(specs))
+        searches = {(i, seed): GoodputSearch(brackets[i]) for i, seed, _ in runs if brackets[i]}
+        return cls(specs, runs, brackets, searches, {key: [] for key in searches})
+
+    def resume(self, force: bool) -> None:
+        """Read back every run whose folder already holds it (refusing, before anything
+        runs, a folder that may not be resumed), with its search when that replays."""
+        resumed = _resumable([task for _, _, task in self.runs], force)
+        for i, seed, task in self.runs:
+            doc = resumed.get(task.folder) if task.folder is not None else None
+            if doc is not None:
+                self._resume_one((i, seed), task.folder, doc)  # type: ignore[arg-type]
+
+    def _resume_one(self, key: RunKey, folder: str, doc: dict[str, Any]) -> None:
+        from servecal.sched.runfolder import mark_resumed
+
+        mark_resumed(folder)
+        self.summaries[key] = {k: v for k, v in doc["summary"].items() if k != "max_goodput"}
+        if key not in self.searches:
+            return
+        bracket = self.brackets[key[0]]
+        recorded = _replay(self.searches[key], doc.get("goodput_search"), bracket)  # type: ignore[arg-type]
+        if recorded is None:
+            self.searches[key] = GoodputSearch(bracket)  # type: ignore[arg-type]
+        else:
+            self.probes[key] = recorded
+            self.replayed.add(key)
+
+    def to_run(self) -> list[tuple[int, int, Task]]:
+        """The runs not resumed."""
+        return [(i, seed, task) for i, seed, task in self.runs if (i, seed) not in self.summaries]
+
+    def to_search(self) -> list[RunKey]:
+        """The searches not replayed."""
+        return [key for key in self.searches if key not in self.replayed]
+
+    def execute(
+        self,
+        pool: Executor,
+        to_run: list[tuple[int, int, Task]],
+        to_search: list[RunKey],
+        on_progress: Callable[[SweepProgress], None] | None,
+    ) -> None:
+        """Submit every run and each search's first probe; as each task finishes, record
+        it and submit that search's next probe. On an exception the tasks not started
+        are cancelled."""
+        pending: dict[Future, tuple[int, int, float | None]] = {}
+        folder_of = {(i, seed): task.folder for i, seed, task in self.runs}
+        done = len(self.runs) - len(to_run) if not self.searches else 0
+        total = None if self.searches else len(self.runs)
+        try:
+            for i, seed, task in to_run:
+                pending[pool.submit(execute, task)] = (i, seed, None)
+            for key in to_search:
+                self._submit_probe(pool, pending, key)
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    i, seed, rate = pending.pop(future)
+                    summary = future.result()
+                    done += 1
+                    if rate is None:
+                        _check_written(folder_of[(i, seed)])
+                        self.summaries[(i, seed)] = summary
+                    else:
+                        self.searches[(i, seed)].record(summary["attainment"])
+                        self.probes[(i, seed)].append(probe_record(rate, summary))
+                        self._submit_probe(pool, pending, (i, seed))
+                    if on_progress is not None:
+                        on_progress(SweepProgress(done, total, i, seed, rate))
+        except BaseException:
+            for future in pending:
+                future.cancel()
+            raise
+
+    def _submit_probe(
+        self, pool: Executor, pending: dict[Future, tuple[int, int, float | None]], key: RunKey
+    ) -> None:
+        rate = self.searches[key].next_rate()
+        if rate is not None:
+            i, seed = key
+            pending[pool.submit(execute, Task(self.specs[i].at_rate(rate), seed))] = (i, seed, rate)
+
+    def outcomes(self) -> list[SpecOutcome]:
+        """One outcome per spec: its summaries, their means and its searches' answers."""
+        searched = {i for i, _ in self.searches}
+        return [
+            _outcome(
+                SpecOutcome(spec),
+                i,
+                self.summaries,
+                self.searches if i in searched else {},
+                self.probes,
+            )  # fmt: skip
+            for i, spec in enumerate(self.specs)
+        ]
+
+    def record_searches(self) -> None:
+        """Add each search that ran (not replayed) to its run's folder."""
+        for i, seed, task in self.runs:
+            key = (i, seed)
+            if task.folder is not None and key in self.searches and key not in self.replayed:
+                record = search_record(self.brackets[i], self.searches[key], self.probes[key])  # type: ignore[arg-type]
+                add_search(task.folder, record)
 
 
 def _brackets(goodput: Bracket | Sequence[Bracket | None] | None, n: int) -> list[Bracket | None]:

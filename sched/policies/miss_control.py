@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -70,11 +71,7 @@ def affordable_miss_rate(
     if not fits(lo):
         return 1e-7
     if near is not None and 1e-7 < near < 0.5:
-        a, b = math.log(near) - math.log(4.0), math.log(near) + math.log(4.0)
-        if lo < a and fits(a):
-            lo = a
-        if b < hi and not fits(b):
-            hi = b
+        lo, hi = _narrow_near(fits, lo, hi, math.log(near))
     while hi - lo > 0.003:
         mid = 0.5 * (lo + hi)
         if fits(mid):
@@ -82,6 +79,19 @@ def affordable_miss_rate(
         else:
             hi = mid
     return math.exp(lo)
+
+
+def _narrow_near(
+    fits: Callable[[float], bool], lo: float, hi: float, log_near: float
+) -> tuple[float, float]:
+    """The bisection's bracket narrowed to within 4× of a previous answer where the
+    answer still lies there (each end moves only if it stays on its side)."""
+    a, b = log_near - math.log(4.0), log_near + math.log(4.0)
+    if lo < a and fits(a):
+        lo = a
+    if b < hi and not fits(b):
+        hi = b
+    return lo, hi
 
 
 def fail_probability(gaps: np.ndarray, allowed: np.ndarray, alpha: float) -> np.ndarray:

@@ -198,6 +198,9 @@ class SLOWeave:
         self.control = self.config.controller()
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
+        # One function: called every iteration, it reads as SLOWeave's rule in order
+        # (admission, the next prefill, its budgeted chunk, the aging exception, extra
+        # prefills), each early return one case; a call per case is paid every iteration.
         cfg = self.config
         control = self.control
         if control is not None:

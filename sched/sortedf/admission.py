@@ -105,6 +105,8 @@ def _admit(
 ) -> np.ndarray:
     """Start boundary of every request under the skipping rule (see module doc);
     ``group`` non-decreasing along ``order``."""
+    # One function: the numba-compiled event loop (docs/design.md, decision 10); its
+    # state lives in preallocated arrays that helper kernels would have to pass around.
     n = order.size
     starts = np.full(n, -1, np.int64)
     waiting = np.ones(n, np.bool_)

@@ -89,29 +89,44 @@ def run_with_estimates(inst: Instance, order: np.ndarray, lower: np.ndarray) -> 
         if not rid.size:
             continue  # the head is admitted alone at this same boundary
         # 4. Next boundary at which anything can change.
-        nxt = int((start + o[rid]).min())
-        base = int((s[rid] - start).sum())
-        nxt = min(nxt, (memory - base) // rid.size)  # boundary before the first overflow
-        if queue:
-            # Overdue requests (estimate = done + 1) enter the test only through the
-            # next step's memory, which rises with p; the others have fixed estimates
-            # until the first of them reaches its bound.
-            fresh = done + 1 <= bound[rid]
-            est_end = (start + est)[fresh]
-            if est_end.size:
-                nxt = min(nxt, int(est_end.min()))
-            i = queue[0][1]
-            k = rid.size
-            p_max = (memory - int(s[i]) - 1 - base) // k - 1  # next step still fits
-            hi = min(nxt - 1, p_max)
-            if hi < tau + 1:
-                p = None
-            elif est_end.size:
-                off = (s[rid] - start)[fresh]
-                p = _earliest_fit(off, est_end, int(s[i]), int(bound[i]), memory, tau + 1, hi)
-            else:
-                p = tau + 1
-            if p is not None:
-                nxt = min(nxt, p)
+        nxt = _next_boundary(inst, rid, start, done, est, bound, queue, tau)
         tau = max(nxt, tau + 1)
     return Segments.from_lists(*seg)
+
+
+def _next_boundary(
+    inst: Instance,
+    rid: np.ndarray,
+    start: np.ndarray,
+    done: np.ndarray,
+    est: np.ndarray,
+    bound: np.ndarray,
+    queue: list[tuple[int, int]],
+    tau: int,
+) -> int:
+    """The next boundary after ``tau`` at which anything can change for the running
+    requests ``rid``: a completion, the first overflow, an estimate reaching its bound,
+    or the earliest boundary at which the head of the waiting ``queue`` might fit."""
+    s, o, memory = inst.s, inst.o, inst.memory
+    nxt = int((start + o[rid]).min())
+    base = int((s[rid] - start).sum())
+    nxt = min(nxt, (memory - base) // rid.size)  # boundary before the first overflow
+    if not queue:
+        return nxt
+    head = queue[0][1]
+    # Overdue requests (estimate = done + 1) enter the test only through the
+    # next step's memory, which rises with p; the others have fixed estimates
+    # until the first of them reaches its bound.
+    fresh = done + 1 <= bound[rid]
+    est_end = (start + est)[fresh]
+    if est_end.size:
+        nxt = min(nxt, int(est_end.min()))
+    p_max = (memory - int(s[head]) - 1 - base) // rid.size - 1  # next step still fits
+    hi = min(nxt - 1, p_max)
+    if hi < tau + 1:
+        return nxt
+    if est_end.size:
+        off = (s[rid] - start)[fresh]
+        p = _earliest_fit(off, est_end, int(s[head]), int(bound[head]), memory, tau + 1, hi)
+        return nxt if p is None else min(nxt, p)
+    return min(nxt, tau + 1)

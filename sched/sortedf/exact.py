@@ -17,6 +17,8 @@ optimum over schedules with restarts.
 from __future__ import annotations
 
 import heapq
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 
@@ -81,26 +83,37 @@ def exact_optimum(inst: Instance) -> tuple[int, np.ndarray]:
         unfinished = bin(waiting).count("1") + len(running)
         if unfinished == 0:
             break
-        sub = waiting
-        while True:
-            if sub or running:
-                members = running + tuple((i, 0) for i in range(n) if sub >> i & 1)
-                if _fits(members, s, o, memory):
-                    nxt = (
-                        waiting & ~sub,
-                        tuple(sorted((i, d + 1) for i, d in members if d + 1 < o[i])),
-                    )
-                    g2 = g + unfinished
-                    if g2 < best_g.get(nxt, 1 << 60):
-                        best_g[nxt] = g2
-                        parent[nxt] = (state, sub)
-                        heapq.heappush(heap, (g2 + _heuristic(*nxt, s, o, memory), g2, nxt))
-            if sub == 0:
-                break
-            sub = (sub - 1) & waiting
-    total = g
-    # Walk back from the goal: the depth of a state is its boundary.
+        for sub, nxt in _successors(waiting, running, n, s, o, memory):
+            g2 = g + unfinished
+            if g2 < best_g.get(nxt, 1 << 60):
+                best_g[nxt] = g2
+                parent[nxt] = (state, sub)
+                heapq.heappush(heap, (g2 + _heuristic(*nxt, s, o, memory), g2, nxt))
+    return g, _starts(parent, state, n)
+
+
+def _successors(
+    waiting: int, running: tuple[tuple[int, int], ...], n: int, s: tuple, o: tuple, memory: int
+) -> Iterator[tuple[int, tuple[int, tuple[tuple[int, int], ...]]]]:
+    """``(sub, next state)`` for every subset ``sub`` of the waiting requests that can
+    start now and fit (the empty one only while something runs), one step later."""
+    sub = waiting
+    while True:
+        if sub or running:
+            members = running + tuple((i, 0) for i in range(n) if sub >> i & 1)
+            if _fits(members, s, o, memory):
+                advanced = tuple(sorted((i, d + 1) for i, d in members if d + 1 < o[i]))
+                yield sub, (waiting & ~sub, advanced)
+        if sub == 0:
+            return
+        sub = (sub - 1) & waiting
+
+
+def _starts(parent: dict, goal: Any, n: int) -> np.ndarray:
+    """Each request's start boundary on the path to ``goal``: walking back from it, the
+    depth of a state is its boundary."""
     path = []
+    state = goal
     while parent[state] is not None:
         state, sub = parent[state]
         path.append(sub)
@@ -109,4 +122,4 @@ def exact_optimum(inst: Instance) -> tuple[int, np.ndarray]:
         for i in range(n):
             if sub >> i & 1:
                 starts[i] = tau
-    return total, starts
+    return starts

@@ -262,27 +262,12 @@ def build_lp(
     width cap) grow when ``n × intervals`` would exceed ``max_vars``, trading tightness
     for time. Unset knobs follow :data:`FINE` for ``n <= 200`` (tractable sizes) and
     :data:`FAST` above; ``families`` are names in :data:`DFFS`."""
-    knobs = FINE if inst.n <= FINE_MAX_N else FAST
-    unit = knobs["unit"] if unit is None else unit
-    eps = knobs["eps"] if eps is None else eps
-    max_vars = knobs["max_vars"] if max_vars is None else max_vars
-    partial = knobs["partial"] if partial is None else partial
-    families = tuple(knobs["families"] if families is None else families)
-    early = knobs["early"] if early is None else early
-    unknown = [f for f in families if f not in DFFS]
-    if unknown or not families:
-        raise ValueError(f"unknown row families {unknown}; choose from {', '.join(DFFS)}")
+    knobs = _knobs(inst.n, unit=unit, eps=eps, max_vars=max_vars, partial=partial,
+                   families=families, early=early)  # fmt: skip
+    families, partial, early = knobs["families"], knobs["partial"], knobs["early"]
     n = inst.n
     o = inst.o.astype(float)
-    horizon = max(int(horizon), int(inst.o.max()))
-    if max_width is None:
-        max_width = width_cap(horizon, int(inst.o.sum()), knobs["nnz"])
-    tau = breakpoints(horizon, unit, eps, max_width)
-    while n * len(tau) > max_vars and len(tau) > 8:
-        eps *= 1.5
-        unit = max(8, unit // 2)
-        max_width = None if max_width is None else 2 * max_width
-        tau = breakpoints(horizon, unit, eps, max_width)
+    tau = _intervals(inst, horizon, knobs, max_width)
     n_int = len(tau)
     lower = np.concatenate([[1.0], tau[:-1] + 1.0])  # earliest completion in interval l
     # Completing in interval l costs its latest completion b = τ_l, less (b - a') for
@@ -298,35 +283,15 @@ def build_lp(
     upper = np.where(tau[None, :] >= o[:, None], 1.0, 0.0).ravel()
     var = np.arange(n * n_int).reshape(n, n_int)
     blocks = [_capacity_rows(inst, tau, var, DFFS[name], partial, early) for name in families]
-    # Monotone rows: z_il - z_i,l+1 <= 0.
-    left = var[:, :-1].ravel()
-    right = var[:, 1:].ravel()
-    m = left.size
-    a_mono = sp.csr_matrix(
-        (
-            np.concatenate([np.ones(m), -np.ones(m)]),
-            (np.tile(np.arange(m), 2), np.concatenate([left, right])),
-        ),
-        shape=(m, n * n_int),
-    )
+    a_mono = _monotone_rows(var)
+    m = a_mono.shape[0]
     nv = n * n_int
     b_ub = np.concatenate([tau.astype(float)] * len(families) + [np.zeros(m)])
     if not early:
         a_ub = sp.vstack([*blocks, a_mono], format="csr")
     else:
         # Early shares u after z; linking rows u_il <= y_il = z_il - z_i,l-1.
-        cur = var.ravel()
-        has_prev = (cur % n_int) > 0
-        link = sp.csr_matrix(
-            (
-                np.concatenate([np.ones(nv), -np.ones(nv), np.ones(int(has_prev.sum()))]),
-                (
-                    np.concatenate([cur, cur, cur[has_prev]]),
-                    np.concatenate([nv + cur, cur, cur[has_prev] - 1]),
-                ),
-            ),
-            shape=(nv, 2 * nv),
-        )
+        link = _early_links(var)
         a_mono = sp.hstack([a_mono, sp.csr_matrix((m, nv))], format="csr")
         a_ub = sp.vstack([*blocks, a_mono, link], format="csr")
         b_ub = np.concatenate([b_ub, np.zeros(nv)])
@@ -344,6 +309,68 @@ def build_lp(
         cost_last=cost_last,
         row_family=tuple(name for name in families for _ in range(n_int)),
         early=early,
+    )
+
+
+def _knobs(n: int, **given: Any) -> dict[str, Any]:
+    """The LP's knobs: each one given, else :data:`FINE`'s (``n <= 200``) or
+    :data:`FAST`'s; unknown row families are a ``ValueError``."""
+    defaults = FINE if n <= FINE_MAX_N else FAST
+    knobs = {**defaults, **{k: v for k, v in given.items() if v is not None}}
+    knobs["families"] = tuple(knobs["families"])
+    unknown = [f for f in knobs["families"] if f not in DFFS]
+    if unknown or not knobs["families"]:
+        raise ValueError(f"unknown row families {unknown}; choose from {', '.join(DFFS)}")
+    return knobs
+
+
+def _intervals(
+    inst: Instance, horizon: int, knobs: dict[str, Any], max_width: int | None
+) -> np.ndarray:
+    """The interval ends up to ``horizon``, coarsened (``eps`` and the width cap grow)
+    until ``n × intervals`` fits ``max_vars``."""
+    unit, eps = knobs["unit"], knobs["eps"]
+    horizon = max(int(horizon), int(inst.o.max()))
+    if max_width is None:
+        max_width = width_cap(horizon, int(inst.o.sum()), knobs["nnz"])
+    tau = breakpoints(horizon, unit, eps, max_width)
+    while inst.n * len(tau) > knobs["max_vars"] and len(tau) > 8:
+        eps *= 1.5
+        unit = max(8, unit // 2)
+        max_width = None if max_width is None else 2 * max_width
+        tau = breakpoints(horizon, unit, eps, max_width)
+    return tau
+
+
+def _monotone_rows(var: np.ndarray) -> sp.csr_matrix:
+    """Rows z_il - z_i,l+1 <= 0 (a request completed by interval l stays completed)."""
+    left = var[:, :-1].ravel()
+    right = var[:, 1:].ravel()
+    m = left.size
+    return sp.csr_matrix(
+        (
+            np.concatenate([np.ones(m), -np.ones(m)]),
+            (np.tile(np.arange(m), 2), np.concatenate([left, right])),
+        ),
+        shape=(m, var.size),
+    )
+
+
+def _early_links(var: np.ndarray) -> sp.csr_matrix:
+    """Rows u_il <= y_il = z_il - z_i,l-1 over (z, u), the early shares u after z."""
+    nv = var.size
+    n_int = var.shape[1]
+    cur = var.ravel()
+    has_prev = (cur % n_int) > 0
+    return sp.csr_matrix(
+        (
+            np.concatenate([np.ones(nv), -np.ones(nv), np.ones(int(has_prev.sum()))]),
+            (
+                np.concatenate([cur, cur, cur[has_prev]]),
+                np.concatenate([nv + cur, cur, cur[has_prev] - 1]),
+            ),
+        ),
+        shape=(nv, 2 * nv),
     )
 
 

@@ -128,24 +128,7 @@ def memory_profile(inst: Instance, seg: Segments) -> np.ndarray:
 def score_schedule(inst: Instance, seg: Segments) -> ScheduleScore:
     """Check a schedule against the model and score it; raise :class:`InfeasibleSchedule`."""
     n = inst.n
-    if seg.rid.size and (seg.rid.min() < 0 or seg.rid.max() >= n):
-        raise InfeasibleSchedule("segment names an unknown request")
-    if seg.rid.size and (seg.start.min() < 0 or seg.length.min() < 0):
-        raise InfeasibleSchedule("negative start or length")
-    done_count = np.bincount(seg.rid[seg.done], minlength=n)
-    if n and (done_count != 1).any():
-        bad = int(np.flatnonzero(done_count != 1)[0])
-        raise InfeasibleSchedule(f"request {bad} completes {int(done_count[bad])} times")
-    if (seg.length[seg.done] != inst.o[seg.rid[seg.done]]).any():
-        raise InfeasibleSchedule("a completed segment does not run exactly o_i steps")
-    if (seg.length[~seg.done] >= inst.o[seg.rid[~seg.done]]).any():
-        raise InfeasibleSchedule("an aborted segment ran o_i steps or more")
-    # Runs of one request must not overlap, and the completed one must come last.
-    order = np.lexsort((seg.start, seg.rid))
-    r, st, ln = seg.rid[order], seg.start[order], seg.length[order]
-    same = r[1:] == r[:-1]
-    if (st[1:][same] < (st + ln)[:-1][same]).any():
-        raise InfeasibleSchedule("two runs of one request overlap")
+    _check_runs(inst, seg)
     completion = np.zeros(n, dtype=np.int64)
     completion[seg.rid[seg.done]] = (seg.start + seg.length)[seg.done]
     last_start = np.zeros(n, dtype=np.int64)
@@ -169,6 +152,31 @@ def score_schedule(inst: Instance, seg: Segments) -> ScheduleScore:
         evictions=int((~seg.done).sum()),
         wasted_steps=int(seg.length[~seg.done].sum()),
     )
+
+
+def _check_runs(inst: Instance, seg: Segments) -> None:
+    """Every segment names a request, starts and lasts >= 0; each request completes once,
+    in a run of exactly ``o_i`` steps, after aborted runs shorter than that, none of
+    its runs overlapping."""
+    n = inst.n
+    if seg.rid.size and (seg.rid.min() < 0 or seg.rid.max() >= n):
+        raise InfeasibleSchedule("segment names an unknown request")
+    if seg.rid.size and (seg.start.min() < 0 or seg.length.min() < 0):
+        raise InfeasibleSchedule("negative start or length")
+    done_count = np.bincount(seg.rid[seg.done], minlength=n)
+    if n and (done_count != 1).any():
+        bad = int(np.flatnonzero(done_count != 1)[0])
+        raise InfeasibleSchedule(f"request {bad} completes {int(done_count[bad])} times")
+    if (seg.length[seg.done] != inst.o[seg.rid[seg.done]]).any():
+        raise InfeasibleSchedule("a completed segment does not run exactly o_i steps")
+    if (seg.length[~seg.done] >= inst.o[seg.rid[~seg.done]]).any():
+        raise InfeasibleSchedule("an aborted segment ran o_i steps or more")
+    # Runs of one request must not overlap, and the completed one must come last.
+    order = np.lexsort((seg.start, seg.rid))
+    r, st, ln = seg.rid[order], seg.start[order], seg.length[order]
+    same = r[1:] == r[:-1]
+    if (st[1:][same] < (st + ln)[:-1][same]).any():
+        raise InfeasibleSchedule("two runs of one request overlap")
 
 
 def batch_peak(s: np.ndarray, o: np.ndarray) -> int:

@@ -75,12 +75,7 @@ def load_setup(
     table = CostTable.load(path)
     table_fp = table.fingerprint
     dev = resolve_device(device)
-    if model is not None:
-        shape = ModelShape.resolve(model)
-    elif "model_shape" in table_fp:
-        shape = ModelShape(**table_fp["model_shape"])
-    else:
-        shape = ModelShape.resolve("tiny" if dev.type == "cpu" else "llama-3-8b")
+    shape = _shape_for(model, table_fp, dev)
     dtype_name = table_fp.get("dtype")
     dtype = DTYPES.get(dtype_name) if isinstance(dtype_name, str) else None
     dtype = dtype or default_dtype(dev)
@@ -95,22 +90,7 @@ def load_setup(
     meter, notice = open_meter(dev)
     fp = fingerprint(built, scale, used_threads, attention_backend(built))
     notices = [notice] if notice else []
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        CostTable.load(path, fingerprint=fp)  # warns (does not refuse) on a mismatch
-    notices += [f"warning: {w.message}" for w in caught]
-    # a servecal calibration from before layouts were recorded timed the contiguous one
-    layout = table_fp.get("kv_layout", "contiguous" if "layers_timed" in table_fp else None)
-    if layout not in (None, "paged"):
-        notices.append(
-            f"warning: {path} was calibrated with the {layout} KV layout; the torch executor "
-            "pages its KV (servecal calibrate --kv-layout paged times its own pass)"
-        )
-    if table_fp.get("torch_threads") not in (None, used_threads):
-        notices.append(
-            f"warning: {path} was calibrated with {table_fp['torch_threads']} torch threads, "
-            f"this run uses {used_threads}"
-        )
+    notices += _mismatch_notices(path, table_fp, fp, used_threads)
     return TorchSetup(
         device=dev,
         model=built,
@@ -123,3 +103,37 @@ def load_setup(
         threads=used_threads,
         notices=notices,
     )
+
+
+def _shape_for(model: str | None, table_fp: dict[str, Any], dev: torch.device) -> ModelShape:
+    """``model`` if given, else the shape the table was calibrated on, else the default
+    shape for the device kind."""
+    if model is not None:
+        return ModelShape.resolve(model)
+    if "model_shape" in table_fp:
+        return ModelShape(**table_fp["model_shape"])
+    return ModelShape.resolve("tiny" if dev.type == "cpu" else "llama-3-8b")
+
+
+def _mismatch_notices(
+    path: Path, table_fp: dict[str, Any], fp: dict[str, Any], used_threads: int | None
+) -> list[str]:
+    """A ``warning:`` line for each way this run differs from the table's calibration:
+    the fingerprint, the KV layout, the torch threads."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        CostTable.load(path, fingerprint=fp)  # warns (does not refuse) on a mismatch
+    notices = [f"warning: {w.message}" for w in caught]
+    # a servecal fingerprint (it has layers_timed) with no kv_layout timed the contiguous one
+    layout = table_fp.get("kv_layout", "contiguous" if "layers_timed" in table_fp else None)
+    if layout not in (None, "paged"):
+        notices.append(
+            f"warning: {path} was calibrated with the {layout} KV layout; the torch executor "
+            "pages its KV (servecal calibrate --kv-layout paged times its own pass)"
+        )
+    if table_fp.get("torch_threads") not in (None, used_threads):
+        notices.append(
+            f"warning: {path} was calibrated with {table_fp['torch_threads']} torch threads, "
+            f"this run uses {used_threads}"
+        )
+    return notices

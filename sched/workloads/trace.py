@@ -144,6 +144,59 @@ def _rescale(arrival_s: np.ndarray, rate: float | None, path: Path) -> np.ndarra
     return rel_ms * ((1000.0 / rate) / mean_gap_ms)
 
 
+def _check_request_args(
+    rate: float | None, tpot_slo_ms: float, ttft_slo_ms: float | None, n_requests: int | None
+) -> None:
+    """A positive rate and SLOs, and at least one request, when given."""
+    if rate is not None and not rate > 0:
+        raise InputError(f"rate must be > 0 req/s, got {rate}")
+    if not tpot_slo_ms > 0 or (ttft_slo_ms is not None and not ttft_slo_ms > 0):
+        raise InputError(f"SLOs must be > 0 ms, got TPOT {tpot_slo_ms}, TTFT {ttft_slo_ms}")
+    if n_requests is not None and n_requests < 1:
+        raise InputError(f"n_requests must be >= 1, got {n_requests}")
+
+
+def _trace_format(table: Any, path: Path) -> tuple[str, str, str | None, str]:
+    """The first of :data:`_FORMATS` whose columns the table has (prompt, output,
+    arrival, arrival kind); a table of no known format or no rows is refused."""
+    names = table.column_names
+    fmt = next(
+        (
+            f
+            for f in _FORMATS
+            if f[0] in names and f[1] in names and (f[3] != "ms" or f[2] in names)
+        ),
+        None,
+    )
+    if fmt is None:
+        found = ",".join(map(str, names))
+        raise InputError(
+            f"{path}: no known trace columns (want TIMESTAMP,ContextTokens,GeneratedTokens "
+            f"or prompt_tokens,output_tokens[,arrival_s]); found {found}"
+        )
+    if table.num_rows == 0:
+        raise InputError(f"{path}: trace has no rows")
+    return fmt
+
+
+def _slos(
+    prompt: np.ndarray,
+    tpot_slo_ms: float,
+    ttft_slo_ms: float | None,
+    slo_classes: tuple[SloClass, ...] | None,
+    rng: np.random.Generator,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each request's TTFT and TPOT SLOs and class name: drawn classes', or the given
+    targets (TTFT by the default rule when not given) under the name ``trace``."""
+    n = prompt.size
+    if slo_classes:
+        which = draw_classes(slo_classes, n, rng)
+        return stamp_slos(slo_classes, which, prompt, tpot_slo_ms)
+    rule_ttft = DEFAULT_TTFT.slo_ms(prompt)
+    ttft = rule_ttft if ttft_slo_ms is None else np.full(n, float(ttft_slo_ms))
+    return ttft, np.full(n, float(tpot_slo_ms)), np.full(n, "trace", dtype=object)
+
+
 def load_trace(
     path: str | Path,
     rate: float | None,
@@ -169,35 +222,12 @@ def load_trace(
     path = Path(path)
     if isinstance(slo_classes, str):
         slo_classes = slo_classes_named(slo_classes)
-    if rate is not None and not rate > 0:
-        raise InputError(f"rate must be > 0 req/s, got {rate}")
-    if not tpot_slo_ms > 0 or (ttft_slo_ms is not None and not ttft_slo_ms > 0):
-        raise InputError(f"SLOs must be > 0 ms, got TPOT {tpot_slo_ms}, TTFT {ttft_slo_ms}")
-    if n_requests is not None and n_requests < 1:
-        raise InputError(f"n_requests must be >= 1, got {n_requests}")
+    _check_request_args(rate, tpot_slo_ms, ttft_slo_ms, n_requests)
     table = _read_table(path)
-    names = table.column_names
-    fmt = next(
-        (
-            f
-            for f in _FORMATS
-            if f[0] in names and f[1] in names and (f[3] != "ms" or f[2] in names)
-        ),
-        None,
-    )
-    if fmt is None:
-        found = ",".join(map(str, names))
-        raise InputError(
-            f"{path}: no known trace columns (want TIMESTAMP,ContextTokens,GeneratedTokens "
-            f"or prompt_tokens,output_tokens[,arrival_s]); found {found}"
-        )
-    if table.num_rows == 0:
-        raise InputError(f"{path}: trace has no rows")
-    prompt_col, output_col, arrival_col, kind = fmt
+    prompt_col, output_col, arrival_col, kind = _trace_format(table, path)
     prompt = _lengths(table, prompt_col, path)
     output = _lengths(table, output_col, path)
-
-    if arrival_col is not None and arrival_col in names:
+    if arrival_col is not None and arrival_col in table.column_names:
         arrival_s = _arrival_seconds(table, arrival_col, kind, path)
         order = np.argsort(arrival_s, kind="stable")[:n_requests]
         arrival_ms = _rescale(arrival_s[order], rate, path)
@@ -213,14 +243,5 @@ def load_trace(
         arrival_ms, prompt, output = arrival_ms[keep], prompt[keep], output[keep]
         if arrival_ms.size == 0:
             raise InputError(f"{path}: no arrivals within the first {duration_s} s")
-
-    n = arrival_ms.size
-    if slo_classes:
-        which = draw_classes(slo_classes, n, rng)
-        ttft, tpot, names = stamp_slos(slo_classes, which, prompt, tpot_slo_ms)
-    else:
-        rule_ttft = DEFAULT_TTFT.slo_ms(prompt)
-        ttft = rule_ttft if ttft_slo_ms is None else np.full(n, float(ttft_slo_ms))
-        tpot = np.full(n, float(tpot_slo_ms))
-        names = np.full(n, "trace", dtype=object)
+    ttft, tpot, names = _slos(prompt, tpot_slo_ms, ttft_slo_ms, slo_classes, rng)
     return build_requests(arrival_ms, prompt, output, ttft, tpot, names)

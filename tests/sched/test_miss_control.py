@@ -45,6 +45,16 @@ def test_affordable_rate_makes_the_given_share_fail() -> None:
     assert affordable_miss_rate({1000: 1}, 0.05) > affordable_miss_rate({60: 1}, 0.05)
 
 
+def test_a_warm_start_finds_the_same_rate() -> None:
+    # the controller passes its last answer as ``near``; near or far, the answer is the
+    # cold search's, to the bisection's 0.3% (on the logarithm)
+    for counts, share in (({40: 3, 129: 5, 400: 2}, 0.05), ({1000: 1}, 0.1), ({60: 4}, 0.01)):
+        cold = affordable_miss_rate(counts, share)
+        for near in (cold, cold * 1.5, cold / 3, cold * 20, cold / 50, 0.4, 2e-7):
+            warm = affordable_miss_rate(counts, share, near=near)
+            assert abs(math.log(warm / cold)) <= 0.003, (counts, share, near)
+
+
 def _simulate(control: GapMissControl, steps: int, rng: np.random.Generator, level: float,
               spiky: bool) -> np.ndarray:  # fmt: skip
     """Iterations planned to end at a deadline 1.0 away, taking ``scale × level`` × a
