@@ -38,6 +38,7 @@ from servecal.integrations.bench.server import (
     stop_server,
     write_model_folder,
 )
+from servecal.profiler.vllm_engine import served_omp_env
 
 pytestmark = [pytest.mark.xdist_group("vllm-cpu"), pytest.mark.slow]
 
@@ -262,10 +263,14 @@ def test_an_llm_script_that_simply_exits_keeps_every_step(root: Path) -> None:
     script = root / "llm_script.py"
     script.write_text(LLM_SCRIPT)
     run_dir = root / "llm-script"
+    # the OpenMP binding a served worker gets (an in-process LLM gets none: its two
+    # threads on a loaded 2-core host took 230-600+ s for these 160 tokens); the
+    # timeout is a hang guard, not a speed test
+    env = {**os.environ, **served_omp_env(None, dict(os.environ))}
     done = subprocess.run(
         [PYTHON, str(script), str(root / "model"), str(root / "cal" / "costtable.json"),
          str(run_dir)],
-        capture_output=True, text=True, timeout=600,
+        capture_output=True, text=True, timeout=1500, env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     (line,) = [x for x in done.stdout.splitlines() if x.startswith("TOKENS ")]
