@@ -29,6 +29,10 @@ RUN_ITERATIONS = "iterations.parquet"
 #: Columns of a run's iterations.parquet that a replay needs (actual time: duration_ms).
 RUN_COLUMNS = ("n_decode", "chunk", "ctx", "prefix", "duration_ms")
 QUERY_COLUMNS = ("n_decode", "chunk", "ctx", "prefix")
+#: A served engine's first steps (``step`` 0-2 of the plug-in's log: the first forward
+#: passes after start, 2-4x a warm step's time) are warm-up, dropped as a calibration
+#: drops its own warm-up repeats (``CalibrateConfig.warmup``).
+WARMUP_STEPS = 3
 #: Regions named in a recommendation before "and N more".
 NAME_REGIONS = 4
 
@@ -42,7 +46,9 @@ def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
     """Rows with ``n_decode, chunk, ctx, prefix, ms`` (+ ``start_ms`` for runs); and the kind.
 
     A run's idle iterations (``duration_ms = 0``) carry no evidence and are
-    dropped; a negative, NaN or infinite value anywhere is an :class:`InputError`.
+    dropped, as are a served engine's warm-up steps (:data:`WARMUP_STEPS`, where the
+    log numbers its steps); a negative, NaN or infinite value anywhere is an
+    :class:`InputError`.
     """
     p = Path(path)
     if p.is_dir():
@@ -56,6 +62,8 @@ def load_measurements(path: str | Path) -> tuple[pd.DataFrame, str]:
             _check_column(frame[col], f"{it}: column '{col}'")
         out = frame.rename(columns={"duration_ms": "ms"})
         keep = out["ms"].to_numpy(dtype=float) > 0
+        if "step" in out.columns:  # the plug-in's log: steps counted from the engine's start
+            keep &= out["step"].to_numpy(dtype=float) >= WARMUP_STEPS
         return out.loc[keep].reset_index(drop=True), "run"
     if not p.exists():
         raise InputError(f"{p}: no such file or folder")

@@ -79,6 +79,25 @@ def test_run_folder_is_checked_by_grid_box(table, tmp_path) -> None:
     assert 1.05 < r["factor"] < 1.2
 
 
+def test_a_served_engines_warm_up_steps_are_not_evidence(table, tmp_path) -> None:
+    """The plug-in's log numbers steps from the engine's start; its first steps are the
+    engine's warm-up (a served CPU engine's first ran 17 and 9 ms beside a 5 ms median)
+    and are dropped, as calibration drops its own warm-up repeats. A run without step
+    numbers (a simulated one) keeps every row."""
+    from servecal.costmodels.drift.replay import WARMUP_STEPS
+
+    f = fresh().rename(columns={"ms": "duration_ms"}).assign(start_ms=lambda d: d.index * 5.0)
+    f.loc[: WARMUP_STEPS - 1, "duration_ms"] *= 50  # cold first steps
+    f.to_parquet(tmp_path / "iterations.parquet")
+    unnumbered, _ = load_measurements(tmp_path)
+    assert len(unnumbered) == len(f)
+    f.assign(step=np.arange(len(f))).to_parquet(tmp_path / "iterations.parquet")
+    served, kind = load_measurements(tmp_path)
+    assert len(served) == len(f) - WARMUP_STEPS
+    np.testing.assert_array_equal(served["ms"], unnumbered["ms"].iloc[WARMUP_STEPS:])
+    assert replay(table, served, kind)["rows"] == len(f) - WARMUP_STEPS
+
+
 def test_run_folder_with_bad_values_is_refused(tmp_path) -> None:
     f = fresh().rename(columns={"ms": "duration_ms"})
     for column, value in (("duration_ms", np.nan), ("n_decode", -1), ("ctx", np.inf)):
