@@ -36,8 +36,11 @@ PYTHON = cpu_engine_python()
 GRID = {"n_decode": [0, 1, 4], "chunk": [0, 64, 256], "ctx": [16, 1024], "prefix": [0, 512]}
 REPEATS = 6  # 24 points x 6: enough rows for the fit to certify its P99 coverage
 #: The engine's niceness in both runs: a neighbour's load moved a served step x0.33-x1.7
-#: against its calibration at the default, x0.73-x0.98 at -20 (docs/vllm.md, "--nice").
+#: against its calibration at the default, x0.73-x1.18 at -20 (docs/vllm.md, "--nice").
 NICE = -20
+#: The gate's tolerated shift: what one window moves against another on a shared 2-core
+#: host even at -20 (above); a step timed differently (x0.24, below) is far outside it.
+MIN_SHIFT = 0.3
 runner = CliRunner()
 
 
@@ -88,11 +91,13 @@ def test_the_engine_calibration_forms_every_batch_and_records_the_engine(
 
 def test_the_engine_table_validates_on_the_served_steps(calibrated: Path, served: Path) -> None:
     """``validate`` reads the served run against the engine's table, checks nearly every
-    step on the table's grid and finds the table holds (exit 0). A step timed
-    differently in the two fails it: the served worker's OpenMP binding missing from the
-    calibration made the served steps x0.24 of the table's, and `drifted`."""
+    step on the table's grid and finds the table holds (exit 0) within the host's
+    window-to-window shift. A step timed differently in the two fails it: the served
+    worker's OpenMP binding missing from the calibration made the served steps x0.24 of
+    the table's, and `drifted`."""
     result = runner.invoke(app, ["validate", str(calibrated / "costtable.json"),
-                                 str(served / "server-log"), "--json"])  # fmt: skip
+                                 str(served / "server-log"), "--json",
+                                 "--min-shift", str(MIN_SHIFT)])  # fmt: skip
     assert result.exit_code == 0, result.output
     doc = json.loads(result.stdout)
     assert doc["verdict"] == "valid", doc
