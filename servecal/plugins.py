@@ -1,16 +1,18 @@
 """One way to name an extension: a built-in ``NAME`` or a user's ``module:attr``.
 
-Every extension point (truths, predictors, importers, exporters; policies and
-routers keep their richer table in ``sched/policies/registry.py`` but load the same
-way) is a :class:`Registry`: one line per built-in, each naming its object by import
+Every extension point (policies, routers, truths, predictors, importers, exporters)
+is a :class:`Registry`: one line per built-in, each naming its object by import
 path so that listing names costs nothing and a run imports only what it uses. A
 spec is
 
-* ``NAME`` or ``NAME:ARG`` for a built-in (``samples:PATH``), or
+* ``NAME`` or ``NAME:ARG`` for a built-in (``samples:PATH``), ``NAME-N`` where the
+  built-in takes a number (``fixed-512``: the entry's ``number`` option), or
 * ``module.sub:attr`` or ``module.sub:attr:ARG`` for an object in the user's own
   module (on ``sys.path``), which must follow the kind's protocol (docs/plugins.md).
 
-``servecal plugins [KIND]`` lists every registry's names.
+A built-in is an :class:`Entry`, or any object with its fields and ``describe()``
+(a policy's entry adds its backends, options and presets). ``servecal plugins
+[KIND]`` lists every registry's names.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import importlib
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from servecal.util.errors import InputError
 
@@ -74,6 +76,24 @@ def is_import_path(spec: str) -> bool:
     return _IMPORT_PATH.match(spec) is not None
 
 
+class Named(Protocol):
+    """What a registry keeps per built-in (:class:`Entry`, or a richer one)."""
+
+    name: str
+    summary: str
+
+    @property
+    def target(self) -> str: ...  # "module:attr", imported on use
+
+    @property
+    def usage(self) -> str: ...  # how a user writes it ("samples:PATH", "fixed-N")
+
+    @property
+    def number(self) -> str | None: ...  # the option a "NAME-N" suffix sets, if any
+
+    def describe(self) -> dict[str, Any]: ...
+
+
 @dataclass(frozen=True)
 class Entry:
     """One built-in: its name, the object's import path, and how a user writes it."""
@@ -82,8 +102,9 @@ class Entry:
     target: str  # "module:attr", imported on use
     summary: str
     usage: str = ""  # e.g. "samples:PATH"; default: the name
+    number: str | None = None  # the option a "NAME-N" suffix sets
 
-    def describe(self) -> dict[str, str]:
+    def describe(self) -> dict[str, Any]:
         return {"name": self.name, "usage": self.usage or self.name, "summary": self.summary}
 
 
@@ -94,7 +115,7 @@ class Found:
 
     obj: Any
     arg: str
-    entry: Entry | None
+    entry: Named | None
     name: str  # the built-in's name or the import path
 
 
@@ -103,23 +124,33 @@ class Registry:
     """The names of one kind of extension (see the module docstring).
 
     ``contract`` is the kind's protocol in one line (shown by ``servecal plugins``
-    and in errors); ``flag`` is the option users name it with."""
+    and in errors); ``flag`` is the option users name it with; ``user_form`` how a
+    user's object is written (``MODULE:ATTR``). With ``takes_arg`` false a spec with
+    a colon is all import path (a policy class takes options, not ``:ARG``), and
+    whatever fails to import it says so through ``import_error``."""
 
     kind: str
     flag: str
     contract: str
-    entries: dict[str, Entry] = field(default_factory=dict)
+    entries: dict[str, Named] = field(default_factory=dict)
+    user_form: str = "MODULE:ATTR"
+    takes_arg: bool = True
+    import_error: Callable[[str, BaseException | str], Exception] = _import_error
 
     def add(self, name: str, target: str, summary: str, usage: str = "") -> None:
         """Register a built-in (one line per built-in where the kind is defined)."""
-        if name in self.entries or ":" in name:
-            raise ValueError(f"{self.kind} name {name!r} is taken or has a ':'")
-        self.entries[name] = Entry(name, target, summary, usage)
+        self.add_entry(Entry(name, target, summary, usage))
+
+    def add_entry(self, entry: Named) -> None:
+        """Register a built-in given as an entry object (a richer kind's own)."""
+        if entry.name in self.entries or ":" in entry.name:
+            raise ValueError(f"{self.kind} name {entry.name!r} is taken or has a ':'")
+        self.entries[entry.name] = entry
 
     def __contains__(self, name: str) -> bool:
         return name in self.entries
 
-    def __iter__(self) -> Iterator[Entry]:
+    def __iter__(self) -> Iterator[Named]:
         return iter(self.entries.values())
 
     def names(self) -> tuple[str, ...]:
@@ -127,24 +158,45 @@ class Registry:
 
     def usages(self) -> str:
         """``a, b:PATH, ..., or MODULE:ATTR``: what the flag accepts, for help and errors."""
-        return ", ".join(e.usage or e.name for e in self) + ", or MODULE:ATTR"
+        return ", ".join(e.usage or e.name for e in self) + f", or {self.user_form}"
 
-    def split(self, spec: str) -> tuple[Entry | None, str, str]:
-        """``(entry, import path, arg)`` of a spec; one-line error for an unknown name."""
-        name, _, arg = spec.partition(":")
+    def lookup(self, name: str) -> tuple[Named, dict[str, int]] | None:
+        """The built-in ``name`` names and the option its ``-N`` suffix sets
+        (``fixed-512``: ``{"chunk": 512}``); ``None`` when it names none."""
         entry = self.entries.get(name)
         if entry is not None:
-            return entry, entry.target, arg
+            return entry, {}
+        prefix, _, value = name.rpartition("-")
+        entry = self.entries.get(prefix)
+        if entry is not None and entry.number is not None and value.isdigit():
+            return entry, {entry.number: int(value)}
+        return None
+
+    def error(self, spec: str) -> InputError:
+        """The one-line error for a spec that names nothing of this kind."""
+        return InputError(f"{self.flag} {spec!r}: expected {self.usages()}")
+
+    def split(self, spec: str) -> tuple[Named | None, str, str]:
+        """``(entry, import path, arg)`` of a spec; one-line error for an unknown name."""
+        if not self.takes_arg and ":" in spec:
+            return None, spec, ""
+        name, _, arg = spec.partition(":")
+        hit = self.lookup(name)
+        if hit is not None:
+            return hit[0], hit[0].target, arg
         match = _IMPORT_PATH.match(spec)
         if match is None or match.end() < len(spec) and spec[match.end()] != ":":
-            raise InputError(f"{self.flag} {spec!r}: expected {self.usages()}")
+            raise self.error(spec)
         return None, match.group(0), spec[match.end() + 1 :]
+
+    def load(self, path: str) -> Any:
+        """The object at import path ``path``; failures as this kind's one-line error."""
+        return load_object(path, self.flag, self.import_error)
 
     def find(self, spec: str) -> Found:
         """The object ``spec`` names (imported now) and the text after it."""
         entry, target, arg = self.split(spec)
-        obj = load_object(target, self.flag)
-        return Found(obj, arg, entry, entry.name if entry else target)
+        return Found(self.load(target), arg, entry, entry.name if entry else target)
 
     def call(self, spec: str, *args: Any) -> Any:
         """Load what ``spec`` names and call it with ``args`` (the kind's protocol).
@@ -163,5 +215,5 @@ class Registry:
         except (Exception, SystemExit) as exc:  # noqa: BLE001 - the user's code, any failure
             raise InputError(f"{self.flag} {spec}: {_describe(exc)}") from None
 
-    def listing(self) -> list[dict[str, str]]:
+    def listing(self) -> list[dict[str, Any]]:
         return [e.describe() for e in self]

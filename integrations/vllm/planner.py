@@ -83,9 +83,9 @@ def plan_chunk(
     engine, kept across steps; ``None``: plan on the whole budget). A step that does
     not call this must still call ``control.settle(now_ms)``, and a finished request
     ``control.finished(output_tokens - 1)``, as the engine policy does."""
-    if control is not None:
-        control.settle(now_ms)
     if next_remaining <= 0:
+        if control is not None:  # controlled_chunk settles it on the other path
+            control.settle(now_ms)
         return DECODE_ONLY
     room = token_cap - decode_tokens
     limit = max(0, min(config.c_max, next_remaining, room))

@@ -77,7 +77,7 @@ class _InFlight:
     """A scheduled step waiting for its output, and what its completion will change."""
 
     __slots__ = ("row", "sched_end", "fast", "emitted", "skipped", "first", "pred_ms",
-                 "stopped", "preempted")  # fmt: skip
+                 "stopped", "preempted", "shape")  # fmt: skip
 
     def __init__(self, row: list[float], sched_end: float, fast: bool, emitted: Sequence[Any],
                  skipped: Sequence[Any], first: Sequence[Any], pred_ms: float,
@@ -91,6 +91,9 @@ class _InFlight:
         self.pred_ms = pred_ms  # predicted P50 duration (async planning only)
         self.stopped = stopped  # ids of ``skipped`` (for the log)
         self.preempted = preempted  # ids vLLM preempted while scheduling it
+        # (n_decode, chunk, prefix) for the asynchronous prediction (from the log's row
+        # when there is one)
+        self.shape = (row[2], row[3], row[6]) if row else None
 
 
 #: A synchronous step without a run folder in which every decode ran and no prefill
@@ -182,6 +185,9 @@ class SLOWeaveScheduler(Scheduler):
         self._sw_busy_until = -_INF  # async: when the GPU frees up (predicted)
         self._sw_now_ms = math.nan  # the step end being processed in update_from_output
         self._sw_log = None if cfg.run_dir is None else self._sw_open_log(cfg, table, cap)
+        # a step whose every decode ran, no prefill ended, nothing logged, nothing
+        # predicted: its record is the shared _EVERY_DECODE
+        self._sw_plain = self._sw_log is None and not self._sw_async
         self._sw_announce(cfg)
 
     def _sw_check_versions(self, cfg: PluginConfig, table: Any) -> None:
@@ -346,43 +352,80 @@ class SLOWeaveScheduler(Scheduler):
 
     # -- the step --------------------------------------------------------------------------
     # schedule() runs right after vLLM's step has pushed the plug-in out of the CPU's
-    # caches, where each Python operation costs several times its warm cost: the
-    # helpers below read only what their job needs, the usual cases first, and never
-    # pass over the running requests (docs/vllm.md, "Cost").
+    # caches, where each Python call costs microseconds (docs/vllm.md, "Cost"): its usual
+    # path makes two calls of its own, the plan and the step's record; reading the state
+    # and vLLM's call under the budget are written in it, the rare cases in helpers, and
+    # nothing passes over the running requests.
     def schedule(self, *args: Any, **kwargs: Any) -> Any:
-        """One step: read the state, plan SLOWeave's chunk, run vLLM's own scheduling
-        under the token budget that gives it, and record what vLLM scheduled.
+        """One step, in five parts (numbered in the code):
 
         1. the margin controller scores the last planned step (:meth:`_sw_settle`);
-        2. :meth:`_sw_state`: the decodes' count and mean context, the prompts still
-           prefilling and the prompt(s) vLLM would prefill next;
-        3. :meth:`_sw_plan`: the chunk and token budget (``plan_chunk``);
-        4. :meth:`_sw_vllm_schedule`: vLLM's ``schedule()`` under that budget, and the
-           running requests' KV sum after it;
+        2. the state: prompts still prefilling (vLLM's ``_inflight_prefills``), the
+           decodes' count and mean context (the KV sum :class:`RunningKV` keeps) and
+           the prompt(s) vLLM would prefill next (:meth:`_sw_next_prompts`);
+        3. :meth:`_sw_plan`: SLOWeave's chunk and token budget (``plan_chunk``);
+        4. vLLM's own ``schedule()`` with its token cap at that budget for this one
+           call (restored whatever happens), then the kept KV sum after it;
         5. :meth:`_sw_step_of`: the step's record, kept until its output arrives.
         """
+        # complexity 22 and 74 lines: parts 2 and 4 in this frame, because a call for
+        # each cost 1.2x the plug-in's added time (docs/results/2026-12-02-vllm-plugin-readable.md)
         clock = self._sw_clock
         t0 = clock()
         now = (t0 - self._sw_perf0) * 1000.0
         # async: this step starts when the one in flight ends (predicted)
         start = max(now, self._sw_busy_until) if self._sw_async else now
-        if self._sw_control is not None:
+        if self._sw_control is not None:  # 1
             self._sw_control.settle(start)
             if self._sw_finished:
                 self._sw_settle()
-        running = self.running
+        running = self.running  # 2
         n_before = len(running)
-        partial, n, ctx, prompts = self._sw_state(running)
-        plan = self._sw_plan(start, n, ctx, prompts)
+        inflight = self._inflight_prefills if self._sw_inflight_prefills else None
+        if inflight is not None and len(inflight) <= 1:  # the usual case: one or none
+            partial = list(inflight) if inflight else _NONE
+        else:
+            partial = self._sw_partials(running)
+        kv_book = self._sw_kv
+        if kv_book.valid and n_before == len(kv_book.members):  # the usual case: kept
+            kv = kv_book.kv
+        else:
+            kv = kv_book.total(running)
+        if partial:
+            kv -= sum(map(_computed, partial))
+        n = n_before - len(partial)
+        ctx = kv / n if n else 0.0
+        if len(partial) == self._sw_prompts:  # the usual case: the prompt(s) being chunked
+            prompts = partial
+        else:
+            prompts = self._sw_next_prompts(partial, n_before)
+        plan = self._sw_plan(start, n, ctx, prompts)  # 3
         # the decision's own time, for the run folder (on the plug-in's clock)
         decision_us = (clock() - t0) * 1e6 if self._sw_log is not None else _NAN
-        out = self._sw_vllm_schedule(plan[1], n_before, args, kwargs)
+        budget, cap = plan[1], self.max_num_scheduled_tokens  # 4
+        if budget is not None and budget < cap:
+            self.max_num_scheduled_tokens = budget
+        try:
+            out = super().schedule(*args, **kwargs)
+        except BaseException:
+            kv_book.invalidate()  # recounted next step
+            raise
+        finally:
+            self.max_num_scheduled_tokens = cap
+        if out.preempted_req_ids:  # not modelled by the kept sum: recounted next step
+            kv_book.invalidate()
+        elif kv_book.valid:
+            if len(self.running) == n_before:  # none admitted: every token stays running
+                kv_book.kv += out.total_num_scheduled_tokens
+            else:
+                kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens,
+                                  out.total_num_scheduled_tokens)  # fmt: skip
         if out.total_num_scheduled_tokens <= 0:
             return out
-        step, shape = self._sw_step_of(out, start, n, ctx, n_before, partial, prompts,
-                                       decision_us, plan)  # fmt: skip
+        step = self._sw_step_of(out, start, n, ctx, n_before, partial, prompts, decision_us, plan)
         if self._sw_async:  # the next step is planned before this one's tokens exist
-            step.pred_ms = float(self._sw_table.predict(shape[0], shape[1], ctx, shape[2]))
+            n_decode, chunk, prefix = step.shape
+            step.pred_ms = float(self._sw_table.predict(n_decode, chunk, ctx, prefix))
             self._sw_busy_until = start + step.pred_ms
             self._sw_apply(step, self._sw_busy_until)
         self._sw_inflight[id(out)] = step
@@ -395,31 +438,6 @@ class SLOWeaveScheduler(Scheduler):
         for gaps in self._sw_finished:
             control.finished(gaps)
         self._sw_finished.clear()
-
-    def _sw_state(self, running: list[Any]) -> tuple[Sequence[Any], int, float, Sequence[Any]]:
-        """``(partial, n_decode, ctx, prompts)``: the running requests still prefilling
-        (vLLM's ``_inflight_prefills``, at most a few; :meth:`_sw_partials` otherwise),
-        the decoding requests' count and mean context (from the KV sum
-        :class:`RunningKV` keeps, recounted only when it cannot vouch for it), and the
-        prompts vLLM would prefill next (:meth:`_sw_next_prompts`)."""
-        inflight = self._inflight_prefills if self._sw_inflight_prefills else None
-        if inflight is not None and len(inflight) <= 1:  # the usual case: one or none
-            partial = list(inflight) if inflight else _NONE
-        else:
-            partial = self._sw_partials(running)
-        kv_book = self._sw_kv
-        if kv_book.valid and len(running) == len(kv_book.members):
-            kv = kv_book.kv
-        else:
-            kv = kv_book.total(running)
-        if partial:
-            kv -= sum(map(_computed, partial))
-        n = len(running) - len(partial)
-        if len(partial) == self._sw_prompts:  # the usual case: the prompt(s) being chunked
-            prompts = partial
-        else:
-            prompts = self._sw_next_prompts(partial, len(running))
-        return partial, n, kv / n if n else 0.0, prompts
 
     def _sw_partials(self, running: list[Any]) -> Sequence[Any]:
         """Running requests still prefilling, in vLLM's order (a pass over the running
@@ -474,92 +492,62 @@ class SLOWeaveScheduler(Scheduler):
             self._sw_control,
         )  # fmt: skip
 
-    def _sw_vllm_schedule(self, budget: int | None, n_before: int, args: Any, kwargs: Any) -> Any:
-        """vLLM's own ``schedule()`` with its token cap at ``budget`` for this one call
-        (``None``: left alone; the cap is restored whatever happens), then the kept KV
-        sum after it (a recount next step after a preemption, which it does not model,
-        or a call that raised)."""
-        cap = self.max_num_scheduled_tokens
-        kv_book = self._sw_kv
-        try:
-            if budget is None or budget >= cap:
-                out = super().schedule(*args, **kwargs)
-            else:
-                self.max_num_scheduled_tokens = budget
-                try:
-                    out = super().schedule(*args, **kwargs)
-                finally:
-                    self.max_num_scheduled_tokens = cap
-        except BaseException:
-            kv_book.invalidate()
-            raise
-        if out.preempted_req_ids:
-            kv_book.invalidate()
-        elif kv_book.valid:
-            if len(self.running) == n_before:  # none admitted: every token stays running
-                kv_book.kv += out.total_num_scheduled_tokens
-            else:
-                kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens,
-                                  out.total_num_scheduled_tokens)  # fmt: skip
-        return out
-
     def _sw_step_of(self, out: Any, start: float, n: int, ctx: float, n_before: int,
                     partial: Sequence[Any], prompts: Sequence[Any], decision_us: float,
-                    plan: tuple[int, int | None, float],
-                    ) -> tuple[_InFlight, tuple[int, int, float]]:  # fmt: skip
-        """What vLLM scheduled in ``out``: the step's record, and its shape
-        ``(n_decode, chunk, prefix)`` for the asynchronous prediction.
+                    plan: tuple[int, int | None, float]) -> _InFlight:  # fmt: skip
+        """What vLLM scheduled in ``out``: the step's record, kept until its output
+        arrives (with the step's shape, for the asynchronous prediction).
 
         The two usual steps, every decode ran and the one prompt planned for got its
         ``tok`` tokens (or, decodes only, none), nothing preempted or admitted beyond
         it, are told apart by token and request counts alone, with no pass over the
         decodes; :meth:`_sw_sort_out` works any other ``out`` request by request.
         """
-        # complexity 17: the usual steps' checks side by side in one frame, because a
+        # complexity 18: the usual steps' checks side by side in one frame, because a
         # call per check costs microseconds on the cold cache schedule() runs in
         nst = out.num_scheduled_tokens
-        total = out.total_num_scheduled_tokens
         tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
+        new_reqs = out.scheduled_new_reqs
         usual = (
             len(partial) <= len(prompts)
             and self._sw_tokens_per_decode == 1
             and not out.preempted_req_ids
             and len(nst) == (n if tok is None else n + 1)
-            and total == n + (tok or 0)
+            and out.total_num_scheduled_tokens == n + (tok or 0)
         )
-        if usual and tok is not None:
-            new_reqs = out.scheduled_new_reqs
+        if usual and tok is None:  # decodes only
+            usual = len(prompts) <= 1 and not new_reqs
+            tok, prefix, done = 0, 0, _NONE
+        elif usual:
             first = prompts[0]
-            if not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id):
-                # what the prompt had computed before this step (vLLM has added tok; a
-                # prefix-cache hit of a prompt just admitted was added too)
-                prefix = first.num_computed_tokens - tok
-                done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
-                step = self._sw_every_decode(start, n, tok, ctx, prefix, done, decision_us, plan)
-                return step, (n, tok, prefix)
-        elif usual and len(prompts) <= 1 and not out.scheduled_new_reqs:  # decodes only
-            return self._sw_every_decode(start, n, 0, ctx, 0, _NONE, decision_us, plan), (n, 0, 0)
-        step = self._sw_sort_out(out, start, n, ctx, n_before, partial, prompts, decision_us, plan)
-        return step, (step.row[2], step.row[3], step.row[6])
+            usual = not new_reqs or (len(new_reqs) == 1 and new_reqs[0].req_id == first.request_id)
+            # what the prompt had computed before this step (vLLM has added tok; a
+            # prefix-cache hit of a prompt just admitted was added too)
+            prefix = first.num_computed_tokens - tok
+            done = _NONE if first.is_prefill_chunk else prompts  # its prefill ends here
+        if not usual:
+            return self._sw_sort_out(out, start, n, ctx, n_before, partial, prompts,
+                                     decision_us, plan)  # fmt: skip
+        if self._sw_plain and not done:  # nothing of its own to keep
+            return _EVERY_DECODE
+        return self._sw_every_decode(start, n, tok, ctx, prefix, done, decision_us, plan)
 
     def _sw_every_decode(self, start: float, n: int, tok: int, ctx: float, prefix: int,
                          done: Sequence[Any], decision_us: float,
                          plan: tuple[int, int | None, float]) -> _InFlight:  # fmt: skip
         """The record of a step in which every decode ran, with ``tok`` tokens of one
-        prompt (``done``: it, if its prefill ended): the shared :data:`_EVERY_DECODE`
-        when there is nothing of its own to keep."""
-        log = self._sw_log
-        if log is None and not done and not self._sw_async:
-            return _EVERY_DECODE
+        prompt (``done``: it, if its prefill ended)."""
         row = None  # the log's row: only with a run folder
-        if log is not None:
+        if self._sw_log is not None:
             chunk, budget, budget_ms = plan
             row = [
                 start, _NAN, n, tok, 1 if tok else 0, ctx, float(prefix), decision_us,
                 budget_ms, chunk, _NAN if budget is None else budget, _NAN,
             ]  # fmt: skip
         sched_end = (self._sw_clock() - self._sw_perf0) * 1000.0 if row else _NAN
-        return _InFlight(row, sched_end, True, _NONE, _NONE, done, _NAN, _NONE, _NONE)
+        step = _InFlight(row, sched_end, True, _NONE, _NONE, done, _NAN, _NONE, _NONE)
+        step.shape = (n, tok, prefix)
+        return step
 
     def _sw_sort_out(self, out: Any, start: float, n: int, ctx: float, n_before: int,
                      partial: Sequence[Any], prompts: Sequence[Any], decision_us: float,

@@ -1,6 +1,6 @@
 """Scheduling policies and their registry (:mod:`.registry`).
 
-``POLICIES`` lists every built-in name with its backends and options;
+``POLICIES`` and ``ROUTERS`` list every built-in name with its backends and options;
 :class:`PolicySpec` is a policy as a run names it (built-in or ``MODULE:CLASS``);
 :func:`make_policy` builds one. See docs/policies.md.
 """
@@ -11,6 +11,7 @@ from servecal.sched.policies.registry import (
     DRIVER,
     ENGINE,
     POLICIES,
+    ROUTERS,
     PolicyEntry,
     PolicySpec,
     is_baseline,
@@ -25,6 +26,7 @@ __all__ = [
     "DRIVER",
     "ENGINE",
     "POLICIES",
+    "ROUTERS",
     "FixedChunk",
     "FullPrefill",
     "PolicyEntry",

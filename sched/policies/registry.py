@@ -1,22 +1,25 @@
-"""Every built-in policy name, in one table, and user policies by import path.
+"""Every built-in policy and router name, each a :class:`~servecal.plugins.Registry`
+(``POLICIES``, ``ROUTERS``), and user classes by import path.
 
-Each :class:`PolicyEntry` names the policy class per backend it runs on
-(``engine``: ``plan(view, predictor) -> Plan``; ``operator-driver``:
-``decide(view, predictor) -> Decision``), and where its options come from. A
-policy is built as ``Class(**options)``; its options are the fields of the class
-(a frozen dataclass) unless the entry names another dataclass (``options=``).
-Classes are named by import path and imported on use, so listing a name costs
-nothing and a run imports only the policy it runs.
+Each :class:`PolicyEntry` names the class per backend it runs on (``engine``:
+``plan(view, predictor) -> Plan``; ``operator-driver``: ``decide(view, predictor) ->
+Decision``; ``router``: ``route(request, replicas) -> int``), and where its options
+come from. A policy is built as ``Class(**options)``; its options are the fields of
+the class (a frozen dataclass) unless the entry names another dataclass
+(``options=``). Classes are named by import path and imported on use, so listing a
+name costs nothing and a run imports only the policy it runs.
 
 A name may fix some options (``preset``: ``sloweave-p50`` is ``sloweave`` planning
 on P50 without margin) or take one number as a suffix (``number``: ``fixed-512``
 sets ``chunk=512``). Anything else is ``--opt key=value``.
 
-User policies load by import path, like vLLM's ``--scheduler-cls``:
-``mypkg.mymodule:MyPolicy``, a class with ``plan`` (engine) or ``decide``
-(operator driver) whose constructor's keyword arguments are its options
-(docs/policies.md). Adding a built-in policy is one file and one line in
-``POLICIES`` below.
+User policies and routers load by import path, like vLLM's ``--scheduler-cls``:
+``mypkg.mymodule:MyPolicy``, a class with ``plan`` (engine), ``decide`` (operator
+driver) or ``route`` (router) whose constructor's keyword arguments are its options
+(docs/policies.md, docs/plugins.md). Policy and router names share one namespace (a
+router named as a policy is refused by what it runs on). Adding a built-in is one
+file and one line below: ``POLICIES.add_entry(PolicyEntry(...))`` or
+``ROUTERS.add_entry(...)``.
 """
 
 from __future__ import annotations
@@ -50,7 +53,8 @@ _R = "servecal.sched.cluster.routers"
 
 @dataclass(frozen=True)
 class PolicyEntry:
-    """One built-in policy name (see the module docstring)."""
+    """One built-in policy or router name (see the module docstring); a registry
+    entry (:class:`~servecal.plugins.Named`) whose listing resolves its options."""
 
     name: str
     summary: str
@@ -60,30 +64,73 @@ class PolicyEntry:
     preset: Mapping[str, Any] = field(default_factory=dict)
     baseline: bool = False  # a static baseline: a fixed chunking rule, no deadlines
 
+    @property
+    def target(self) -> str:
+        return next(iter(self.backends.values()))
 
-#: The built-in policies. One line each; the classes are imported on use.
-POLICIES: tuple[PolicyEntry, ...] = (
-    PolicyEntry("fixed", "a prefill chunk of `chunk` tokens beside all decodes (Sarathi-Serve)", {ENGINE: f"{_P}.static:FixedChunk"}, number="chunk", baseline=True),  # noqa: E501
-    PolicyEntry("budget", "vLLM's token budget: decodes first, then prompts in `order` (fcfs|edf)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", baseline=True),  # noqa: E501
-    PolicyEntry("fcfs-chunk", "`budget` in arrival order (FlowPrefill's chunked baseline)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", preset={"order": "fcfs"}, baseline=True),  # noqa: E501
-    PolicyEntry("edf-chunk", "`budget` in TTFT-deadline order (FlowPrefill's chunked baseline)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", preset={"order": "edf"}, baseline=True),  # noqa: E501
-    PolicyEntry("full", "the whole remaining prompt in one iteration, when it fits (no chunking)", {ENGINE: f"{_P}.static:FullPrefill"}, baseline=True),  # noqa: E501
-    PolicyEntry("fcfs", "arrival order, whole prompts, short ones packed (DistServe-like); `full` on the engine", {DRIVER: f"{_F}:Fcfs", ENGINE: f"{_P}.static:FullPrefill"}, baseline=True),  # noqa: E501
-    PolicyEntry("sloweave", "the largest chunk that ends before every decode deadline (P99 + margin)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig"),  # noqa: E501
-    PolicyEntry("sloweave-p50", "SLOWeave planning on P50 with no margin", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"quantile": 0.5, "use_margin": False, "margin_control": "fixed"}),  # noqa: E501
-    PolicyEntry("sloweave-fixed-margin", "SLOWeave planning on P99 + margin against the whole budget (the SLO control's baseline)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"margin_control": "fixed"}),  # noqa: E501
-    PolicyEntry("sorted-f-online", "Sorted-F as a receding-horizon engine policy (clairvoyant lengths)", {ENGINE: "servecal.sched.sortedf.online:SortedFOnline"}),  # noqa: E501
-    PolicyEntry("flowprefill", "operator-level preemption by sign(slack)/deadline, SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}),  # noqa: E501
-    PolicyEntry("flowprefill-nopreempt", "FlowPrefill's order and batching, decided only when the device is free", {DRIVER: f"{_F}:FlowPrefill"}, preset={"preemptive": False}),  # noqa: E501
-    PolicyEntry("flowprefill-srpt", "FlowPrefill's operator preemption, shortest remaining prefill first", {DRIVER: f"{_F}:FlowPrefill"}, preset={"order": "srpt"}),  # noqa: E501
-    PolicyEntry("flowprefill-nobatch", "FlowPrefill without SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}, preset={"batching": False}),  # noqa: E501
-    PolicyEntry("round-robin", "router: replicas in turn", {ROUTER: f"{_R}:RoundRobin"}),  # noqa: E501
-    PolicyEntry("least-requests", "router: the replica with the fewest outstanding requests", {ROUTER: f"{_R}:LeastRequests"}),  # noqa: E501
-    PolicyEntry("least-tokens", "router: the replica with the fewest queued prompt tokens", {ROUTER: f"{_R}:LeastTokens"}),  # noqa: E501
-    PolicyEntry("predicted-latency", "router: where the cost table's P99 + margin predicts TTFT and TPOT are met", {ROUTER: f"{_R}:PredictedLatency"}),  # noqa: E501
-)  # fmt: skip
+    @property
+    def usage(self) -> str:
+        return self.name + ("-N" if self.number else "")
 
-_BY_NAME = {e.name: e for e in POLICIES}
+    def describe(self) -> dict[str, Any]:
+        """Name, how it is written, summary, backends, options (``name: type =
+        default``, less those the name fixes) and the options the name fixes."""
+        found = _find(self.name)
+        fixed_names = {*self.preset, self.number}
+        return {
+            "name": self.name,
+            "usage": self.usage,
+            "summary": self.summary,
+            "backends": list(self.backends),
+            "options": [
+                o.describe() for o in options_of(found.options_cls) if o.name not in fixed_names
+            ],
+            "fixed": dict(self.preset) | ({self.number: "N"} if self.number else {}),
+        }
+
+
+_CONTRACT = "its constructor's keyword arguments are its options"
+#: The built-in scheduling policies, one line each (classes imported on use).
+POLICIES = plugins.Registry(
+    "policy",
+    "--policy",
+    f"a class with {INTERFACES[ENGINE]} or {INTERFACES[DRIVER]}; {_CONTRACT}",
+    user_form="MODULE:CLASS",
+    takes_arg=False,
+    import_error=import_failure,
+)
+#: A cluster's global routers (sched/cluster/), one line each.
+ROUTERS = plugins.Registry(
+    "router",
+    "routers = [...] in a cluster space",
+    f"a class with {INTERFACES[ROUTER]}; {_CONTRACT}",
+    user_form="MODULE:CLASS",
+    takes_arg=False,
+    import_error=import_failure,
+)
+
+# fmt: off
+POLICIES.add_entry(PolicyEntry("fixed", "a prefill chunk of `chunk` tokens beside all decodes (Sarathi-Serve)", {ENGINE: f"{_P}.static:FixedChunk"}, number="chunk", baseline=True))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("budget", "vLLM's token budget: decodes first, then prompts in `order` (fcfs|edf)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", baseline=True))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("fcfs-chunk", "`budget` in arrival order (FlowPrefill's chunked baseline)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", preset={"order": "fcfs"}, baseline=True))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("edf-chunk", "`budget` in TTFT-deadline order (FlowPrefill's chunked baseline)", {ENGINE: f"{_P}.budget:TokenBudget", DRIVER: f"{_F}:TokenBudgetChunks"}, number="budget", preset={"order": "edf"}, baseline=True))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("full", "the whole remaining prompt in one iteration, when it fits (no chunking)", {ENGINE: f"{_P}.static:FullPrefill"}, baseline=True))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("fcfs", "arrival order, whole prompts, short ones packed (DistServe-like); `full` on the engine", {DRIVER: f"{_F}:Fcfs", ENGINE: f"{_P}.static:FullPrefill"}, baseline=True))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("sloweave", "the largest chunk that ends before every decode deadline (P99 + margin)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig"))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("sloweave-p50", "SLOWeave planning on P50 with no margin", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"quantile": 0.5, "use_margin": False, "margin_control": "fixed"}))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("sloweave-fixed-margin", "SLOWeave planning on P99 + margin against the whole budget (the SLO control's baseline)", {ENGINE: f"{_P}.sloweave:SLOWeave"}, options=f"{_P}.sloweave:SLOWeaveConfig", preset={"margin_control": "fixed"}))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("sorted-f-online", "Sorted-F as a receding-horizon engine policy (clairvoyant lengths)", {ENGINE: "servecal.sched.sortedf.online:SortedFOnline"}))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("flowprefill", "operator-level preemption by sign(slack)/deadline, SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("flowprefill-nopreempt", "FlowPrefill's order and batching, decided only when the device is free", {DRIVER: f"{_F}:FlowPrefill"}, preset={"preemptive": False}))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("flowprefill-srpt", "FlowPrefill's operator preemption, shortest remaining prefill first", {DRIVER: f"{_F}:FlowPrefill"}, preset={"order": "srpt"}))  # noqa: E501
+POLICIES.add_entry(PolicyEntry("flowprefill-nobatch", "FlowPrefill without SLO-aware batching", {DRIVER: f"{_F}:FlowPrefill"}, preset={"batching": False}))  # noqa: E501
+ROUTERS.add_entry(PolicyEntry("round-robin", "router: replicas in turn", {ROUTER: f"{_R}:RoundRobin"}))  # noqa: E501
+ROUTERS.add_entry(PolicyEntry("least-requests", "router: the replica with the fewest outstanding requests", {ROUTER: f"{_R}:LeastRequests"}))  # noqa: E501
+ROUTERS.add_entry(PolicyEntry("least-tokens", "router: the replica with the fewest queued prompt tokens", {ROUTER: f"{_R}:LeastTokens"}))  # noqa: E501
+ROUTERS.add_entry(PolicyEntry("predicted-latency", "router: where the cost table's P99 + margin predicts TTFT and TPOT are met", {ROUTER: f"{_R}:PredictedLatency"}))  # noqa: E501
+# fmt: on
+#: Policy and router names share one namespace, looked up in this order.
+KINDS = (POLICIES, ROUTERS)
 
 
 def load_object(path: str, what: str = "--policy") -> Any:
@@ -132,21 +179,19 @@ class ResolvedPolicy:
 
 
 def _entry_for(name: str) -> tuple[PolicyEntry, dict[str, Any]]:
-    """The entry of ``name`` and what its ``-N`` suffix sets."""
-    entry = _BY_NAME.get(name)
-    if entry is not None:
-        return entry, {}
-    prefix, _, value = name.rpartition("-")
-    entry = _BY_NAME.get(prefix)
-    if entry is not None and entry.number is not None and value.isdigit():
-        return entry, {entry.number: int(value)}
-    known = ", ".join(e.name + ("-N" if e.number else "") for e in POLICIES)
+    """The entry of ``name`` (a policy's or a router's) and what its ``-N`` suffix sets."""
+    for registry in KINDS:
+        hit = registry.lookup(name)
+        if hit is not None:
+            return hit  # type: ignore[return-value]  # PolicyEntry, by construction
+    known = ", ".join(e.usage for registry in KINDS for e in registry)
     raise InputError(f"unknown policy {name!r}; known: {known}, or MODULE:CLASS")
 
 
 def _user_policy(path: str) -> tuple[dict[str, type], type]:
     """A user's class by import path: ``(guarded class per backend, the class)``."""
-    cls = load_object(path)
+    _, target, _ = POLICIES.split(path)  # all of it: a policy takes --opt, not :ARG
+    cls = POLICIES.load(target)
     if not isinstance(cls, type):
         raise PolicyError(f"policy {path}: not a class")
     backends = ((ENGINE, "plan"), (DRIVER, "decide"), (ROUTER, "route"))
@@ -187,7 +232,7 @@ def _find(name: str) -> _Found:
         return _Found(classes, cls, {}, baseline=False, user=True)
     entry, numbered = _entry_for(name)
     classes = {b: load_object(path, "policy class") for b, path in entry.backends.items()}
-    options_cls = load_object(entry.options) if entry.options else next(iter(classes.values()))
+    options_cls = POLICIES.load(entry.options) if entry.options else next(iter(classes.values()))
     fixed = {**entry.preset, **numbered}
     return _Found(classes, options_cls, fixed, entry.baseline, False, entry.options is not None)
 
@@ -242,22 +287,14 @@ def is_baseline(name: str) -> bool:
 
 
 def listing() -> list[dict[str, Any]]:
-    """Every built-in policy: name, backends, options (``name: type = default``), the
-    options its name fixes, and a one-line summary."""
+    """Every built-in policy, then every router: name (``fixed-N`` for a numbered one),
+    backends, options (``name: type = default``), the options its name fixes, and a
+    one-line summary (``servecal policies``)."""
     rows = []
-    for entry in POLICIES:
-        found = _find(entry.name)
-        options = options_of(found.options_cls)
-        fixed_names = {*entry.preset, entry.number}
-        rows.append(
-            {
-                "name": entry.name + ("-N" if entry.number else ""),
-                "backends": list(entry.backends),
-                "options": [o.describe() for o in options if o.name not in fixed_names],
-                "fixed": dict(entry.preset) | ({entry.number: "N"} if entry.number else {}),
-                "summary": entry.summary,
-            }
-        )
+    for registry in KINDS:
+        for doc in registry.listing():
+            row = {k: doc[k] for k in ("backends", "options", "fixed", "summary")}
+            rows.append({"name": doc["usage"], **row})
     return rows
 
 

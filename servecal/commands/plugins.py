@@ -13,8 +13,8 @@ from servecal.util.errors import InputError
 #: Each kind's registry by import path (imported only when listed) and the
 #: option or command that names it.
 KINDS = {
-    "policy": "servecal.sched.policies.registry:listing",
-    "router": "servecal.sched.policies.registry:listing",
+    "policy": "servecal.sched.policies.registry:POLICIES",
+    "router": "servecal.sched.policies.registry:ROUTERS",
     "truth": "servecal.sched.experiment.models:TRUTHS",
     "predictor": "servecal.sched.experiment.models:PREDICTORS",
     "importer": "servecal.profiler.importer_registry:IMPORTERS",
@@ -22,28 +22,11 @@ KINDS = {
 }
 
 
-def _policies(kind: str) -> dict[str, Any]:
-    from servecal.sched.policies.registry import INTERFACES, ROUTER, listing
-
-    rows = [r for r in listing() if (ROUTER in r["backends"]) == (kind == "router")]
-    if kind == "router":
-        contract = f"a class with {INTERFACES[ROUTER]}; its keyword arguments are options"
-    else:
-        contract = "a class with " + " or ".join(v for k, v in INTERFACES.items() if k != ROUTER)
-    entries = [
-        {"name": r["name"], "usage": r["name"], "summary": r["summary"], "options": r["options"]}
-        for r in rows
-    ]
-    flag = "routers = [...] in a cluster space" if kind == "router" else "--policy"
-    return {"kind": kind, "flag": flag, "contract": contract, "entries": entries}
-
-
 def kind_listing(kind: str) -> dict[str, Any]:
-    """One kind's names: ``{kind, flag, contract, entries: [{name, usage, summary}]}``."""
+    """One kind's names: ``{kind, flag, contract, user_form, entries: [{name, usage,
+    summary, ...}]}`` (a policy's or router's entries add backends and options)."""
     if kind not in KINDS:
         raise InputError(f"unknown plugin kind {kind!r}; choose {', '.join(KINDS)}")
-    if kind in ("policy", "router"):
-        return _policies(kind)
     from servecal.plugins import load_object
 
     registry = load_object(KINDS[kind])
@@ -51,6 +34,7 @@ def kind_listing(kind: str) -> dict[str, Any]:
         "kind": kind,
         "flag": registry.flag,
         "contract": registry.contract,
+        "user_form": registry.user_form,
         "entries": registry.listing(),
     }
 
@@ -69,9 +53,11 @@ def plugins_command(
     for i, doc in enumerate(docs):
         if i:
             typer.echo("")
-        typer.echo(f"{doc['kind']} ({doc['flag']} NAME, or MODULE:ATTR: {doc['contract']})")
+        typer.echo(f"{doc['kind']} ({doc['flag']} NAME, or {doc['user_form']}: {doc['contract']})")
         for e in doc["entries"]:
             typer.echo(f"  {e['usage']:<28} {e['summary']}")
+            if e.get("options"):  # a policy's or router's typed options (--opt KEY=VALUE)
+                typer.echo(f"  {'':<28}   options: {', '.join(e['options'])}")
 
 
 def register(app: typer.Typer) -> None:

@@ -8,6 +8,7 @@ from enginekit import FakeLive, FakeView, engine, req
 from servecal.costmodels import AnalyticPredictor, InputError
 from servecal.sched.policies import (
     POLICIES,
+    ROUTERS,
     FixedChunk,
     FullPrefill,
     PolicySpec,
@@ -147,4 +148,5 @@ def test_servecal_policies_lists_names_backends_and_options():
     assert "sloweave  [engine]" in result.output and "aging_ms: float | None" in result.output
     assert "budget-N  [engine, operator-driver]" in result.output
     rows = json.loads(CliRunner().invoke(app, ["policies", "--json"]).stdout)
-    assert {r["name"] for r in rows} == {e.name + ("-N" if e.number else "") for e in POLICIES}
+    every = [*POLICIES, *ROUTERS]  # one namespace: `servecal policies` lists both
+    assert [r["name"] for r in rows] == [e.name + ("-N" if e.number else "") for e in every]

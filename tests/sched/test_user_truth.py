@@ -13,7 +13,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
+
+from servecal.costmodels import AnalyticPredictor
 
 DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
 
@@ -83,3 +86,69 @@ def test_a_truth_that_fails_while_running_is_one_line(
     lines = [x for x in res.stderr.strip().splitlines() if not x.startswith("warning: ")]
     assert len(lines) == 1 and lines[0].startswith(f"error: --truth {truth}: "), lines
     assert says in lines[0]
+
+
+#: A truth of the user's own with no drift code: docs/spec.md §1's noiseless formula,
+#: written out as the built-in ``analytic`` truth computes it, with constant power.
+FORMULA_TRUTH = """
+from servecal.costmodels import AnalyticPredictor
+
+
+class FormulaExecutor:
+    energy_source = "model"
+
+    def __init__(self, f):
+        self.f = f
+
+    def execute(self, n_decode, chunk, ctx, prefix, now_ms):
+        f = self.f
+        t = f.base
+        if n_decode > 0:
+            t += f.decode_fixed + f.decode_per_token * n_decode
+        if chunk > 0:
+            t += f.prefill_fixed + f.prefill_per_token * chunk
+        return t, 300.0 * t / 1000.0
+
+
+class FormulaTruth:
+    def executor(self, rng):
+        return FormulaExecutor(AnalyticPredictor())
+
+    def oracle(self):
+        return AnalyticPredictor()
+
+
+def load(arg):
+    return FormulaTruth()
+"""
+
+
+def test_a_user_truth_drifts_exactly_as_a_built_in_one(tmp_path: Path, monkeypatch) -> None:
+    from servecal.sched.experiment import RunSpec, run
+    from servecal.sched.policies.registry import PolicySpec
+
+    (tmp_path / "formula_truth.py").write_text(FORMULA_TRUTH, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def iterations(truth: str, drift: str | None) -> dict:
+        spec = RunSpec("chat", PolicySpec("sloweave"), tpot_slo_ms=50, rate=8, n_requests=80,
+                       truth=truth, predictor="oracle", drift=drift)  # fmt: skip
+        return run(spec, 0).iteration_columns
+
+    try:
+        drift = "2s:1.5:c=1-100000"  # iterations with a prefill chunk, from 2 s on
+        user = iterations("formula_truth:load", drift)
+        built_in = iterations("analytic:power_w=300", drift)
+    finally:
+        sys.modules.pop("formula_truth", None)
+    for name in ("start_ms", "duration_ms", "n_decode", "chunk"):
+        assert np.array_equal(user[name], built_in[name]), name
+    assert user["energy_j"] == pytest.approx(built_in["energy_j"], rel=1e-12)
+    # each iteration took the formula's time, x 1.5 exactly where the drift covers it
+    f = AnalyticPredictor()
+    n, chunk, start = user["n_decode"], user["chunk"], user["start_ms"]
+    formula = f.base + np.where(n > 0, f.decode_fixed + f.decode_per_token * n, 0.0)
+    formula = formula + np.where(chunk > 0, f.prefill_fixed + f.prefill_per_token * chunk, 0.0)
+    covered = (start >= 2000) & (chunk >= 1)
+    assert covered.sum() > 20 and (~covered).sum() > 20
+    assert np.allclose(user["duration_ms"], formula * np.where(covered, 1.5, 1.0), rtol=1e-12)
