@@ -141,14 +141,18 @@ def engine_like(args: argparse.Namespace) -> None:
         answers[name] = [t.max_chunk(*q) for q in queries]
         for q in asks:
             t.predict(*q, q=0.99)
+    times = {}
     for name, t in tables.items():
         mc = median_us(t.max_chunk, queries)
         pr = median_us(lambda n, c, x, p, t=t: t.predict(n, c, x, p, 0.99), asks)
+        times[name] = (mc, pr)
         print(f"  CostTable.max_chunk at {name:>8}:    {mc:9.2f} µs/call (median)")
         print(f"  CostTable.predict q=0.99 at {name:>8}: {pr:6.2f} µs/call (median)")
     if args.baseline:
         same = answers["now"] == answers[args.baseline]
         print(f"  answers identical to {args.baseline}: {same}")
+        (mc, pr), (mc0, pr0) = times["now"], times[args.baseline]
+        print(f"  time now / {args.baseline}: max_chunk {mc / mc0:.2f}x, predict {pr / pr0:.2f}x")
 
 
 if __name__ == "__main__":

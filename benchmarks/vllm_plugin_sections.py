@@ -45,17 +45,11 @@ SCHEDULE_MARKS = {
 }
 #: CostTable.max_chunk: the same, inside the decision.
 MAX_CHUNK_MARKS = {
-    "search = self._search": "max_chunk: grid and n_decode sides",
-    "if prefix == prefix_first:  # a prompt's first chunk (prefix 0): that row": (
-        "max_chunk: prefix and ctx sides"
+    "bound = self._bounds.get((q, use_margin)) or self._bound(q, use_margin)": (
+        "max_chunk: the mode's grids"
     ),
-    "k = bisect_left(probe_cols, limit)  # (at most the last column)": (
-        "max_chunk: the limit's column (probe)"
-    ),
-    "return limit": "back through deadline_chunk, plan_chunk",
-    "last = search.last": "max_chunk: segment walk",
-    "fit = cols[k] if k >= 0 else 0": "max_chunk: line (and settle)",
-    "if out or answer > cols[last]:": "back through deadline_chunk, plan_chunk",
+    # the compiled search, then back through deadline_chunk, plan_chunk
+    "return self._largest_fitting_chunk(": "max_chunk: compiled search, and back",
 }
 STAMPS: list[tuple[str, int]] = []
 

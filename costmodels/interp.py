@@ -1,299 +1,246 @@
-"""Multilinear interpolation on a cost-table grid (the ``"linear"`` between rule).
+"""Interpolation on a cost-table grid: the one routine behind every answer of a table.
 
-A query ``(n_decode, ctx, prefix, chunk)`` lies in one grid box; its value is the
-weighted sum of the box's corners, each weight the product of ``1 − t`` or ``t`` per
-axis (``t`` the query's fraction of the way along that axis's interval). On an axis
-where the query sits on a grid value (or the axis has one value) only one side
-counts, so a query on grid points reads the stored value exactly. Outside the grid
-each coordinate is clamped to the edge (``out`` says so).
+``CostTable.predict`` (a scalar or arrays), ``margin``, ``energy``, the bound that
+``max_chunk`` searches (:mod:`.chunk_search`) and the drift tests' median
+(:mod:`.drift.reference`) all call :func:`value_at`, so they agree bit for bit.
 
-**The order of the arithmetic** (one order, everywhere: the scalar path, ``max_chunk``
-and the vectorised :meth:`Multilinear.many` give the same floats bit for bit):
+A grid has axes ``n_decode, ctx, prefix, chunk`` and its values stored flat in C
+order over them (chunk last). A query lies in one grid box; on each axis it lies
+``t`` of the way from a low grid value to a high one (:func:`position`). Its value
+is the box's 16 corners blended in one fixed order:
 
-1. *rows*: blend the chunk rows of the (one or two) ``n_decode`` sides,
-   ``R = 0 + (1 − t_n)·V_lo + t_n·V_hi``, column by column, for each (ctx, prefix)
-   side pair;
+1. *rows*: for each of the four (ctx, prefix) sides, the chunk row of the low
+   ``n_decode`` side and that of the high one, ``R = 0 + (1 − t_n)·V_lo + t_n·V_hi``,
+   at the chunk's two columns;
 2. *chunk*: on each blended row, ``R[k] + t_c·(R[k+1] − R[k])``;
-3. *sum*: over the four (ctx, prefix) side pairs, ctx outer, each weighted by
-   ``w_ctx·w_prefix``, accumulated from 0. On a grid value (or clamped to an
-   edge) an axis's second side has weight 0: it adds exactly ``+0.0``.
+3. *sum*: over the four (ctx, prefix) sides, ctx outer, each weighted by
+   ``w_ctx·w_prefix``, accumulated from 0.
 
-Why this keeps the table's promises: the grids are non-decreasing along every
-axis and every weight is non-negative, so the interpolated value is
-non-decreasing in every coordinate too. Along the chunk this holds exactly in
-floating point as well (each blended row is non-decreasing, ``lo + t·(hi − lo)`` is
-monotone in ``t``, and the pairs' weights are fixed), which ``max_chunk`` relies on;
-along the other axes the weights ``1 − t, t`` trade off, so it holds to within
-rounding.
+On a grid value, or beyond the grid's edge (clamped: the edge's value), an axis's
+``t`` is 0, so its high side adds exactly ``+0.0`` and a query on grid points reads
+the stored value. The ``round_up`` rule is the same routine with every coordinate
+moved up to the next grid value (``t = 0`` on every axis: the stored value of that
+cell).
 
-**Why this order: speed.** The engine and the vLLM plug-in ask the scalar path every
-step with the decodes' *mean* context, which is a new number almost every time, so
-nothing keyed on the whole query is ever reused. ``n_decode`` and the prefix repeat,
-though, so :meth:`Multilinear.corners` (``predict``'s scalar path) caches step 1's
-rows per ``(n_decode, row)`` (:class:`BlendedGrid`): a query then costs a bisection
-on ctx and prefix, four row look-ups and a few multiply-adds, written out as
-straight-line code (it runs right after a scheduler's own step, where every Python
-call and branch costs several times what it does in a loop). ``CostTable.max_chunk``
-reads only one or two chunk columns on its usual path, so it blends the two
-``n_decode`` sides inline at just those values (:data:`FlatSides`, made at load for
-every integer ``n_decode`` by :meth:`Multilinear.integer_sides`) instead of filling
-rows it would mostly not read.
+Why this keeps the table's promises: the grids are non-decreasing along every axis
+and every weight is non-negative, so the value is non-decreasing in every
+coordinate too. Along the chunk this holds exactly in floating point (each blended
+row is non-decreasing, ``lo + t·(hi − lo)`` is monotone in ``t``, the weights are
+fixed), which ``max_chunk``'s bisection relies on; along the other axes the weights
+``1 − t, t`` trade off, so it holds to within rounding.
+
+**Compiled, on one array.** The routines are numba functions (``njit(cache=True)``,
+compiled in a fresh install on first import, ~5 s, then loaded from
+``__pycache__``; imported with the first cost table). The engine and the vLLM
+plug-in ask a table at every scheduler step, where plain Python spent more on
+locating a query and reading its corners than a compiled call costs. What such a
+call costs is mostly numba's dispatch, and out of the CPU's caches (as right after
+a scheduler's own step) each array argument adds 1.5–3 µs to it, a number far
+less (``benchmarks/cold_call.py``):
+so a table's whole state is one float64 array (:func:`pack`), and a call names the
+grids in it by index. Signatures are explicit, so numba converts any Python or
+numpy number to float64 (one compiled version per routine; never single precision)
+and refuses arrays with a TypeError.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Sequence
-from itertools import product
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
+from numba import njit
 from numpy.typing import ArrayLike
 
-#: Entries kept per cache (axis sides, blended rows or columns); a cache is cleared
-#: when full.
-CACHE_SIZE = 4096
-
-#: One axis's ``(offset, weight)`` pairs: one pair on a grid value, two between.
-Sides = tuple[tuple[int, float], ...]
-#: ``(out, a, b, dn, lo)``: one ``n_decode`` value's place on a flat grid
-#: (:meth:`Multilinear.flat_sides`): whether it is clamped; its sides' weights ``a``,
-#: ``b``, the flat offset ``lo`` of the low side and ``dn`` from there to the high
-#: side. Step 1 at flat position ``p`` of a low-side row is ``0 + a·values[p] +
-#: b·values[p + dn]`` (:func:`blend_row`).
-FlatSides = tuple[bool, float, float, int, int]
-#: ``(out, w0, r0, w1, r1, w2, r2, w3, r3)``: whether the query was clamped, and the
-#: four weighted blended rows of step 3, in its order (:meth:`Multilinear.corners`).
-Corners = tuple[
-    bool, float, list[float], float, list[float], float, list[float], float, list[float]
-]
+#: The clamped-query counts at the head of a state (:func:`pack`): the queries
+#: counted, then per axis how many of them lay beyond it.
+COUNTS = ("queries", "n_decode", "ctx", "prefix", "chunk")
+#: Where a state holds its rule (1.0: round up), then the four axes' lengths.
+RULE, LENGTHS = 5, 6
 
 
-def axis_position(axis: Sequence[float], x: float) -> tuple[int, float, bool]:
-    """``(i, t, out)``: ``x`` lies ``t`` of the way from ``axis[i]`` to ``axis[i + 1]``
-    (``t = 0`` on a grid value or past an edge, where ``out`` is true)."""
-    if x <= axis[0]:
-        return 0, 0.0, x < axis[0]
-    last = len(axis) - 1
-    if x >= axis[last]:
-        return last, 0.0, x > axis[last]
-    i = bisect_right(axis, x) - 1
-    lo = axis[i]
-    return i, 0.0 if x == lo else (x - lo) / (axis[i + 1] - lo), False
+def pack(axes: Sequence[Sequence[float]], grids: Sequence[ArrayLike], round_up: bool) -> np.ndarray:
+    """A table's state as the compiled routines take it, one float64 array: the
+    clamped-query counts (:data:`COUNTS`, zero), the rule, the axes' lengths and
+    values, then each grid (flat, C order), numbered from 0 in the order given."""
+    head = [0.0] * len(COUNTS) + [float(round_up)] + [len(a) for a in axes]
+    values = [float(v) for a in axes for v in a]
+    flat = [np.asarray(g, dtype=np.float64).reshape(-1) for g in grids]
+    return np.concatenate([np.array(head + values), *flat])
 
 
-def blend_row(
-    values: Sequence[float], start: int, dn: int, a: float, b: float, width: int
-) -> list[float]:
-    """Step 1 for one chunk row: ``0 + a·lo + b·hi`` column by column, the low side's
-    row at flat offset ``start``, the high side's ``dn`` further (one side: ``dn`` 0)."""
-    low = values[start : start + width]
-    if not dn:
-        return [0.0 + a * x for x in low]
-    high = values[start + dn : start + dn + width]
-    return [0.0 + a * x + b * y for x, y in zip(low, high, strict=True)]
+@njit("f8[::1](f8[::1], i8)", cache=True)
+def axis_of(state: np.ndarray, k: int) -> np.ndarray:
+    """Axis ``k``'s values (a view into the state)."""
+    start = LENGTHS + 4
+    for i in range(k):
+        start += int(state[LENGTHS + i])
+    return state[start : start + int(state[LENGTHS + k])]
 
 
-def corner_value(corners: Corners, k: int, t: float) -> float:
-    """Steps 2 and 3: the four weighted rows at chunk column ``k`` plus ``t`` of the
-    way to ``k + 1``."""
-    _, w0, r0, w1, r1, w2, r2, w3, r3 = corners
-    if t == 0.0:
-        return 0.0 + w0 * r0[k] + w1 * r1[k] + w2 * r2[k] + w3 * r3[k]
-    a0, a1, a2, a3 = r0[k], r1[k], r2[k], r3[k]
-    j = k + 1
+@njit("f8[::1](f8[::1], i8)", cache=True)
+def grid_of(state: np.ndarray, g: int) -> np.ndarray:
+    """Grid ``g``'s values (a view into the state)."""
+    start, size = LENGTHS + 4, 1
+    for i in range(4):
+        start += int(state[LENGTHS + i])
+        size *= int(state[LENGTHS + i])
+    return state[start + g * size : start + (g + 1) * size]
+
+
+@njit("Tuple((i8, i8, f8))(f8[::1], f8, b1)", cache=True)
+def position(axis: np.ndarray, x: float, round_up: bool) -> tuple[int, int, float]:
+    """``(lo, hi, t)``: ``x`` lies ``t`` of the way from ``axis[lo]`` to ``axis[hi]``;
+    beyond an edge (or NaN) that edge with ``t = 0``. ``round_up``: the first value at
+    or above ``x`` (Python's ``bisect_left``), with ``t = 0``."""
+    last = axis.size - 1
+    lo, hi = 0, axis.size
+    if round_up:
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if axis[mid] < x:
+                lo = mid + 1
+            else:
+                hi = mid
+        i = min(lo, last)
+        return i, i, 0.0
+    while lo < hi:  # bisect_right: the first value above x
+        mid = (lo + hi) // 2
+        if x < axis[mid]:
+            hi = mid
+        else:
+            lo = mid + 1
+    if lo == 0:
+        return 0, 0, 0.0
+    if lo > last:
+        return last, last, 0.0
+    low = axis[lo - 1]
+    return lo - 1, lo, (x - low) / (axis[lo] - low)
+
+
+@njit("b1(f8[::1], i8, f8)", cache=True)
+def beyond(state: np.ndarray, k: int, x: float) -> bool:
+    """Whether ``x`` lies beyond axis ``k``'s edges (its answer is clamped there)."""
+    axis = axis_of(state, k)
+    return x < axis[0] or x > axis[-1]
+
+
+@njit("void(f8[::1], b1, b1, b1, b1)", cache=True)
+def tally(state: np.ndarray, n: bool, ctx: bool, prefix: bool, chunk: bool) -> None:
+    """Count one clamped query (:data:`COUNTS`), on each axis it lies beyond."""
+    state[0] += 1.0
+    state[1] += n
+    state[2] += ctx
+    state[3] += prefix
+    state[4] += chunk
+
+
+#: A query's place in the grid apart from the chunk (:func:`box`): the weights of the
+#: low and high ``n_decode`` sides, the flat distance between them, the flat offsets
+#: of the four (ctx, prefix) rows' low sides (ctx outer) and their weights.
+Box = tuple[float, float, int, int, int, int, int, float, float, float, float]
+#: :data:`Box` as numba spells it in a signature.
+BOX = "Tuple((f8, f8, i8, i8, i8, i8, i8, f8, f8, f8, f8))"
+
+
+@njit(f"{BOX}(f8[::1], f8, f8, f8)", cache=True)
+def box(state: np.ndarray, n: float, ctx: float, prefix: float) -> Box:
+    """Where ``(n_decode, ctx, prefix)`` lies: see :data:`Box`."""
+    round_up = state[RULE] == 1.0
+    depth, width = int(state[LENGTHS + 2]), int(state[LENGTHS + 3])  # prefix values, columns
+    plane = int(state[LENGTHS + 1]) * depth * width  # the values of one n_decode value
+    n_lo, n_hi, tn = position(axis_of(state, 0), n, round_up)
+    y0, y1, u1 = position(axis_of(state, 1), ctx, round_up)
+    z0, z1, v1 = position(axis_of(state, 2), prefix, round_up)
+    u0, v0 = 1.0 - u1, 1.0 - v1
+    base = n_lo * plane
     return (
-        0.0
-        + w0 * (a0 + t * (r0[j] - a0))
-        + w1 * (a1 + t * (r1[j] - a1))
-        + w2 * (a2 + t * (r2[j] - a2))
-        + w3 * (a3 + t * (r3[j] - a3))
+        1.0 - tn,
+        tn,
+        (n_hi - n_lo) * plane,
+        base + (y0 * depth + z0) * width,
+        base + (y0 * depth + z1) * width,
+        base + (y1 * depth + z0) * width,
+        base + (y1 * depth + z1) * width,
+        u0 * v0,
+        u0 * v1,
+        u1 * v0,
+        u1 * v1,
     )
 
 
-class BlendedGrid:
-    """One flat grid's chunk rows blended over ``n_decode`` (step 1), cached per
-    ``n_decode`` value: its sides, whether it was clamped, and a list of rows indexed
-    by (ctx, prefix) cell, filled on use (:meth:`Multilinear.corners`)."""
-
-    __slots__ = ("values", "width", "cells", "by_n")
-
-    def __init__(self, values: Sequence[float], width: int, cells: int) -> None:
-        self.values = values
-        self.width = width
-        self.cells = cells  # (ctx, prefix) cells: rows per n_decode side
-        self.by_n: dict[float, tuple[Sides, bool, list[list[float] | None]]] = {}
-
-    def blend(self, rows: list[list[float] | None], n_sides: Sides, cell: int) -> list[float]:
-        """Step 1 for one (ctx, prefix) cell, kept in ``rows``."""
-        (lo, a), *hi = n_sides  # one side, or two
-        dn, b = (hi[0][0] - lo, hi[0][1]) if hi else (0, 0.0)
-        row = rows[cell] = blend_row(self.values, lo + cell * self.width, dn, a, b, self.width)
-        return row
+@njit("f8(f8[::1], i8, i8, f8, f8, i8, i8, f8)", cache=True)
+def _row(values: np.ndarray, row: int, dn: int, a: float, b: float, k: int, j: int, t: float):
+    """Steps 1 and 2 on one (ctx, prefix) row: blended over ``n_decode`` at chunk
+    columns ``k`` and ``j``, then ``t`` of the way from the one to the other."""
+    lo = 0.0 + a * values[row + k] + b * values[row + dn + k]
+    hi = 0.0 + a * values[row + j] + b * values[row + dn + j]
+    return lo + t * (hi - lo)
 
 
-class Multilinear:
-    """Positions and weights of queries on one grid; axes in storage order, chunk last."""
+@njit(f"f8(f8[::1], i8, {BOX}, f8)", cache=True)
+def value_at(state: np.ndarray, g: int, where: Box, chunk: float) -> float:
+    """Grid ``g``'s value at ``chunk`` in the query's :func:`box` (steps 1-3)."""
+    values = grid_of(state, g)
+    a, b, dn, p0, p1, p2, p3, w0, w1, w2, w3 = where
+    k, j, t = position(axis_of(state, 3), chunk, state[RULE] == 1.0)
+    return (
+        0.0
+        + w0 * _row(values, p0, dn, a, b, k, j, t)
+        + w1 * _row(values, p1, dn, a, b, k, j, t)
+        + w2 * _row(values, p2, dn, a, b, k, j, t)
+        + w3 * _row(values, p3, dn, a, b, k, j, t)
+    )
 
-    def __init__(self, axes: Sequence[Sequence[float]]) -> None:
-        self.axes = [[float(v) for v in a] for a in axes]
-        self.shape = tuple(len(a) for a in self.axes)
-        self.strides = [int(np.prod(self.shape[k + 1 :])) for k in range(len(self.shape))]
 
-    def grid(self, values: Sequence[float]) -> BlendedGrid:
-        """A flat grid (C order over the axes) ready for scalar queries."""
-        return BlendedGrid(values, self.shape[3], self.shape[1] * self.shape[2])
+@njit("f8(f8[::1], i8, f8, f8, f8, f8)", cache=True)
+def interpolate(state: np.ndarray, g: int, n: float, ctx: float, prefix: float, chunk: float):
+    """One query's value of grid ``g``, counted in the state if it lies beyond the grid."""
+    out_n, out_c, out_p = beyond(state, 0, n), beyond(state, 1, ctx), beyond(state, 2, prefix)
+    out_k = beyond(state, 3, chunk)
+    if out_n or out_c or out_p or out_k:
+        tally(state, out_n, out_c, out_p, out_k)
+    return value_at(state, g, box(state, n, ctx, prefix), chunk)
 
-    @staticmethod
-    def _sides(axis: Sequence[float], x: float, stride: int) -> tuple[Sides, bool]:
-        """:func:`axis_position` as (offset, weight) pairs: one on a grid value, two
-        between (``n_decode``'s sides, cached per value with its blended rows)."""
-        if x <= axis[0]:
-            return ((0, 1.0),), x < axis[0]
-        last = len(axis) - 1
-        if x >= axis[last]:
-            return ((last * stride, 1.0),), x > axis[last]
-        i = bisect_right(axis, x) - 1
-        lo = axis[i]
-        if x == lo:
-            return ((i * stride, 1.0),), False
-        t = (x - lo) / (axis[i + 1] - lo)
-        return ((i * stride, 1.0 - t), ((i + 1) * stride, t)), False
 
-    def start_n(self, grid: BlendedGrid, n: float) -> tuple[Sides, bool, list[list[float] | None]]:
-        """``grid``'s cache entry for a new ``n_decode`` value."""
-        if len(grid.by_n) >= CACHE_SIZE:
-            grid.by_n.clear()
-        sides, out = self._sides(self.axes[0], n, self.strides[0])
-        entry = grid.by_n[n] = (sides, out, [None] * grid.cells)
-        return entry
+@njit("Tuple((f8[::1], b1[::1]))(f8[::1], i8, b1, f8[::1], f8[::1], f8[::1], f8[::1])", cache=True)
+def interpolate_many(
+    state: np.ndarray, g: int, count: bool,
+    n: np.ndarray, ctx: np.ndarray, prefix: np.ndarray, chunk: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """:func:`interpolate` for each query of four equal-length arrays (counted only
+    if ``count``): the values, and which queries were clamped."""
+    counts = state[: len(COUNTS)].copy()
+    result = np.empty(n.size)
+    clamped = np.zeros(n.size, dtype=np.bool_)
+    for i in range(n.size):
+        before = state[0]
+        result[i] = interpolate(state, g, n[i], ctx[i], prefix[i], chunk[i])
+        clamped[i] = state[0] != before
+    if not count:
+        state[: len(COUNTS)] = counts
+    return result, clamped
 
-    def flat_sides(self, n: float) -> FlatSides:
-        """Where ``n_decode`` lies on a flat grid, as ``CostTable.max_chunk`` keeps it
-        (it blends the two sides at only the values it reads): see :data:`FlatSides`.
-        With one side (on a grid value, or clamped), ``dn`` is 0 and ``b`` 0.0."""
-        sides, out = self._sides(self.axes[0], n, self.strides[0])
-        if len(sides) == 1:
-            return (out, sides[0][1], 0.0, 0, sides[0][0])
-        (lo, a), (hi, b) = sides
-        return (out, a, b, hi - lo, lo)
 
-    def integer_sides(self, count: int) -> dict[float, FlatSides]:
-        """:meth:`flat_sides` of the first ``count`` integers from the ``n_decode``
-        axis's first value, up to its last (the same floats: ``t`` computed as
-        :meth:`_sides` does), made in one pass over the axis's intervals."""
-        axis, stride = self.axes[0], self.strides[0]
-        end = min(int(axis[-1]), int(axis[0]) + count - 1)  # the last one made
-        sides: dict[float, FlatSides] = {}
-        for i in range(len(axis) - 1):
-            lo, hi = axis[i], axis[i + 1]
-            if lo > end:
-                break
-            sides[int(lo)] = (False, 1.0, 0.0, 0, i * stride)
-            for n in range(int(lo) + 1, min(int(hi), end + 1)):
-                t = (n - lo) / (hi - lo)
-                sides[n] = (False, 1.0 - t, t, stride, i * stride)
-        if axis[-1] <= end:
-            sides[int(axis[-1])] = (False, 1.0, 0.0, 0, (len(axis) - 1) * stride)
-        return sides
+def entry_point(routine: Any) -> Callable[..., Any]:
+    """The compiled code of a routine of one explicit signature, called without numba's
+    dispatcher. The dispatcher matches the arguments' types to the signature at every
+    call, ~7 µs out of the CPU's caches (as right after a scheduler's step: a quarter
+    of ``max_chunk``'s cost there, ``benchmarks/cold_call.py``); the compiled code
+    converts numbers itself. Only for
+    arguments the signature takes (numbers, a table's own state): an array in a
+    number's place is converted, or refused, by numpy, not typed."""
+    (signature,) = routine.signatures
+    return routine.overloads[signature].entry_point
 
-    def corners(self, grid: BlendedGrid, n: float, ctx: float, prefix: float) -> Corners:
-        """Whether the query is clamped, and the weighted blended rows of its four
-        (ctx, prefix) side pairs (steps 1 and 3), ctx outer. On a grid value an axis's
-        second side has weight 0; past an edge (or on the last value) it repeats the
-        first side's cell, with weight 0.
 
-        The ctx and prefix sides are written out (one bisection each, no call): this
-        runs every scheduler step with a new mean context, after the scheduler's own
-        work has pushed it out of the CPU's caches, where each call and branch costs
-        several times more."""
-        entry = grid.by_n.get(n)
-        if entry is None:
-            entry = self.start_n(grid, n)
-        n_sides, out, rows = entry
-        # ctx: cells y0 (weight u0) and y1 (u1), stride |prefix|
-        axis = self.axes[1]
-        i = bisect_right(axis, ctx)
-        if 0 < i < len(axis):  # axis[i - 1] <= ctx < axis[i]: t of the way (0 on the value)
-            x = axis[i - 1]
-            u1 = (ctx - x) / (axis[i] - x)
-            u0 = 1.0 - u1
-            y0 = (i - 1) * self.shape[2]
-            y1 = y0 + self.shape[2]
-        else:  # at or past the last value, or before the first: that edge alone
-            y0 = y1 = 0 if i == 0 else (i - 1) * self.shape[2]
-            u0, u1 = 1.0, 0.0
-            out = out or ctx < axis[0] or ctx > axis[-1]
-        # prefix: cells z0 (weight v0) and z1 (v1), stride 1
-        axis = self.axes[2]
-        z1 = bisect_right(axis, prefix)
-        if 0 < z1 < len(axis):
-            z0 = z1 - 1
-            x = axis[z0]
-            v1 = (prefix - x) / (axis[z1] - x)
-            v0 = 1.0 - v1
-        else:
-            z0 = z1 = 0 if z1 == 0 else z1 - 1
-            v0, v1 = 1.0, 0.0
-            out = out or prefix < axis[0] or prefix > axis[-1]
-        cell = y0 + z0
-        r0 = rows[cell] or grid.blend(rows, n_sides, cell)
-        cell = y0 + z1
-        r1 = rows[cell] or grid.blend(rows, n_sides, cell)
-        cell = y1 + z0
-        r2 = rows[cell] or grid.blend(rows, n_sides, cell)
-        cell = y1 + z1
-        r3 = rows[cell] or grid.blend(rows, n_sides, cell)
-        return out, u0 * v0, r0, u0 * v1, r1, u1 * v0, r2, u1 * v1, r3
-
-    def at(self, grid: BlendedGrid, n: float, chunk: float, ctx: float, prefix: float) -> float:
-        """One scalar value of ``grid`` (clamped silently; see :meth:`corners`)."""
-        k, t, _ = axis_position(self.axes[3], chunk)
-        return corner_value(self.corners(grid, n, ctx, prefix), k, t)
-
-    def many(
-        self,
-        grid: np.ndarray,
-        n_decode: ArrayLike,
-        chunk: ArrayLike,
-        ctx: ArrayLike = 0,
-        prefix: ArrayLike = 0,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Vectorised: interpolated ``grid`` values of the queries, and which were clamped.
-
-        The same float operations in the same order as the scalar path (the module
-        docstring's three steps; a side of weight 0 adds exactly 0), so each element
-        equals the scalar answer bit for bit.
-        """
-        xs = np.broadcast_arrays(
-            *(np.asarray(x, dtype=float) for x in (n_decode, ctx, prefix, chunk))
-        )
-        shape = xs[0].shape
-        out = np.zeros(shape, dtype=bool)
-        lows, highs, fracs = [], [], []
-        for axis, x in zip(self.axes, xs, strict=True):
-            a = np.asarray(axis)
-            out |= (x < a[0]) | (x > a[-1])
-            x = np.clip(x, a[0], a[-1])
-            i = np.clip(np.searchsorted(a, x, side="right") - 1, 0, a.size - 1)
-            j = np.minimum(i + 1, a.size - 1)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                t = np.where(j > i, (x - a[i]) / (a[j] - a[i]), 0.0)
-            lows.append(i)
-            highs.append(j)
-            fracs.append(np.where(x == a[i], 0.0, t))
-        flat = np.asarray(grid, dtype=float).reshape(-1)
-        s0, s1, s2 = self.strides[:3]
-        n_lo, n_hi = lows[0] * s0, highs[0] * s0
-        w_lo, w_hi = 1.0 - fracs[0], fracs[0]
-        k, kh, tc = lows[3], highs[3], fracs[3]
-        result = np.zeros(shape)
-        for b_ctx, b_prefix in product((0, 1), repeat=2):
-            offset = (highs[1] if b_ctx else lows[1]) * s1
-            offset = offset + (highs[2] if b_prefix else lows[2]) * s2
-            w_ctx = fracs[1] if b_ctx else 1.0 - fracs[1]
-            weight = w_ctx * (fracs[2] if b_prefix else 1.0 - fracs[2])
-            # step 1 at columns k and k + 1, then step 2
-            lo = 0.0 + w_lo * flat[n_lo + offset + k] + w_hi * flat[n_hi + offset + k]
-            hi = 0.0 + w_lo * flat[n_lo + offset + kh] + w_hi * flat[n_hi + offset + kh]
-            result = result + weight * (lo + tc * (hi - lo))
-        return result, out
+def interpolate_arrays(
+    state: np.ndarray, g: int, count: bool,
+    n: ArrayLike, chunk: ArrayLike, ctx: ArrayLike, prefix: ArrayLike,
+) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
+    """:func:`interpolate_many` on any broadcastable shapes: the values and which
+    were clamped, in the broadcast shape."""
+    xs = np.broadcast_arrays(*(np.asarray(x, dtype=np.float64) for x in (n, ctx, prefix, chunk)))
+    flat = [np.array(x, dtype=np.float64).reshape(-1) for x in xs]  # (writable: numba's type)
+    result, clamped = interpolate_many(state, g, count, *flat)
+    return result.reshape(xs[0].shape), clamped.reshape(xs[0].shape)

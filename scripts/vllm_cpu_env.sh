@@ -23,4 +23,10 @@ fi
 # servecal from this checkout (the cached virtualenv may have been built from another),
 # with any dependency added since
 "$venv/bin/python" -m pip install -q --disable-pip-version-check -e "$root" >&2
+# vLLM pins its own numba; servecal's compiled table routines (cache=True) would share
+# one __pycache__ with the other interpreter's numba, each version throwing the other's
+# code away (a recompile of ~15 s at every switch): this one caches in the virtualenv
+site="$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+echo "import os; os.environ.setdefault('NUMBA_CACHE_DIR', '$venv/numba-cache')" \
+    > "$site/servecal-numba-cache.pth"
 echo "$venv/bin/python"

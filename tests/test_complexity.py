@@ -15,17 +15,6 @@ PACKAGES = ("costmodels", "sched")
 LIMIT = 15
 MARK = "# One function:"
 
-#: Functions above the limit in files another change is rewriting (issue 33's table
-#: search): remove an entry when its function is split or says why it is one. An entry
-#: that no longer needs to be here fails the test, so the list only shrinks.
-IN_FLIGHT_ALLOWED = {
-    ("costmodels/table.py", "CostTable.max_chunk"),
-    ("costmodels/table.py", "CostTable.__init__"),
-    ("costmodels/table.py", "CostTable._max_chunk_round_up"),
-    ("costmodels/table.py", "CostTable._max_chunk_two_grids"),
-    ("costmodels/table.py", "CostTable._prepare_fast_path"),
-}
-
 
 def _functions(path: Path) -> list[tuple[str, int, int]]:
     """(qualified name, def line, complexity) of every function and method in a file."""
@@ -65,20 +54,12 @@ def over_limit() -> list[tuple[str, str, int, bool]]:
 
 def test_complex_functions_say_why_they_are_one() -> None:
     unexplained = [
-        f"{rel}: {name} (complexity {cc})"
-        for rel, name, cc, why in over_limit()
-        if not why and (rel, name) not in IN_FLIGHT_ALLOWED
+        f"{rel}: {name} (complexity {cc})" for rel, name, cc, why in over_limit() if not why
     ]
     assert not unexplained, (
         f"above complexity {LIMIT} with no '{MARK} ...' comment at the top of the body "
         "(split it, or say why it reads best as one):\n  " + "\n  ".join(unexplained)
     )
-
-
-def test_in_flight_allowances_are_still_needed() -> None:
-    needed = {(rel, name) for rel, name, _, why in over_limit() if not why}
-    stale = sorted(IN_FLIGHT_ALLOWED - needed)
-    assert not stale, f"remove from IN_FLIGHT_ALLOWED (now split or explained): {stale}"
 
 
 def test_the_check_sees_a_mark_and_its_absence(tmp_path: Path) -> None:

@@ -22,8 +22,6 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
-from servecal.costmodels.interp import Multilinear
-
 #: Axis order of a cost table's arrays.
 TABLE_AXES = ("n_decode", "ctx", "prefix", "chunk")
 
@@ -34,10 +32,11 @@ class TableMedian:
     def __init__(self, table: Any) -> None:
         axes = table.axes
         self._axes = [tuple(float(v) for v in axes[a]) for a in TABLE_AXES]
-        self._grid = np.asarray(table.values(0.5), dtype=float)
-        self._flat = self._grid.ravel().tolist()
-        self._lin = Multilinear(self._axes)
-        self._blend = self._lin.grid(self._flat)
+        from servecal.costmodels.interp import interpolate, interpolate_arrays, pack
+
+        # the linear rule, whatever the table's; grid 0 of its own state
+        self._state = pack(self._axes, [table.values(0.5)], round_up=False)
+        self._interpolate, self._interpolate_arrays = interpolate, interpolate_arrays
 
     def in_domain(self, n_decode: float, chunk: float, ctx: float = 0, prefix: float = 0) -> bool:
         """Inside the grid's hull on every axis (between grid values counts as inside)."""
@@ -57,14 +56,14 @@ class TableMedian:
         return ok
 
     def __call__(self, n_decode: float, chunk: float, ctx: float = 0, prefix: float = 0) -> float:
-        """Scalar median (plain Python: the engine asks every iteration)."""
-        return self._lin.at(self._blend, n_decode, chunk, ctx, prefix)
+        """Scalar median (the engine asks every iteration)."""
+        return self._interpolate(self._state, 0, n_decode, ctx, prefix, chunk)
 
     def many(
         self, n_decode: ArrayLike, chunk: ArrayLike, ctx: ArrayLike = 0, prefix: ArrayLike = 0
     ) -> np.ndarray:
         """Vectorised median (clamped to the grid outside it)."""
-        return self._lin.many(self._grid, n_decode, chunk, ctx, prefix)[0]
+        return self._interpolate_arrays(self._state, 0, False, n_decode, chunk, ctx, prefix)[0]
 
 
 def reference_for(predictor: Any) -> TableMedian | None:

@@ -1,6 +1,7 @@
-"""The linear rule's fast scalar path (cached blended rows, column bisection) against
-slow references written out plainly here: the documented arithmetic order bit for
-bit, textbook multilinear interpolation to rounding, brute-force ``max_chunk``."""
+"""The compiled interpolation (:mod:`servecal.costmodels.interp`) and ``max_chunk``'s
+search against slow references written out plainly here: the documented arithmetic
+order bit for bit, textbook multilinear interpolation to rounding, brute-force
+``max_chunk``."""
 
 from __future__ import annotations
 
@@ -10,12 +11,10 @@ from bisect import bisect_right
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from servecal.costmodels import chunk_search, interp
 from servecal.costmodels.grid import make_monotone, uncross
-from servecal.costmodels.interp import Multilinear
 from servecal.costmodels.table import AXES, CostTable, Margin
 
 FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -126,10 +125,9 @@ def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data) -> No
 def test_max_chunk_equals_brute_force_on_the_reference(table, data) -> None:
     q, use_margin = data.draw(st.sampled_from([(0.5, False), (0.99, False), (0.99, True),
                                                (0.5, True)]))  # fmt: skip
+    # (P50 + a negative margin of the P99 can fall as the chunk grows: still the
+    # largest chunk that fits, found from the limit down)
     rho = table.margin_info.rho
-    # P50 + a negative margin of the P99 can fall as the chunk grows: no largest chunk
-    # to search for (the margin is meant for its own quantile)
-    assume(q == 0.99 or not use_margin or rho >= 0)
 
     def cost(n: float, c: int, ctx: float, p: float) -> float:
         t = reference(table, table.values(q), n, c, ctx, p)
@@ -143,18 +141,6 @@ def test_max_chunk_equals_brute_force_on_the_reference(table, data) -> None:
         budget = data.draw(st.one_of(st.sampled_from(costs), st.floats(0.0, max(costs) * 1.1)))
         brute = max((c for c in range(1, limit + 1) if costs[c] <= budget), default=0)
         assert table.max_chunk(n, ctx, p, budget, limit, q=q, use_margin=use_margin) == brute
-
-
-def test_a_full_cache_is_cleared_without_changing_answers(monkeypatch) -> None:
-    monkeypatch.setattr(interp, "CACHE_SIZE", 3)
-    axes = {"n_decode": [0, 16, 64], "ctx": [0, 1024], "prefix": [0, 512], "chunk": [0, 256]}
-    grid = make_monotone(np.random.default_rng(1).gamma(2.0, 2.0, (3, 2, 2, 2)))
-    table = CostTable(axes, {0.5: grid})
-    for n in range(0, 70, 3):  # more n_decode values than the cache holds, twice over
-        for ctx in (10.5, 700.25):
-            for c in (0, 100, 256):
-                want = reference(table, grid, n, c, ctx, 100)
-                assert table.predict(n, c, ctx, 100) == want == table.predict(n, c, ctx, 100)
 
 
 def edge_values(axis: list[int], rng: np.random.Generator, integer: bool) -> list[float]:
@@ -172,15 +158,15 @@ def edge_values(axis: list[int], rng: np.random.Generator, integer: bool) -> lis
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(table=tables(), data=st.data())
 def test_max_chunk_is_the_largest_chunk_the_vectorised_predict_allows(table, data) -> None:
-    """max_chunk's straight-line search (segment walk from the last answer's segment,
-    the line test, the exact settle) against a brute force over the vectorised
-    ``predict`` (+ ``margin``) of every chunk up to the limit: clamped and on-grid
-    coordinates, budgets exactly on a chunk's bound and one ulp either side of it,
-    zero, negative, infinite and NaN budgets; queries in a sequence (each starts from
-    the segment the one before ended in), and again on a fresh copy of the table."""
+    """max_chunk's search (the limit, then a bisection, or from the limit down where
+    the bound can fall) against a brute force over the vectorised ``predict`` (+
+    ``margin``) of every chunk up to the limit, under either between rule: clamped
+    and on-grid coordinates, budgets exactly on a chunk's bound and one ulp either
+    side of it, zero, negative, infinite and NaN budgets; queries in a shuffled
+    sequence, and again on a fresh copy of the table."""
     q, use_margin = data.draw(st.sampled_from([(0.5, False), (0.99, False), (0.99, True),
                                                (0.5, True)]))  # fmt: skip
-    assume(q == 0.99 or not use_margin or table.margin_info.rho >= 0)
+    table = table.with_between(data.draw(st.sampled_from(["linear", "round_up"])))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     ax = table.axes
     ns = edge_values(list(ax["n_decode"]), rng, integer=True)
@@ -204,8 +190,8 @@ def test_max_chunk_is_the_largest_chunk_the_vectorised_predict_allows(table, dat
             fits = np.flatnonzero(costs[1:] <= budget)
             queries.append(((n, ctx, p, budget, limit), int(fits[-1]) + 1 if fits.size else 0))
     order = rng.permutation(len(queries))
-    fresh = CostTable(ax, {qq: table.values(qq) for qq in table.quantiles}, table.margin_info)
-    for i in order:  # shuffled: each query starts from another's segment
+    fresh = table.with_between(table.between)
+    for i in order:
         args, brute = queries[i]
         assert table.max_chunk(*args, q=q, use_margin=use_margin) == brute, args
     for args, brute in queries:
@@ -243,38 +229,6 @@ def _small_table() -> CostTable:
     rng = np.random.default_rng(3)
     p50 = make_monotone(rng.gamma(2.0, 2.0, (3, 2, 2, 3)))
     return CostTable(axes, {0.5: p50, 0.99: p50 * 1.5}, Margin(0.99, 0.1, 0.99, 0.99, 10, 100))
-
-
-def test_max_chunk_cache_is_cleared_when_full_without_changing_answers(monkeypatch) -> None:
-    """max_chunk makes the sides of every integer n_decode on the axis's range at load
-    and those of other values as they come (integers past the axis with them,
-    fractions in a bounded cache), and keeps its walks' columns per box; each bounded
-    cache is emptied when full, and answers stay those of the vectorised predict."""
-    monkeypatch.setattr(chunk_search, "CACHE_SIZE", 3)
-    table = _small_table()
-    for n in [x + 0.5 for x in range(0, 70, 3)] + [70, 90, 64.0, 16]:
-        for ctx, p in ((10.5, 0), (700.25, 100), (2000.0, 600)):
-            budget = float(table.predict(n, 100, ctx, p))
-            assert table.max_chunk(n, ctx, p, budget, 300, 0.5, False) == _brute_max_chunk(
-                table, n, ctx, p, budget, 300
-            )
-            assert len(table._search.n_other) <= 3
-            assert all(len(boxes) <= 3 for boxes in table._search.boxes.values())
-    # the integers 0..64 made at load, never emptied, and those past the axis asked
-    assert sorted(table._search.n_sides) == [*range(65), 70, 90]
-
-
-def test_the_integer_n_decode_sides_made_at_load_are_those_made_one_by_one() -> None:
-    """Multilinear.integer_sides makes in one pass what flat_sides makes per value, to
-    the last bit (max_chunk reads either, and predict's answers depend on the floats)."""
-    lin = Multilinear([[0, 1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 3000], [0], [0], [0, 1]])
-    made = lin.integer_sides(5000)
-    assert sorted(made) == list(range(3001))
-    for n, sides in made.items():
-        assert sides == lin.flat_sides(n) == lin.flat_sides(float(n))
-    # a longer axis: the first `count` only (the rest are made by flat_sides on use)
-    assert sorted(lin.integer_sides(300)) == list(range(300))
-    assert sorted(lin.integer_sides(513)) == list(range(513))
 
 
 def test_planning_on_p50_plus_the_p99_margin_takes_numpy_scalars_as_python_numbers() -> None:
@@ -324,3 +278,15 @@ def test_max_chunk_takes_numpy_scalars_as_the_python_numbers_they_hold() -> None
     assert table.max_chunk(5.3, 300.7, 100, budget, 256, 0.99, True) == _brute_max_chunk(
         fresh, 5.3, 300.7, 100, budget, 256, q=0.99, use_margin=True
     )
+
+
+def test_read_only_and_broadcast_arrays_answer_as_scalars_do() -> None:
+    """Arrays numpy hands out read-only (a pandas column's values, np.broadcast_to)
+    take the same compiled routine as writable ones, element for element."""
+    table = _small_table()
+    n = np.array([0.0, 5.0, 16.0, 70.0])
+    n.flags.writeable = False
+    chunk = np.broadcast_to(np.array(100), n.shape)
+    got = table.predict(n, chunk, 300.7, 100, q=0.99)
+    assert got.tolist() == [table.predict(x, 100, 300.7, 100, q=0.99) for x in n.tolist()]
+    assert table.lookup(0.5, n, chunk)[0].tolist() == [table.predict(x, 100) for x in n.tolist()]

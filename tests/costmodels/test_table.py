@@ -209,15 +209,17 @@ def test_truncated_and_non_json_tables(tmp_path: Path) -> None:
         CostTable.load(tmp_path / "absent.json")
 
 
-def test_loading_imports_only_numpy_and_stdlib(tmp_path: Path) -> None:
+def test_loading_a_table_imports_no_heavy_library(tmp_path: Path) -> None:
+    """numpy and numba (the compiled queries; numba itself loads scipy.linalg's BLAS
+    bindings), nothing of the fitting stack."""
     small_table().save(tmp_path / "t.json")
     code = (
         "import sys\n"
         "from servecal.costmodels import CostTable\n"
         f"t = CostTable.load({str(tmp_path / 't.json')!r})\n"
         "t.predict(1, 2); t.max_chunk(1, 0, 0, 5.0, 100)\n"
-        "heavy = [m for m in ('torch', 'pandas', 'sklearn', 'lightgbm', 'scipy') "
-        "if m in sys.modules]\n"
+        "heavy = [m for m in ('torch', 'pandas', 'sklearn', 'lightgbm', 'scipy.stats', "
+        "'scipy.optimize') if m in sys.modules]\n"
         "print(','.join(heavy) or 'clean')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -269,3 +271,17 @@ def test_queries_beyond_the_grid_are_counted_per_axis() -> None:
     rounded = table.with_between("round_up")
     rounded.predict(4, 10, ctx=0, prefix=600)
     assert rounded.beyond_grid["prefix"] == 1 and rounded.out_of_domain == 1
+
+
+def test_a_pickled_table_answers_and_counts_as_the_original() -> None:
+    """A table crosses process boundaries (sweeps, job backends) by pickle: its data and
+    counts travel, each process binds its own compiled routines."""
+    import pickle
+
+    table = small_table()
+    table.predict(10_000, 5)  # one clamped query
+    back = pickle.loads(pickle.dumps(table))
+    assert back.out_of_domain == table.out_of_domain == 1
+    assert back.predict(3, 100, 50.5, 0, q=0.99) == table.predict(3, 100, 50.5, 0, q=0.99)
+    assert back.max_chunk(3, 50.5, 0, 5.0, 300) == table.max_chunk(3, 50.5, 0, 5.0, 300)
+    assert back.dumps() == table.dumps()
