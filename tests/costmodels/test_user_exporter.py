@@ -7,38 +7,26 @@ PYTHONPATH and run through the real ``servecal export`` entry point.
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from tablefactory import small_table
+from userplugins import docs_example, servecal
 
 from servecal.costmodels.export import long_form, provenance_path
 
-DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
 NAME = "p50_lines:p50_lines"
 
 
 @pytest.fixture(scope="module")
 def user_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    section = DOCS.read_text(encoding="utf-8").split("## An exporter\n", 1)[1].split("\n## ")[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = docs_example("An exporter")
     assert "def p50_lines" in code and "Rendered(" in code
     folder = tmp_path_factory.mktemp("user")
     (folder / "p50_lines.py").write_text(code, encoding="utf-8")
     (folder / "broken.py").write_text("def export(table, options):\n    return 'not bytes'\n")
     small_table().save(folder / "table.json")
     return folder
-
-
-def servecal(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    return subprocess.run(
-        [sys.executable, "-m", "servecal", *args], env=env, capture_output=True, text=True
-    )
 
 
 def test_an_exporter_loads_by_import_path(user_path: Path, tmp_path: Path) -> None:

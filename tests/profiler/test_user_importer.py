@@ -7,18 +7,14 @@ PYTHONPATH and run through the real ``servecal import`` entry point.
 from __future__ import annotations
 
 import json
-import os
-import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from userplugins import docs_example, servecal
 
 from servecal.costmodels.samples import read_samples
 from servecal.profiler.shapes import ModelShape
 
-DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
 RATES = {
     "device": "rates-gpu",
     "gemm_fixed_ms": 0.01,
@@ -31,21 +27,13 @@ GRID = {"n_decode": [0, 8], "chunk": [0, 256], "ctx": [512, 2048], "prefix": [0,
 
 @pytest.fixture(scope="module")
 def user_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    section = DOCS.read_text(encoding="utf-8").split("## An importer\n", 1)[1].split("\n## ")[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = docs_example("An importer")
     assert "class RatesSource" in code and "def linear_ms" in code
     folder = tmp_path_factory.mktemp("user")
     (folder / "rates_source.py").write_text(code, encoding="utf-8")
     (folder / "rates.json").write_text(json.dumps(RATES))
     (folder / "grid.json").write_text(json.dumps(GRID))
     return folder
-
-
-def servecal(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    return subprocess.run(
-        [sys.executable, "-m", "servecal", *args], env=env, capture_output=True, text=True
-    )
 
 
 def test_an_importer_loads_by_import_path(user_path: Path, tmp_path: Path) -> None:

@@ -7,37 +7,26 @@ PYTHONPATH and run through the real ``servecal`` entry point, as a user would.
 from __future__ import annotations
 
 import json
-import os
-import re
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from userplugins import docs_example, servecal
 
 from servecal.costmodels import AnalyticPredictor
-
-DOCS = Path(__file__).parents[2] / "docs" / "plugins.md"
 
 
 @pytest.fixture(scope="module")
 def user_path(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    section = DOCS.read_text(encoding="utf-8").split("## A truth\n", 1)[1].split("\n## ")[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = docs_example("A truth")
     assert "def executor" in code and "def slow_truth" in code
     folder = tmp_path_factory.mktemp("user")
     (folder / "slow_truth.py").write_text(code, encoding="utf-8")
     broken = code.replace("        return ms, None", "        return -ms, None")
     (folder / "broken_truth.py").write_text(broken, encoding="utf-8")
     return folder
-
-
-def servecal(folder: Path, *args: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(folder)}
-    return subprocess.run(
-        [sys.executable, "-m", "servecal", *args], env=env, capture_output=True, text=True
-    )
 
 
 def _simulate(folder: Path, out: Path, truth: str) -> subprocess.CompletedProcess:

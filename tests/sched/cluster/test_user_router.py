@@ -3,24 +3,21 @@
 
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from userplugins import docs_example
 
 from servecal.sched.cluster import ClusterSpec, ReplicaSpec
 from servecal.sched.experiment import run
 from servecal.sched.policies.registry import ROUTER, ROUTERS, PolicyEntry, PolicySpec
 
-DOCS = Path(__file__).parents[3] / "docs" / "plugins.md"
-
 
 @pytest.fixture
 def sticky(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
-    section = DOCS.read_text(encoding="utf-8").split("## A router\n", 1)[1].split("\n## ")[0]
-    code = re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    code = docs_example("A router")
     assert "def route" in code
     (tmp_path / "sticky_router.py").write_text(code, encoding="utf-8")
     monkeypatch.syspath_prepend(str(tmp_path))
