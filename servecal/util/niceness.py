@@ -18,6 +18,7 @@ and that session's group gets the same niceness (``/proc/PID/autogroup``)."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -63,4 +64,6 @@ def autogroup_niceness(pid: int) -> int | None:
         text = Path(f"/proc/{pid}/autogroup").read_text()  # "/autogroup-209 nice 0"
     except OSError:
         return None
-    return int(text.split()[-1])
+    # some sandboxes (CI's among them) show the file but leave it empty: no group then
+    found = re.search(r"\bnice\s+(-?\d+)", text)
+    return int(found.group(1)) if found else None

@@ -80,3 +80,12 @@ def test_bench_refuses_nice_for_a_server_it_does_not_start(tmp_path: Path) -> No
         "error: --nice sets the niceness of a server bench starts: not with --url"
     ]
     assert not (tmp_path / "b").exists()
+
+
+@pytest.mark.parametrize(("text", "group"), [("/autogroup-209 nice -5\n", -5), ("", None)])
+def test_a_session_groups_niceness_is_read_and_an_empty_file_is_no_group(
+    monkeypatch: pytest.MonkeyPatch, text: str, group: int | None
+) -> None:
+    # CI's sandbox shows /proc/PID/autogroup but leaves it empty
+    monkeypatch.setattr(Path, "read_text", lambda self: text)
+    assert autogroup_niceness(os.getpid()) == group
