@@ -90,7 +90,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=60.0)
     parser.add_argument("--cpus", default="0,1", help="comma-separated CPUs, one engine each")
     parser.add_argument("--bucket", type=float, default=2.0, help="seconds per bucket")
-    parser.add_argument("--child", nargs=2, metavar=("MODEL_DIR", "SECONDS"), help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--child", nargs=2, metavar=("MODEL_DIR", "SECONDS"), help=argparse.SUPPRESS
+    )
     args = parser.parse_args()
     if args.child:
         child(args.child[0], float(args.child[1]))
@@ -105,7 +107,9 @@ def main() -> int:
                "OMP_PLACES": f"{{{cpu}}}", "OMP_PROC_BIND": "true"}  # fmt: skip
         cmd = ["taskset", "-c", str(cpu), sys.executable, __file__, "--child", str(model),
                str(args.seconds)]  # fmt: skip
-        procs[cpu] = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        procs[cpu] = subprocess.Popen(
+            cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL
+        )
     series = {cpu: json.loads(p.communicate()[0].decode().strip().splitlines()[-1])
               for cpu, p in procs.items()}  # fmt: skip
     t0 = max(rows[0][0] for rows in series.values())
