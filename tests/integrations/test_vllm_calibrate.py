@@ -93,8 +93,9 @@ def test_the_engine_table_prices_the_served_steps(calibrated: Path, served: Path
     pairs): a step timed differently in the two (the served worker's OpenMP binding
     missing from the calibration, x0.24) falls outside. The verdict is not asserted:
     at -20 it was `valid` in three of those pairs, and in two (this test, on a loaded
-    host) the served steps ran x1.18 with a heavier tail than the table's P99
-    (docs/results/2026-12-02-sim-vs-real.md)."""
+    host) the served steps ran x1.18 with a heavier tail than the table's P99: the
+    host's vCPUs switch between two speeds x1.4-x1.5 apart every 5-20 s, so two windows
+    time different mixes of them (docs/results/2026-12-02-host-levels.md)."""
     result = runner.invoke(app, ["validate", str(calibrated / "costtable.json"),
                                  str(served / "server-log"), "--json"])  # fmt: skip
     doc = json.loads(result.stdout)
