@@ -8,7 +8,7 @@ then per CPU the two levels a 2-means split of the buckets finds (their ratio, t
 share of buckets at the slow one) and the correlation of the CPUs' bucket medians.
 
 A steady host shows one level (ratio near 1). On the 2-vCPU KVM development box each
-vCPU switched between two speeds about x1.6 apart every 5-20 s, independently of the
+vCPU switched between two speeds about x1.4-x1.5 apart every 5-20 s, independently of the
 other and with no steal time: a calibration and a served run in different windows
 then time different machines (docs/results/2026-12-02-host-levels.md).
 
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -62,8 +63,6 @@ def child(model_dir: str, seconds: float) -> None:
 
 def split_levels(medians: list[float]) -> tuple[float, float, float]:
     """Two levels of ``medians`` by 2-means on their logarithm: (fast, slow, slow share)."""
-    import math
-
     logs = sorted(math.log(m) for m in medians)
     best = (math.inf, 0)
     for k in range(1, len(logs)):
