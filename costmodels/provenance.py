@@ -4,24 +4,28 @@
   canonical JSON of what it answers with (:data:`HASHED_FIELDS`: grid, rule,
   quantiles, margin, energy, fingerprint). A loader recomputes it; a mismatch
   means the numbers were edited after they were written, and loading refuses
-  unless told to allow it (``--allow-edited``; :data:`ALLOW_EDITED_ENV` carries
-  the choice into worker processes). A table *file* without a ``content_hash``
+  unless told to allow it (``--allow-edited``: :attr:`TableTrust.allow_edited`).
+  A table *file* without a ``content_hash``
   (deleted, or written by hand) is refused the same way: its numbers cannot be
   checked (:func:`check_hash_present`).
 * **Fingerprint.** A table's fingerprint names the device and model it was
   measured on. :func:`compare_fingerprints` compares the keys of
   :data:`FINGERPRINT_KEYS` that *both* sides have (a file may lack some) and
-  refuses a mismatch, or with ``--allow-mismatch`` (:data:`ALLOW_MISMATCH_ENV`)
+  refuses a mismatch, or with ``--allow-mismatch`` (:attr:`TableTrust.allow_mismatch`)
   warns and goes on.
+* **Trust.** What a command's flags allow travels as one frozen :class:`TableTrust`
+  value, from the CLI to :meth:`CostTable.load <servecal.costmodels.table.CostTable.load>`
+  and every loader between (a sweep's :class:`RunSpec` carries it into worker
+  processes); nothing reads it from, or writes it to, the environment.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from servecal.util.errors import InputError
@@ -29,13 +33,6 @@ from servecal.util.errors import InputError
 #: The table fields the content hash covers (what it answers with, and for what).
 HASHED_FIELDS = ("axes", "between", "quantiles", "tail", "margin", "energy_j", "fingerprint")
 HASH_PREFIX = "sha256:"
-#: Set (to "1") to load tables whose content hash does not match.
-ALLOW_EDITED_ENV = "SERVECAL_ALLOW_EDITED"
-#: Set (to "1") to refuse a fingerprint mismatch even under ``--allow-mismatch``
-#: (``--strict``: refusing is the default; the flag is accepted so scripts keep working).
-STRICT_ENV = "SERVECAL_STRICT_FINGERPRINT"
-#: Set (to "1") to warn on, instead of refuse, a fingerprint mismatch.
-ALLOW_MISMATCH_ENV = "SERVECAL_ALLOW_MISMATCH"
 #: What identifies the device and model a table is valid for ("device" is the
 #: device's name: a table applies to every GPU of a kind, not to one serial number).
 FINGERPRINT_KEYS = ("device_name", "model", "model_hash", "dtype", "kv_layout", "tp")
@@ -56,23 +53,37 @@ def content_hash(doc: Mapping[str, Any]) -> str:
     return HASH_PREFIX + hashlib.sha256(text.encode()).hexdigest()
 
 
-def _flag(env: str) -> bool:
-    return os.environ.get(env, "") not in ("", "0")
+@dataclass(frozen=True)
+class TableTrust:
+    """How far a command trusts the cost tables it loads (its table flags).
+
+    The default trusts nothing: an edited table, a table file without a content hash
+    and a fingerprint mismatch are all refused.
+
+    * ``allow_edited`` (``--allow-edited``): load a table whose numbers do not match
+      its content hash, or that has none.
+    * ``allow_mismatch`` (``--allow-mismatch``): warn on, instead of refusing, a
+      fingerprint mismatch.
+    * ``strict`` (``--strict``): refuse a mismatch even under ``allow_mismatch``
+      (refusing is the default; the flag is accepted so scripts keep working).
+    """
+
+    allow_edited: bool = False
+    allow_mismatch: bool = False
+    strict: bool = False
+
+    @property
+    def refuse_mismatch(self) -> bool:
+        """Whether a fingerprint mismatch is refused (else it warns)."""
+        return self.strict or not self.allow_mismatch
 
 
-def allow_edited_default() -> bool:
-    """Whether ``--allow-edited`` is in force for this process (:data:`ALLOW_EDITED_ENV`)."""
-    return _flag(ALLOW_EDITED_ENV)
-
-
-def strict_default() -> bool:
-    """Whether a fingerprint mismatch is refused in this process: unless
-    ``--allow-mismatch`` (:data:`ALLOW_MISMATCH_ENV`) and not ``--strict``."""
-    return _flag(STRICT_ENV) or not _flag(ALLOW_MISMATCH_ENV)
+#: What a loader given no trust assumes: nothing.
+NO_TRUST = TableTrust()
 
 
 def check_content_hash(
-    doc: Mapping[str, Any], recomputed: str, source: str, allow_edited: bool | None = None
+    doc: Mapping[str, Any], recomputed: str, source: str, allow_edited: bool = False
 ) -> None:
     """Refuse a table whose stored ``content_hash`` differs from ``recomputed``.
 
@@ -84,21 +95,17 @@ def check_content_hash(
         return
     if not isinstance(stored, str) or not stored.startswith(HASH_PREFIX):
         raise InputError(f"{source}: field 'content_hash': expected 'sha256:<hex>'")
-    allow = allow_edited_default() if allow_edited is None else allow_edited
-    if stored != recomputed and not allow:
+    if stored != recomputed and not allow_edited:
         raise EditedTableError(
             f"{source}: content hash mismatch: its numbers were changed after it was written "
             "(refit it, or pass --allow-edited to load it anyway)"
         )
 
 
-def check_hash_present(
-    doc: Mapping[str, Any], source: str, allow_edited: bool | None = None
-) -> None:
+def check_hash_present(doc: Mapping[str, Any], source: str, allow_edited: bool = False) -> None:
     """Refuse a table file without a ``content_hash`` (its numbers cannot be checked:
     a deleted hash must not hide an edit) unless ``allow_edited``."""
-    allow = allow_edited_default() if allow_edited is None else allow_edited
-    if isinstance(doc, Mapping) and doc.get("content_hash") is None and not allow:
+    if isinstance(doc, Mapping) and doc.get("content_hash") is None and not allow_edited:
         raise EditedTableError(
             f"{source}: no content_hash, so its numbers cannot be checked against what was "
             "fitted (refit it, or pass --allow-edited to load it anyway)"
@@ -130,9 +137,10 @@ def compare_fingerprints(
     other_fp: Mapping[str, Any] | None,
     table_name: str,
     other_name: str,
-    strict: bool | None = None,
+    strict: bool = True,
 ) -> str | None:
-    """Warn (:class:`FingerprintMismatchWarning`) or, if ``strict``, raise on a mismatch.
+    """Warn (:class:`FingerprintMismatchWarning`) or, if ``strict`` (the default;
+    :attr:`TableTrust.refuse_mismatch`), raise on a mismatch.
 
     Returns the one-line message, or None when the fingerprints agree (or one side
     has none of the keys).
@@ -145,7 +153,7 @@ def compare_fingerprints(
     a, b = _identity(table_fp), _identity(other_fp)
     detail = ", ".join(f"{k} {a[k]!r} vs {b[k]!r}" for k in diff)
     message = f"fingerprint mismatch between {table_name} and {other_name} ({detail})"
-    if strict_default() if strict is None else strict:
+    if strict:
         raise InputError(message + "; refused (pass --allow-mismatch to use it anyway)")
     warnings.warn(message, FingerprintMismatchWarning, stacklevel=2)
     return message

@@ -35,7 +35,9 @@ from servecal.costmodels.jsontext import DuplicateKeyError, loads_unique
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.costmodels.provenance import (
     FINGERPRINT_KEYS,
+    NO_TRUST,
     FingerprintMismatchWarning,  # noqa: F401 - re-exported: where it always lived
+    TableTrust,
     check_content_hash,
     check_hash_present,
     compare_fingerprints,
@@ -489,12 +491,12 @@ class CostTable:
 
     @classmethod
     def from_json(
-        cls, doc: Any, source: str = "<cost table>", allow_edited: bool | None = None
+        cls, doc: Any, source: str = "<cost table>", allow_edited: bool = False
     ) -> CostTable:
         """Build a table from a parsed document; defects raise a one-line InputError.
 
         A ``content_hash`` that does not match the numbers is refused unless
-        ``allow_edited`` (default: ``--allow-edited`` in force, see :mod:`.provenance`).
+        ``allow_edited`` (``--allow-edited``, see :mod:`.provenance`).
         """
         from servecal.costmodels.table_schema import parse_document
 
@@ -510,17 +512,21 @@ class CostTable:
         fingerprint: Mapping[str, Any] | None = None,
         allow_edited: bool | None = None,
         other: str = "the samples",
+        trust: TableTrust = NO_TRUST,
     ) -> CostTable:
         """Load a cost table; refuse (or, if not ``strict``, warn on) a fingerprint
         mismatch with ``fingerprint`` (that of ``other``); refuse edited numbers, or a
-        file without a content hash, unless ``allow_edited``. ``None`` for either: the
-        process's ``--allow-mismatch`` / ``--allow-edited`` (:mod:`.provenance`)."""
+        file without a content hash, unless ``allow_edited``. ``None`` for either:
+        what ``trust`` (the command's table flags, :class:`.provenance.TableTrust`;
+        default: none) says."""
+        allow = trust.allow_edited if allow_edited is None else allow_edited
         p = Path(path)
         doc = read_table_document(p)
-        check_hash_present(doc, str(p), allow_edited)
-        table = cls.from_json(doc, str(p), allow_edited)
+        check_hash_present(doc, str(p), allow)
+        table = cls.from_json(doc, str(p), allow)
         if fingerprint is not None:
-            compare_fingerprints(table.fingerprint, fingerprint, str(p), other, strict)
+            refuse = trust.refuse_mismatch if strict is None else strict
+            compare_fingerprints(table.fingerprint, fingerprint, str(p), other, refuse)
         return table
 
     def __repr__(self) -> str:

@@ -49,7 +49,7 @@ def _at_reference(fleet: FleetData, entry: dict[str, Any], ref: dict[str, int]) 
         return "missing table", "—"
     from servecal.costmodels import CostTable
 
-    table = CostTable.load(path)
+    table = CostTable.load(path, trust=fleet.trust)
     if any(not lo <= ref[a] <= hi for a, (lo, hi) in table.domain.items()):
         return "outside grid", "—"
     args = [ref[a] for a in AXES]

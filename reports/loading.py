@@ -22,6 +22,7 @@ from typing import Any
 import pandas as pd
 
 from servecal.costmodels.predictor import Predictor
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.costmodels.segments import read_table, table_exists
 from servecal.util.errors import InputError
 
@@ -166,6 +167,8 @@ class FleetData:
 
     path: Path
     index: dict[str, Any]
+    #: How far its job tables are trusted (the report command's table flags).
+    trust: TableTrust = NO_TRUST
 
     @property
     def jobs(self) -> dict[str, dict[str, Any]]:
@@ -216,13 +219,13 @@ def _numbers(value: Any, where: str) -> Any:
 
 
 @functools.lru_cache(maxsize=64)
-def _table_fingerprint(path: str, mtime: float) -> dict[str, Any]:
+def _table_fingerprint(path: str, mtime: float, allow_edited: bool) -> dict[str, Any]:
     from servecal.costmodels import CostTable
 
-    return CostTable.load(path).fingerprint
+    return CostTable.load(path, allow_edited=allow_edited).fingerprint
 
 
-def _compare_run_table(folder: Path, config: dict[str, Any]) -> None:
+def _compare_run_table(folder: Path, config: dict[str, Any], trust: TableTrust) -> None:
     """Warn (or under ``--strict`` refuse) when the cost table a run planned with was
     measured on another device or model than the run's own measurements."""
     spec = config.get("predictor")
@@ -231,8 +234,10 @@ def _compare_run_table(folder: Path, config: dict[str, Any]) -> None:
     from servecal.costmodels.drift.replay import measured_fingerprint
     from servecal.costmodels.provenance import compare_fingerprints
 
-    table_fp = _table_fingerprint(spec, Path(spec).stat().st_mtime)
-    compare_fingerprints(table_fp, measured_fingerprint(folder), spec, str(folder))
+    table_fp = _table_fingerprint(spec, Path(spec).stat().st_mtime, trust.allow_edited)
+    compare_fingerprints(
+        table_fp, measured_fingerprint(folder), spec, str(folder), trust.refuse_mismatch
+    )
 
 
 def _observer_drift(observers: Any) -> dict[str, Any] | None:
@@ -245,7 +250,7 @@ def _observer_drift(observers: Any) -> dict[str, Any] | None:
     return None
 
 
-def load_run(folder: Path) -> RunData:
+def load_run(folder: Path, trust: TableTrust = NO_TRUST) -> RunData:
     """Read one run folder; a missing file or column is one-line :class:`InputError`."""
     for name in RUN_FILES:
         if not table_exists(folder / name):
@@ -271,7 +276,7 @@ def load_run(folder: Path) -> RunData:
     if "preemptions" in requests.columns and "recomputes" not in requests.columns:
         # a requests table without "recomputes" counts recompute preemptions as "preemptions"
         requests = requests.rename(columns={"preemptions": "recomputes"}).assign(parks=0)
-    _compare_run_table(folder, config)
+    _compare_run_table(folder, config, trust)
     if not summary:  # no summary recorded: the one metrics implementation fills it in
         from servecal.sched.metrics import summarize
 
@@ -288,7 +293,7 @@ def load_run(folder: Path) -> RunData:
     )
 
 
-def load_calibration(folder: Path) -> CalibrationData:
+def load_calibration(folder: Path, trust: TableTrust = NO_TRUST) -> CalibrationData:
     """Read a calibration folder (samples and/or cost table, fingerprint)."""
     samples_path = folder / "samples.parquet"
     table_path = folder / "costtable.json"
@@ -305,7 +310,9 @@ def load_calibration(folder: Path) -> CalibrationData:
 
         table_json = _read_json(table_path)
         measured = _read_json(fp_path) if fp_path.is_file() else read.provenance
-        predictor = CostTable.load(table_path, fingerprint=measured, other=str(samples_path))
+        predictor = CostTable.load(
+            table_path, fingerprint=measured, other=str(samples_path), trust=trust
+        )
     fingerprint = (
         _read_json(fp_path)
         if fp_path.is_file()
@@ -320,11 +327,11 @@ def load_calibration(folder: Path) -> CalibrationData:
     )
 
 
-def load_fleet(folder: Path) -> FleetData:
+def load_fleet(folder: Path, trust: TableTrust = NO_TRUST) -> FleetData:
     """Read a fleet folder's ``index.json``."""
     from servecal.profiler.fleet import read_index
 
-    return FleetData(path=folder, index=read_index(folder / FLEET_INDEX))
+    return FleetData(path=folder, index=read_index(folder / FLEET_INDEX), trust=trust)
 
 
 def _is_fleet(folder: Path) -> bool:
@@ -349,8 +356,9 @@ def _candidates(root: Path) -> Iterable[Path]:
         yield from _candidates(child)
 
 
-def discover(paths: Sequence[str | Path]) -> ReportInputs:
-    """All runs and calibrations under the given paths (each searched recursively)."""
+def discover(paths: Sequence[str | Path], trust: TableTrust = NO_TRUST) -> ReportInputs:
+    """All runs and calibrations under the given paths (each searched recursively);
+    ``trust``: how far the cost tables they name are trusted (the table flags)."""
     runs: list[RunData] = []
     cals: list[CalibrationData] = []
     fleets: list[FleetData] = []
@@ -368,9 +376,9 @@ def discover(paths: Sequence[str | Path]) -> ReportInputs:
             )
         for folder in found:
             if (folder / "run.json").is_file():
-                runs.append(load_run(folder))
+                runs.append(load_run(folder, trust))
             elif (folder / "samples.parquet").is_file():
-                cals.append(load_calibration(folder))
+                cals.append(load_calibration(folder, trust))
             else:
-                fleets.append(load_fleet(folder))
+                fleets.append(load_fleet(folder, trust))
     return ReportInputs(runs=tuple(runs), calibrations=tuple(cals), fleets=tuple(fleets))

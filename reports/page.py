@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.reports.answer import answer_section
 from servecal.reports.blocks import Section, Text
 from servecal.reports.calibration import calibration_section
@@ -123,6 +124,9 @@ def build_report(
     out_dir: str | Path,
     title: str = "servecal report",
     preface: Sequence[str] = (),
+    trust: TableTrust = NO_TRUST,
 ) -> ReportFiles:
-    """Find runs and calibrations under ``paths`` and write the report into ``out_dir``."""
-    return write_report(discover(paths), out_dir, title=title, preface=preface, sources=paths)
+    """Find runs and calibrations under ``paths`` and write the report into ``out_dir``
+    (``trust``: how far the cost tables they name are trusted, the table flags)."""
+    inputs = discover(paths, trust)
+    return write_report(inputs, out_dir, title=title, preface=preface, sources=paths)

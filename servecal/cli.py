@@ -2,7 +2,7 @@
 
 Commands live in ``servecal/commands/<name>.py``; each parses its flags and calls
 one function of a stage. Commands that load cost tables take ``--allow-edited``
-and ``--strict`` (:func:`servecal.commands._common.table_flags`). Every failure a
+and ``--strict`` (:func:`servecal.commands._common.table_trust`). Every failure a
 user can cause ends as one line on stderr: bad input
 (:func:`servecal.commands._common.user_errors`) and click's usage errors
 (:class:`OneLineGroup`) as ``error: ...`` with exit code 2, Ctrl-C with exit
@@ -12,7 +12,6 @@ code 130; never a traceback or a boxed panel.
 from __future__ import annotations
 
 import importlib
-import os
 import pkgutil
 import sys
 from typing import Any
@@ -28,7 +27,6 @@ from servecal.commands._common import (
     describe_error,
     one_line,
 )
-from servecal.costmodels.provenance import ALLOW_EDITED_ENV, ALLOW_MISMATCH_ENV, STRICT_ENV
 
 try:  # typer >= 0.16 vendors (a part of) click; older typer uses the click package
     from typer._click.exceptions import ClickException, NoArgsIsHelpError
@@ -37,19 +35,7 @@ except ImportError:  # pragma: no cover - depends on the installed typer
 
 
 class OneLineGroup(TyperGroup):
-    """The root group: usage errors as one line; ``--allow-edited``/``--strict`` held
-    for one command only."""
-
-    def invoke(self, ctx: Any) -> Any:
-        saved = {k: os.environ.get(k) for k in (ALLOW_EDITED_ENV, STRICT_ENV, ALLOW_MISMATCH_ENV)}
-        try:
-            return super().invoke(ctx)
-        finally:  # the flags hold for one command (CliRunner runs many in one process)
-            for key, value in saved.items():
-                if value is None:
-                    os.environ.pop(key, None)
-                else:
-                    os.environ[key] = value
+    """The root group: usage errors as one line."""
 
     def main(  # type: ignore[override]
         self,

@@ -29,10 +29,11 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
 from servecal.util.errors import InputError
 
@@ -75,6 +76,8 @@ class Space:
     policies: tuple[PolicySpec, ...]
     routers: tuple[PolicySpec, ...]
     hardware: tuple[Hardware, ...]
+    #: The command's table flags (how far its cost tables are trusted; not the question).
+    trust: TableTrust = field(default=NO_TRUST, compare=False)
 
     @property
     def configs(self) -> list[tuple[Hardware, PolicySpec, PolicySpec]]:
@@ -199,9 +202,9 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
     return out
 
 
-def load_space(path: Path) -> Space:
+def load_space(path: Path, trust: TableTrust = NO_TRUST) -> Space:
     """The plan file at ``path`` (TOML, or the same as JSON); one :class:`InputError` line
-    for any mistake."""
+    for any mistake. ``trust``: how far its cost tables are trusted (the table flags)."""
     from servecal.profiler.files import load_mapping
 
     doc = load_mapping(path, "capacity plan")
@@ -221,9 +224,9 @@ def load_space(path: Path) -> Space:
     if not isinstance(devices, list) or not devices:
         raise InputError(f"{path}: need at least one [[device]] table")
     hardware = tuple(h for i, d in enumerate(devices) for h in _hardware(d, i, base))
-    _check_models(hardware)
+    _check_models(hardware, trust)
     return Space(**workload, target=float(target), replicas=replicas, policies=policies,
-                 routers=routers, hardware=hardware)  # fmt: skip
+                 routers=routers, hardware=hardware, trust=trust)  # fmt: skip
 
 
 def _workload(w: dict[str, Any], base: Path) -> dict[str, Any]:
@@ -290,10 +293,10 @@ def _search(
     return (bounds[0], bounds[1]), policies, routers
 
 
-def _check_models(hardware: tuple[Hardware, ...]) -> None:
+def _check_models(hardware: tuple[Hardware, ...], trust: TableTrust) -> None:
     """Load every truth and table now: a bad one is one line before any simulation."""
     from servecal.sched.experiment.models import load_predictor, load_truth
 
     for h in hardware:
         load_truth(h.truth)
-        load_predictor(h.predictor, h.truth)
+        load_predictor(h.predictor, h.truth, trust)

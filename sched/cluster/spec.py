@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
 from servecal.sched.experiment.spec import SETTINGS
 from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
@@ -68,6 +69,8 @@ class ClusterSpec:
     slo_classes: str | None = None
     prompt_scale: float = 1.0
     ttft_scale: float = 1.0
+    #: The command's table flags: whether a table loads, never what a run computes.
+    trust: TableTrust = field(default=NO_TRUST, compare=False)
 
     def __post_init__(self) -> None:
         if not self.replicas:
@@ -115,6 +118,7 @@ class ClusterSpec:
 
     def describe(self) -> dict[str, Any]:
         doc = asdict(self)
+        del doc["trust"]
         doc["backend"] = CLUSTER
         doc["router"] = self.router.label
         doc["replicas"] = [
@@ -144,7 +148,7 @@ def build_cluster(spec: ClusterSpec, rng: np.random.Generator) -> tuple[list[Any
     for i, r in enumerate(spec.replicas):
         engine = replica_engine(
             r.policy.build(ENGINE),
-            load_predictor(r.predictor, r.truth),
+            load_predictor(r.predictor, r.truth, spec.trust),
             load_truth(r.truth).executor(replica_rng(rng, i), None),
             r.kv_capacity,
             r.policy.label,

@@ -98,9 +98,9 @@ def _check_models(spec: RunSpec, backend: str) -> None:
 
         parse_drift(spec.drift)
     load_truth(spec.truth)
-    load_predictor(spec.predictor, spec.truth)
+    load_predictor(spec.predictor, spec.truth, spec.trust)
     if backend != TORCH:  # the torch backend measures: its truth is never drawn from
-        compare_provenance(spec.predictor, spec.truth)
+        compare_provenance(spec.predictor, spec.truth, spec.trust)
     notice = oracle_notice(spec.predictor)
     if notice is not None:
         warnings.warn(notice, OracleWarning, stacklevel=3)  # check()'s caller

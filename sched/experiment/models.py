@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.plugins import Registry, is_import_path, load_object
 from servecal.sched.truth_protocol import check_truth
 from servecal.util.errors import InputError, NoticeWarning
@@ -71,7 +72,7 @@ PREDICTORS.add("fitted-grid", "servecal.sched.fitted_table:fitted_grid", "the sa
 # fmt: on
 
 _TRUTH_CACHE: dict[str, Any] = {}
-_PREDICTOR_CACHE: dict[tuple[str, str], Any] = {}
+_PREDICTOR_CACHE: dict[tuple[str, str, bool], Any] = {}
 
 
 def _split_predictor(spec: str) -> tuple[str, str]:
@@ -96,15 +97,17 @@ def load_truth(spec: str) -> Any:
     return _TRUTH_CACHE[spec]
 
 
-def load_predictor(spec: str, truth_spec: str) -> Any:
-    """The predictor ``spec`` names for the truth ``truth_spec`` (once per process)."""
+def load_predictor(spec: str, truth_spec: str, trust: TableTrust = NO_TRUST) -> Any:
+    """The predictor ``spec`` names for the truth ``truth_spec`` (once per process); a
+    cost table file is loaded as far as ``trust`` (the command's table flags) allows."""
     target, arg = _split_predictor(spec)
+    is_table = target == PREDICTORS.entries["table"].target
     # a cost table file is the same whatever the truth; oracle and fitted are the truth's
-    key = (spec, "" if target == PREDICTORS.entries["table"].target else truth_spec)
+    key = (spec, "" if is_table else truth_spec, trust.allow_edited if is_table else False)
     if key not in _PREDICTOR_CACHE:
         truth = load_truth(truth_spec)
-        if target == PREDICTORS.entries["table"].target:  # also a bare path
-            predictor = load_object(target, "--predictor")(arg, truth)
+        if is_table:  # also a bare path
+            predictor = load_object(target, "--predictor")(arg, truth, trust=trust)
         else:
             predictor = PREDICTORS.call(spec, arg, truth)
         _PREDICTOR_CACHE[key] = predictor
@@ -123,13 +126,13 @@ def oracle(arg: str, truth: Any) -> Any:
     return truth.oracle()
 
 
-def cost_table(path: str, truth: Any) -> Any:
-    """``table:PATH``: a cost table JSON."""
+def cost_table(path: str, truth: Any, trust: TableTrust = NO_TRUST) -> Any:
+    """``table:PATH``: a cost table JSON (``trust``: how far to trust it)."""
     from servecal.costmodels.table import CostTable
 
     if not Path(path).is_file():
         raise InputError(f"--predictor {path}: expected oracle or a cost table JSON file")
-    return CostTable.load(path)
+    return CostTable.load(path, trust=trust)
 
 
 #: The fingerprint of a simulated truth a cost table can be compared with: the device
@@ -151,7 +154,7 @@ def truth_fingerprint(truth_spec: str) -> tuple[dict[str, Any] | None, str]:
     return None, f"--truth {truth_spec}"
 
 
-def compare_provenance(predictor_spec: str, truth_spec: str) -> None:
+def compare_provenance(predictor_spec: str, truth_spec: str, trust: TableTrust = NO_TRUST) -> None:
     """Refuse (``--allow-mismatch``: warn) a cost table that plans for a truth of
     another device, model or TP degree: a samples or fitted truth measured elsewhere,
     or the simulated device truth (not cached: the CLI dedupes the warning per
@@ -165,8 +168,8 @@ def compare_provenance(predictor_spec: str, truth_spec: str) -> None:
     from servecal.costmodels.provenance import compare_fingerprints
 
     load_truth(truth_spec)  # a bad truth is its own error first
-    table = load_predictor(predictor_spec, truth_spec)
-    compare_fingerprints(table.fingerprint, fingerprint, str(path), source)
+    table = load_predictor(predictor_spec, truth_spec, trust)
+    compare_fingerprints(table.fingerprint, fingerprint, str(path), source, trust.refuse_mismatch)
 
 
 def table_path(predictor_spec: str) -> Path | None:

@@ -58,7 +58,7 @@ def planning_predictor(spec: RunSpec, monitor: bool = False) -> tuple[Any, tuple
     """``(predictor to plan with, observers)``: the spec's predictor, watched by a drift
     monitor when ``spec.monitor``, ``spec.adaptive_margin`` or ``monitor`` asks (its
     margins adapted online with ``adaptive_margin``)."""
-    predictor = load_predictor(spec.predictor, spec.truth)
+    predictor = load_predictor(spec.predictor, spec.truth, spec.trust)
     if not (monitor or spec.monitor or spec.adaptive_margin):
         return predictor, ()
     from servecal.costmodels.drift import watch
@@ -114,7 +114,7 @@ def _on_driver(
     driver = OperatorDriver(
         requests,
         spec.policy.build(DRIVER),
-        load_predictor(spec.predictor, spec.truth),
+        load_predictor(spec.predictor, spec.truth, spec.trust),
         _simulated_executor(spec, rng, requests),
         DriverConfig(
             setting=spec.setting,

@@ -11,6 +11,7 @@ import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
 from servecal.sched.policies.registry import DRIVER, ENGINE, PolicySpec
 from servecal.util.errors import InputError
@@ -101,6 +102,10 @@ class RunSpec:
       ``driver``/``torch``: that backend's options (``None`` for the others).
     * ``monitor``: attach the drift monitor; ``adaptive_margin``: plan with margins
       it adapts online.
+    * ``trust``: how far the command trusts a cost table ``predictor`` names (its
+      table flags, :class:`~servecal.costmodels.provenance.TableTrust`); it decides
+      whether a table loads, never what a run computes, so it is not part of the
+      run's configuration (``describe``, equality).
     """
 
     workload: str
@@ -123,6 +128,7 @@ class RunSpec:
     adaptive_margin: bool = False
     driver: DriverOptions | None = None
     torch: TorchOptions | None = field(default=None)
+    trust: TableTrust = field(default=NO_TRUST, compare=False)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -166,6 +172,7 @@ class RunSpec:
         option values in ``policy_options`` and the label rows use (``policy_label``:
         the name and the options given, e.g. ``sloweave[multi_prefill=True]``)."""
         doc = asdict(self)
+        del doc["trust"]
         doc["policy"] = self.policy.name
         doc["policy_label"] = self.policy.label  # name + the options given, as rows say
         doc["policy_options"] = self.policy.resolve().describe()

@@ -63,9 +63,9 @@ def setup_for(spec: RunSpec) -> TorchSetup:
             "the torch backend needs --predictor TABLE.json, from servecal calibrate "
             "on the same device and model shape"
         )
-    key = (str(path), options.device, options.model)
+    key = (str(path), options.device, options.model, spec.trust)
     if key not in _SETUPS:
-        _SETUPS[key] = load_setup(path, options.device, options.model)
+        _SETUPS[key] = load_setup(path, options.device, options.model, trust=spec.trust)
     return _SETUPS[key]
 
 

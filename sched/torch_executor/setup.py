@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from servecal.costmodels import CostTable
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.profiler.calibrate import (
     DEFAULT_LAYERS_TIMED,
     DTYPES,
@@ -67,12 +68,14 @@ def load_setup(
     model: str | None = None,
     threads: int | None = None,
     seed: int = 0,
+    trust: TableTrust = NO_TRUST,
 ) -> TorchSetup:
-    """Build the model the table was calibrated on (or ``model``) on ``device``."""
+    """Build the model the table was calibrated on (or ``model``) on ``device``
+    (``trust``: the command's table flags)."""
     path = Path(table_path)
     if not path.is_file():
         raise InputError(f"--predictor {path}: the torch executor needs a cost table JSON file")
-    table = CostTable.load(path)
+    table = CostTable.load(path, trust=trust)
     table_fp = table.fingerprint
     dev = resolve_device(device)
     shape = _shape_for(model, table_fp, dev)
@@ -90,7 +93,7 @@ def load_setup(
     meter, notice = open_meter(dev)
     fp = fingerprint(built, scale, used_threads, attention_backend(built))
     notices = [notice] if notice else []
-    notices += _mismatch_notices(path, table_fp, fp, used_threads)
+    notices += _mismatch_notices(path, table_fp, fp, used_threads, trust)
     return TorchSetup(
         device=dev,
         model=built,
@@ -116,13 +119,18 @@ def _shape_for(model: str | None, table_fp: dict[str, Any], dev: torch.device) -
 
 
 def _mismatch_notices(
-    path: Path, table_fp: dict[str, Any], fp: dict[str, Any], used_threads: int | None
+    path: Path,
+    table_fp: dict[str, Any],
+    fp: dict[str, Any],
+    used_threads: int | None,
+    trust: TableTrust = NO_TRUST,
 ) -> list[str]:
     """A ``warning:`` line for each way this run differs from the table's calibration:
     the fingerprint, the KV layout, the torch threads."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        CostTable.load(path, fingerprint=fp)  # warns (does not refuse) on a mismatch
+        # warns on a mismatch under --allow-mismatch, else refuses
+        CostTable.load(path, fingerprint=fp, trust=trust)
     notices = [f"warning: {w.message}" for w in caught]
     # a servecal fingerprint (it has layers_timed) with no kv_layout timed the contiguous one
     layout = table_fp.get("kv_layout", "contiguous" if "layers_timed" in table_fp else None)

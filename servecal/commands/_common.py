@@ -20,12 +20,7 @@ from typing import Any, TypeVar
 
 import typer
 
-from servecal.costmodels.provenance import (
-    ALLOW_EDITED_ENV,
-    ALLOW_MISMATCH_ENV,
-    STRICT_ENV,
-    FingerprintMismatchWarning,
-)
+from servecal.costmodels.provenance import FingerprintMismatchWarning, TableTrust
 from servecal.util.errors import InputError, NoticeWarning
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -188,7 +183,7 @@ def _probe(folder: Path, flag: str, shown: Path) -> None:
         raise InputError(f"{flag} {shown}: cannot write there ({describe_error(exc)})") from None
 
 
-#: The options of every command that loads cost tables (pass them to :func:`table_flags`).
+#: The options of every command that loads cost tables (pass them to :func:`table_trust`).
 ALLOW_EDITED_HELP = (
     "Load cost tables whose numbers no longer match their content hash, or that have none."
 )
@@ -199,17 +194,11 @@ ALLOW_MISMATCH_HELP = (
 STRICT_HELP = "Refuse a fingerprint mismatch even with --allow-mismatch (the default refuses)."
 
 
-def table_flags(allow_edited: bool, strict: bool, allow_mismatch: bool = False) -> None:
-    """Put ``--allow-edited`` / ``--strict`` / ``--allow-mismatch`` in force for this
-    command, including in worker processes (through the environment; the CLI restores
-    it afterwards)."""
-    flags = ((ALLOW_EDITED_ENV, allow_edited), (STRICT_ENV, strict),
-             (ALLOW_MISMATCH_ENV, allow_mismatch))  # fmt: skip
-    for name, on in flags:
-        if on:
-            os.environ[name] = "1"
-        else:
-            os.environ.pop(name, None)
+def table_trust(allow_edited: bool, strict: bool, allow_mismatch: bool = False) -> TableTrust:
+    """``--allow-edited`` / ``--strict`` / ``--allow-mismatch`` as the one value a
+    command hands every loader of its cost tables (a sweep's specs carry it into worker
+    processes)."""
+    return TableTrust(allow_edited=allow_edited, allow_mismatch=allow_mismatch, strict=strict)
 
 
 #: Old flag names already warned about in this process (each warns once).

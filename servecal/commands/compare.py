@@ -12,7 +12,7 @@ from servecal.commands._common import (
     ALLOW_EDITED_HELP,
     ALLOW_MISMATCH_HELP,
     STRICT_HELP,
-    table_flags,
+    table_trust,
     user_errors,
     writes_folder,
 )
@@ -124,7 +124,7 @@ def compare_command(
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
-    table_flags(allow_edited, strict, allow_mismatch)
+    trust = table_trust(allow_edited, strict, allow_mismatch)
     from servecal.commands._runs import Bars, driver_options, make_spec, split_list
     from servecal.sched import experiment as ex
     from servecal.sched.experiment.rows import ratios, row, write_summary
@@ -155,7 +155,7 @@ def compare_command(
     driver = driver_options(granularity, scheduling)
     shared = {"setting": setting, "requests": requests, "seeds": seeds, "truth": truth,
               "predictor": predictor, "kv_tokens": kv_tokens,
-              "slo_classes": slo_classes, "power": power}  # fmt: skip
+              "slo_classes": slo_classes, "power": power, "trust": trust}  # fmt: skip
     specs = []
     for target in targets:
         for w in names_w:

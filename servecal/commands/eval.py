@@ -12,7 +12,7 @@ from servecal.commands._common import (
     ALLOW_EDITED_HELP,
     ALLOW_MISMATCH_HELP,
     STRICT_HELP,
-    table_flags,
+    table_trust,
     user_errors,
 )
 
@@ -47,7 +47,7 @@ def eval_table(
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """P50 MAPE, P99+δ coverage, pinball loss, margin tightness and rows beyond the grid."""
-    table_flags(allow_edited, strict, allow_mismatch)
+    trust = table_trust(allow_edited, strict, allow_mismatch)
     from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.evaluate import evaluate
     from servecal.costmodels.samples import read_samples
@@ -57,6 +57,7 @@ def eval_table(
         table,
         fingerprint=data.provenance or None,
         other=str(samples),
+        trust=trust,
     )
     if data.frame.empty:
         raise InputError(f"{samples}: no sample rows: nothing to check")

@@ -53,7 +53,7 @@ def export(
     from servecal.util.atomic import atomic_path, is_special
 
     writable_file(out)
-    loaded = CostTable.load(table, allow_edited=allow_edited or None)
+    loaded = CostTable.load(table, allow_edited=allow_edited)
     options = {
         "max_num_seqs": max_num_seqs,
         "source": table.name,

@@ -12,7 +12,7 @@ import typer
 from servecal.commands._common import (
     ALLOW_EDITED_HELP,
     STRICT_HELP,
-    table_flags,
+    table_trust,
     user_errors,
     writes_folder,
 )
@@ -40,7 +40,7 @@ def plan_command(
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
 ) -> None:
     """Find the cheapest (device, TP, policy, router, replicas) meeting the target."""
-    table_flags(allow_edited, strict)
+    trust = table_trust(allow_edited, strict)
     import os
 
     from servecal.commands._runs import Bars
@@ -49,7 +49,7 @@ def plan_command(
     from servecal.sched.experiment import open_pool
     from servecal.sched.runfolder import write_json
 
-    space = load_space(space_file)
+    space = load_space(space_file, trust)
     width = jobs or os.cpu_count() or 1
     configs = candidates(space)
     start = time.perf_counter()

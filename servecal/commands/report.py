@@ -10,7 +10,7 @@ from servecal.commands._common import (
     ALLOW_EDITED_HELP,
     ALLOW_MISMATCH_HELP,
     STRICT_HELP,
-    table_flags,
+    table_trust,
     user_errors,
     writes_folder,
 )
@@ -29,10 +29,10 @@ def report(
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """Write an HTML report (figures embedded) and a Markdown summary of runs and calibrations."""
-    table_flags(allow_edited, strict, allow_mismatch)
+    trust = table_trust(allow_edited, strict, allow_mismatch)
     from servecal.reports import build_report
 
-    files = build_report(inputs, out, title=title)
+    files = build_report(inputs, out, title=title, trust=trust)
     typer.echo(f"report: {files.html}")
     typer.echo(f"summary: {files.markdown}")
 

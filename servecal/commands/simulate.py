@@ -12,7 +12,7 @@ from servecal.commands._common import (
     ALLOW_MISMATCH_HELP,
     STRICT_HELP,
     renamed_flag,
-    table_flags,
+    table_trust,
     user_errors,
     writes_folder,
 )
@@ -113,7 +113,7 @@ def simulate_command(
     force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
-    table_flags(allow_edited, strict, allow_mismatch)
+    trust = table_trust(allow_edited, strict, allow_mismatch)
     backend = renamed_flag(backend, executor, "--backend", "--executor")
     from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
     from servecal.sched import experiment as ex
@@ -150,6 +150,7 @@ def simulate_command(
         adaptive_margin=adaptive_margin,
         driver=driver_options(granularity, scheduling),
         torch=torch,
+        trust=trust,
     )
     if chosen == TORCH and truth is not None:
         raise InputError("--truth is the simulated executor's; drop it with --backend torch")

@@ -19,7 +19,7 @@ from servecal.commands._common import (
     ALLOW_EDITED_HELP,
     ALLOW_MISMATCH_HELP,
     STRICT_HELP,
-    table_flags,
+    table_trust,
     user_errors,
 )
 
@@ -47,7 +47,7 @@ def validate(
     allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """Check measurements against a table: valid (exit 0), drifted (1), cannot decide (2)."""
-    table_flags(allow_edited, strict, allow_mismatch)
+    trust = table_trust(allow_edited, strict, allow_mismatch)
     from servecal.costmodels import CostTable, InputError
     from servecal.costmodels.drift.gate import GateConfig
     from servecal.costmodels.drift.replay import (
@@ -63,13 +63,14 @@ def validate(
     except ValueError as exc:
         flag = "--min-shift" if "min_shift" in str(exc) else "--false-alarm"
         raise InputError(f"{flag}: {exc}") from None
-    cost_table = CostTable.load(table)
+    cost_table = CostTable.load(table, trust=trust)
     frame, kind = load_measurements(measurements)
     mismatch = compare_fingerprints(
         cost_table.fingerprint,
         measured_fingerprint(measurements),
         str(table),
         str(measurements),
+        trust.refuse_mismatch,
     )
     table_doc = {"path": str(table), "content_hash": cost_table.content_hash()}
     try:
