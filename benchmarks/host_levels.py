@@ -39,6 +39,8 @@ PROMPT = 500
 
 def child(model_dir: str, seconds: float) -> None:
     """Step one fixed batch for ``seconds``; print ``[wall time, ms]`` rows as JSON."""
+    # the engine in this process (the calibration driver's parent sets the same)
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     from servecal.integrations.vllm.calibration import _Driver
     from servecal.profiler.shapes import ModelShape
 

@@ -224,6 +224,8 @@ def _run_child(python: str, cfg: CalibrateConfig, plan: dict[str, Any], store: S
                on_progress: Callable[[SweepStatus], None] | None) -> SweepOutcome:  # fmt: skip
     before = len(store.done())
     env = dict(os.environ)
+    # the engine in the driver's own process, so its scheduler object is reachable
+    env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
     if plan["device"] == "cpu":
         env.setdefault("VLLM_TARGET_DEVICE", "cpu")
         env.update(served_omp_env(cfg.threads, env))

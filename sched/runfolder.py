@@ -46,12 +46,18 @@ RUN_FILES = ("run.json", "iterations.parquet", "requests.parquet")
 #: What a command recorded of its outputs in a folder (relative paths).
 OUTPUTS_FILE = ".servecal-outputs.json"
 OUTPUTS_SCHEMA = "servecal.outputs/1"
-#: The id of the command writing runs, carried into worker processes; ``write_run``
-#: stamps it into ``run.json`` (``invocation``) so the command knows its own runs.
-INVOCATION_ENV = "SERVECAL_INVOCATION"
 RUN_SCHEMA = "servecal.run/1"
 #: Run folders the command holding :func:`run_output` resumed (kept as its outputs).
 _resumed: set[Path] = set()
+#: The id of the command holding :func:`run_output` in this process (``None``: none).
+_invocation: str | None = None
+
+
+def current_invocation() -> str | None:
+    """The id of the command holding :func:`run_output` in this process: ``write_run``
+    stamps it into ``run.json`` (``invocation``) so the command knows its own runs; a
+    sweep hands it to worker processes with each task."""
+    return _invocation
 
 
 def _plain(value: Any) -> Any:
@@ -115,10 +121,12 @@ def write_run(
     config: dict[str, Any],
     summary: dict[str, Any],
     seeds: dict[str, Any],
+    invocation: str | None = None,
 ) -> Path:
     """Write ``result`` as a run folder at ``folder``, replacing a run folder servecal
     wrote there (:func:`is_servecal_run`); anything else there is refused
-    (:class:`InputError`). The old run is renamed away and the new one renamed in
+    (:class:`InputError`). ``invocation``: the writing command's id (default: this
+    process's, :func:`current_invocation`). The old run is renamed away and the new one renamed in
     with Ctrl-C held back, so an interrupt leaves one whole run or the other."""
     target = Path(folder)
     make_folder(target.parent)
@@ -140,8 +148,9 @@ def write_run(
             "counters": result.counters,
             "observers": result.observers,
         }
-        if os.environ.get(INVOCATION_ENV):
-            doc["invocation"] = os.environ[INVOCATION_ENV]
+        invocation = invocation or _invocation
+        if invocation:
+            doc["invocation"] = invocation
         (tmp / "run.json").write_text(json.dumps(_plain(doc), indent=2) + "\n")
         with _signals_held():
             if target.exists():
@@ -324,13 +333,13 @@ def run_output(folder: str | os.PathLike[str], command: str = "servecal") -> Ite
     first run, leaves the folder as it found it (less temporary leftovers); one
     interrupted or failing midway keeps every run there and records its own beside.
     """
+    global _invocation
     root = Path(folder)
     with folder_lock(root, command):
         remove_temporaries(root)
         previous = recorded_outputs(root)
         invocation = uuid.uuid4().hex
-        saved = os.environ.get(INVOCATION_ENV)
-        os.environ[INVOCATION_ENV] = invocation  # worker processes inherit it
+        saved, _invocation = _invocation, invocation
         since_ns = time.time_ns() - 20_000_000  # a file system clock may lag by a tick
         _resumed.clear()
         finished = False
@@ -338,10 +347,7 @@ def run_output(folder: str | os.PathLike[str], command: str = "servecal") -> Ite
             yield root
             finished = True
         finally:
-            if saved is None:
-                os.environ.pop(INVOCATION_ENV, None)
-            else:
-                os.environ[INVOCATION_ENV] = saved
+            _invocation = saved
             with contextlib.suppress(OSError), _signals_held():
                 fresh = fresh_outputs(root, invocation, since_ns)
                 if fresh:

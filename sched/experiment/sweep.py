@@ -35,11 +35,13 @@ from servecal.util.errors import InputError
 
 @dataclass(frozen=True)
 class Task:
-    """One run: ``spec`` with ``seed``; ``folder``: write its run folder there."""
+    """One run: ``spec`` with ``seed``; ``folder``: write its run folder there, stamped
+    with ``invocation`` (the id of the command writing it)."""
 
     spec: RunSpec
     seed: int
     folder: str | None = None
+    invocation: str | None = None
 
 
 def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any]:
@@ -55,11 +57,15 @@ def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any
             from servecal.sched.runfolder import as_recorded, write_run
 
             write_run(task.folder, result, run_config(task), summary,
-                      {"seed": task.seed, "streams": STREAMS})  # fmt: skip
+                      {"seed": task.seed, "streams": STREAMS}, task.invocation)  # fmt: skip
             return as_recorded(summary)  # a resumed run's summary reads the same
         return summary
     finally:
         _running = False
+
+
+def _seed_folder(root: Path | None, seed: int) -> str | None:
+    return None if root is None else str(root / f"seed-{seed}")
 
 
 def run_config(task: Task) -> dict[str, Any]:
@@ -334,12 +340,11 @@ class _Sweep:
             raise ValueError("folders must name one folder (or None) per spec")
         # absolute: a worker elsewhere (a Ray node) does not start in this directory
         roots = [None if f is None else Path(f).absolute() for f in folder_of]
+        from servecal.sched.runfolder import current_invocation
+
+        invocation = current_invocation()  # workers stamp it: they share no process state
         runs = [
-            (
-                i,
-                seed,
-                Task(spec, seed, None if roots[i] is None else str(roots[i] / f"seed-{seed}")),
-            )
+            (i, seed, Task(spec, seed, _seed_folder(roots[i], seed), invocation))
             for i, spec in enumerate(specs)
             for seed in spec.seeds
         ]
