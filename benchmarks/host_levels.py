@@ -98,7 +98,7 @@ def main() -> int:
     if args.child:
         child(args.child[0], float(args.child[1]))
         return 0
-    from servecal.integrations.bench.server import write_model_folder
+    from servecal.profiler.model_folder import write_model_folder
 
     cpus = [int(c) for c in args.cpus.split(",")]
     model = write_model_folder("tiny", Path(tempfile.mkdtemp()) / "model")

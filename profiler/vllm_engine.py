@@ -139,7 +139,7 @@ def _new_plan(cfg: CalibrateConfig, opts: EngineOptions, store: ShardStore) -> d
             raise InputError("give --model (a dummy model of that shape) or --model-dir, not both")
         shape, model_dir = shape_of_folder(opts.model_dir), opts.model_dir.resolve()
     else:
-        from servecal.integrations.bench.server import write_model_folder
+        from servecal.profiler.model_folder import write_model_folder
 
         shape = ModelShape.resolve(cfg.model or "tiny")
         model_dir = write_model_folder(shape.name if cfg.model is None else cfg.model,
@@ -259,7 +259,7 @@ def _run_child(python: str, cfg: CalibrateConfig, plan: dict[str, Any], store: S
     elif code in (130, -signal.SIGINT, -signal.SIGTERM):
         stopped = "signal"
     else:
-        from servecal.integrations.bench.server import last_error
+        from servecal.util.logs import last_error
 
         raise InputError(
             f"the vLLM engine exited with code {code}: {last_error(log_path)} "

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from servecal.util.errors import InputError
+from servecal.util.logs import last_error
 from servecal.util.niceness import popen_at_niceness
 
 #: Seconds vLLM may take to drain and close on SIGTERM (its --shutdown-timeout).
@@ -85,35 +86,6 @@ class ServerSpec:
         ):
             cmd += ["--skip-tokenizer-init"]  # prompts are token ids anyway
         return [*cmd, *self.extra_args]
-
-
-def write_model_folder(shape_name: str, folder: Path, max_position: int = 32768) -> Path:
-    """A Llama-architecture model folder (``config.json`` only) with a servecal model
-    shape's dimensions, for ``--load-format dummy``: random weights, real kernels."""
-    from servecal.profiler.shapes import ModelShape
-
-    shape = ModelShape.resolve(shape_name)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "num_hidden_layers": shape.n_layers,
-        "hidden_size": shape.hidden,
-        "num_attention_heads": shape.n_heads,
-        "num_key_value_heads": shape.n_kv_heads,
-        "head_dim": shape.head_dim,
-        "intermediate_size": shape.intermediate,
-        "vocab_size": shape.vocab,
-        "rope_theta": shape.rope_theta,
-        "rms_norm_eps": shape.norm_eps,
-        "max_position_embeddings": max_position,
-        "hidden_act": "silu",
-        "bos_token_id": 1,
-        "eos_token_id": 2,
-        "tie_word_embeddings": False,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    return folder
 
 
 def table_dtype(table: Path) -> str | None:
@@ -189,18 +161,3 @@ def stop_server(proc: subprocess.Popen, grace_s: float = SHUTDOWN_S + 30) -> int
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # stragglers: engine or workers
     return proc.wait()
-
-
-def last_error(log_path: Path) -> str:
-    """The servecal line, else the last error line, of a server log."""
-    try:
-        lines = log_path.read_text(errors="replace").splitlines()
-    except OSError:
-        return "no log"
-    for line in reversed(lines):
-        if "servecal:" in line and ("ERROR" in line or "Error" in line):
-            return line.split("servecal:", 1)[1].strip()[:300]
-    for line in reversed(lines):
-        if "Error" in line:
-            return line.strip()[:300]
-    return lines[-1][:300] if lines else "empty log"

@@ -204,8 +204,8 @@ def bench_command(
         ServerSpec,
         running_server,
         table_dtype,
-        write_model_folder,
     )
+    from servecal.profiler.model_folder import write_model_folder
 
     if table is None:
         raise InputError("--model-dir needs --table (the plug-in's cost table)")

@@ -74,7 +74,7 @@ def test_resume_of_a_servecal_run_with_engine_vllm_is_refused(
 
 
 def test_a_model_folder_reads_as_its_shape(tmp_path: Path) -> None:
-    from servecal.integrations.bench.server import write_model_folder
+    from servecal.profiler.model_folder import write_model_folder
 
     folder = write_model_folder("tiny", tmp_path / "m")
     shape, tiny = shape_of_folder(folder), ModelShape.resolve("tiny")

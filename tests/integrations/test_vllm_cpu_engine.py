@@ -36,8 +36,8 @@ from servecal.integrations.bench.server import (
     ServerSpec,
     free_port,
     stop_server,
-    write_model_folder,
 )
+from servecal.profiler.model_folder import write_model_folder
 from servecal.profiler.vllm_engine import served_omp_env
 
 pytestmark = [pytest.mark.xdist_group("vllm-cpu"), pytest.mark.slow]
