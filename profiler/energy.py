@@ -13,8 +13,9 @@ import contextlib
 import glob
 import os
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:  # torch is imported where a device is opened: the meters need no torch
     import torch
@@ -136,36 +137,57 @@ def _throttle_reasons(nvml: object) -> object:
     )
 
 
-def nvml_handle(device: torch.device) -> tuple[object, object]:
-    """``(pynvml, handle)`` for a CUDA device, matched by UUID (indices can differ)."""
-    import pynvml
-    import torch
+#: How NVML is told which GPU: its NVML index, its UUID (``GPU-…``), or ``(UUID, index)``
+#: for "the UUID if NVML knows it, else the index" (CUDA's and NVML's indices can differ).
+NvmlId = int | str | tuple[str, int]
 
-    pynvml.nvmlInit()
-    index = device.index or 0
-    uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
-    if uuid is not None:
+
+def _nvml_handle(nvml: Any, gpu: NvmlId) -> object:
+    if isinstance(gpu, tuple):
+        uuid, index = gpu
         try:
-            return pynvml, pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{uuid}")
-        except pynvml.NVMLError:
-            pass
-    return pynvml, pynvml.nvmlDeviceGetHandleByIndex(index)
+            return nvml.nvmlDeviceGetHandleByUUID(uuid)
+        except nvml.NVMLError:
+            return nvml.nvmlDeviceGetHandleByIndex(index)
+    if isinstance(gpu, str):
+        return nvml.nvmlDeviceGetHandleByUUID(gpu)
+    return nvml.nvmlDeviceGetHandleByIndex(gpu)
 
 
-def _open_nvml(device: torch.device) -> tuple[EnergyMeter | None, str | None]:
+def open_nvml(gpus: Callable[[], Sequence[NvmlId]]) -> tuple[EnergyMeter | None, str | None]:
+    """NVML's total-energy meter of the GPUs ``gpus()`` names (summed when several: a
+    tensor-parallel replica), or ``(None, "energy unavailable: why")``.
+
+    The one place servecal opens NVML (``calibrate``, the torch executor and the vLLM
+    plug-in's run log all come here). ``gpus`` is called after NVML initialises, so a
+    host without the driver says so before anything asks CUDA about its devices.
+    """
     try:
         import pynvml
     except ImportError:
         return None, "energy unavailable: nvidia-ml-py is not installed"
     try:
-        nvml, handle = nvml_handle(device)
-        return NvmlMeter(nvml, handle), None
+        pynvml.nvmlInit()
+        meters: list[EnergyMeter] = [NvmlMeter(pynvml, _nvml_handle(pynvml, g)) for g in gpus()]
     except pynvml.NVMLError_LibraryNotFound:
         return None, "energy unavailable: NVML library not found (no NVIDIA driver)"
     except pynvml.NVMLError_NotSupported:
         return None, "energy unavailable: this GPU has no total-energy counter (pre-Volta?)"
     except pynvml.NVMLError as exc:
         return None, f"energy unavailable: NVML error: {exc}"
+    return (meters[0] if len(meters) == 1 else SumMeter(meters)), None
+
+
+def _cuda_ids(device: torch.device, devices: int) -> list[NvmlId]:
+    """``device`` and the ``devices - 1`` CUDA devices after it, each by its UUID (else
+    its index)."""
+    import torch
+
+    ids: list[NvmlId] = []
+    for index in range((device.index or 0), (device.index or 0) + devices):
+        uuid = getattr(torch.cuda.get_device_properties(index), "uuid", None)
+        ids.append(index if uuid is None else (f"GPU-{uuid}", index))
+    return ids
 
 
 def rapl_zones(root: str = RAPL_ROOT) -> list[str]:
@@ -215,15 +237,5 @@ def open_meter(
     it; a CPU's RAPL package counter already covers every rank's process.
     """
     if device.type == "cuda":
-        import torch
-
-        if devices == 1:
-            return _open_nvml(device)
-        meters = []
-        for offset in range(devices):
-            meter, notice = _open_nvml(torch.device("cuda", (device.index or 0) + offset))
-            if meter is None:
-                return None, notice
-            meters.append(meter)
-        return SumMeter(meters), None
+        return open_nvml(lambda: _cuda_ids(device, devices))
     return open_rapl(rapl_root)

@@ -24,9 +24,9 @@ import math
 import os
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from servecal.profiler.energy import RAPL_ROOT, NvmlMeter, SumMeter, open_rapl
+from servecal.profiler.energy import RAPL_ROOT, NvmlId, open_nvml, open_rapl
 
 #: ``prefer`` values of :func:`open_energy_meter`.
 METERS = ("auto", "nvml", "rapl")
@@ -99,7 +99,7 @@ def load_meter(path: str) -> EnergyMeter:
     return meter
 
 
-def _physical_gpus(gpus: Sequence[int | str] | None) -> list[int | str]:
+def _physical_gpus(gpus: Sequence[int | str] | None) -> list[NvmlId]:
     """NVML indices (or ``GPU-…`` UUIDs) of the engine's logical CUDA devices.
 
     NVML numbers every GPU on the host; CUDA numbers only ``CUDA_VISIBLE_DEVICES``,
@@ -108,7 +108,7 @@ def _physical_gpus(gpus: Sequence[int | str] | None) -> list[int | str]:
     logical = list(gpus) if gpus is not None else [0]
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")]
     visible = [v for v in visible if v]
-    out: list[int | str] = []
+    out: list[NvmlId] = []
     for g in logical:
         if isinstance(g, str):  # a UUID names a physical GPU already
             out.append(g)
@@ -118,29 +118,6 @@ def _physical_gpus(gpus: Sequence[int | str] | None) -> list[int | str]:
         else:
             out.append(g)
     return out
-
-
-def _open_nvml(gpus: Sequence[int | str] | None) -> tuple[EnergyMeter | None, str | None]:
-    try:
-        import pynvml
-    except ImportError:
-        return None, "energy unavailable: nvidia-ml-py is not installed"
-    try:
-        pynvml.nvmlInit()
-        meters: list[Any] = []
-        for g in _physical_gpus(gpus):
-            if isinstance(g, str):
-                handle = pynvml.nvmlDeviceGetHandleByUUID(g)
-            else:
-                handle = pynvml.nvmlDeviceGetHandleByIndex(g)
-            meters.append(NvmlMeter(pynvml, handle))
-    except pynvml.NVMLError_LibraryNotFound:
-        return None, "energy unavailable: NVML library not found (no NVIDIA driver)"
-    except pynvml.NVMLError_NotSupported:
-        return None, "energy unavailable: this GPU has no total-energy counter (pre-Volta?)"
-    except pynvml.NVMLError as exc:
-        return None, f"energy unavailable: NVML error: {exc}"
-    return (meters[0] if len(meters) == 1 else SumMeter(meters)), None
 
 
 def open_energy_meter(
@@ -159,7 +136,7 @@ def open_energy_meter(
         raise ValueError(f"energy meter must be one of {', '.join(METERS)}, got {prefer!r}")
     notices = []
     if prefer in ("auto", "nvml"):
-        meter, notice = _open_nvml(gpus)
+        meter, notice = open_nvml(lambda: _physical_gpus(gpus))
         if meter is not None:
             return meter, None
         notices.append(notice)

@@ -12,6 +12,7 @@ import os
 import socket
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -110,6 +111,83 @@ class Backend(Protocol):
     def __enter__(self) -> Backend: ...
 
     def __exit__(self, *exc: object) -> None: ...
+
+
+class Placement(Protocol):
+    """One :meth:`Backend.run` call's view of where jobs run: what :func:`drive` asks
+    of a backend (the local one places jobs in worker processes, Ray in tasks)."""
+
+    #: Its name in a result's ``where`` (``local``, ``ray``).
+    backend: str
+    #: How long Ctrl-C waits for running jobs to come back (s).
+    grace_s: float
+
+    def infeasible(self, resources: Resources) -> str | None:
+        """Why ``resources`` can never be placed (None when they can)."""
+        ...
+
+    def start(self, waiting: deque[Job]) -> list[JobResult]:
+        """Start waiting jobs as they fit (taking them from ``waiting``; one that does
+        not fit yet keeps its place); return results of jobs that could not be sent."""
+        ...
+
+    def busy(self) -> bool:
+        """Whether a started job has not come back yet."""
+        ...
+
+    def collect(self, timeout: float | None) -> list[JobResult]:
+        """Wait up to ``timeout`` (None: until one comes back); every result ready."""
+        ...
+
+    def interrupt(self) -> None:
+        """Ctrl-C: ask the running jobs to stop (what they return is still collected)."""
+        ...
+
+    def abandon(self) -> None:
+        """Stop whatever still runs (the run is over, or failed)."""
+        ...
+
+
+def drive(jobs: Sequence[Job], progress: Progress | None, place: Placement) -> Iterator[JobResult]:
+    """The one job loop of every backend: refuse what can never be placed, start what
+    fits, yield each result as it comes back; on Ctrl-C start nothing more, yield what
+    returns within ``place.grace_s`` and re-raise; stop what still runs at the end."""
+    keys = [j.key for j in jobs]
+    if len(set(keys)) != len(keys):
+        raise ValueError("job keys must be unique")
+    total, done = len(jobs), 0
+
+    def report(result: JobResult) -> JobResult:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(result, done, total)
+        return result
+
+    waiting: deque[Job] = deque()
+    try:
+        for job in jobs:
+            reason = place.infeasible(job.resources)
+            if reason is not None:
+                yield report(JobResult(job.key, None, reason, 0.0, {"backend": place.backend}))
+            else:
+                waiting.append(job)
+        try:
+            while waiting or place.busy():
+                for result in place.start(waiting):
+                    yield report(result)
+                for result in place.collect(None) if place.busy() else []:
+                    yield report(result)
+        except KeyboardInterrupt:
+            waiting.clear()
+            place.interrupt()
+            deadline = time.monotonic() + place.grace_s
+            while place.busy() and time.monotonic() < deadline:
+                for result in place.collect(max(0.0, deadline - time.monotonic())):
+                    yield report(result)
+            raise
+    finally:
+        place.abandon()
 
 
 def one_line(exc: BaseException) -> str:

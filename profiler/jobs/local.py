@@ -37,6 +37,7 @@ from servecal.profiler.jobs.base import (
     Progress,
     Resources,
     describe_worker,
+    drive,
     execute,
     one_line,
 )
@@ -203,7 +204,7 @@ class LocalBackend:
         """Why a job with ``res`` can never run here (None when it can)."""
         if res.num_cpus > self.num_cpus:
             return f"needs {res.num_cpus:g} CPUs; this host has {self.num_cpus:g}"
-        usable = self._of_kind(self.gpus, res.accelerator_type)
+        usable = self.of_kind(self.gpus, res.accelerator_type)
         if res.num_gpus > len(usable):
             kind = f" {res.accelerator_type}" if res.accelerator_type else ""
             seen = ", ".join(sorted({g.name for g in self.gpus})) or "none"
@@ -211,11 +212,11 @@ class LocalBackend:
         return None
 
     @staticmethod
-    def _of_kind(gpus: Sequence[Gpu], kind: str | None) -> list[Gpu]:
+    def of_kind(gpus: Sequence[Gpu], kind: str | None) -> list[Gpu]:
         return [g for g in gpus if kind is None or _matches(kind, g.name)]
 
     # ------------------------------------------------------------------ running
-    def _worker_for(self, job: Job, gpus: tuple[Gpu, ...]) -> _Worker:
+    def worker_for(self, job: Job, gpus: tuple[Gpu, ...]) -> _Worker:
         if gpus:
             env = {
                 "CUDA_VISIBLE_DEVICES": ",".join(g.uuid for g in gpus),
@@ -227,7 +228,7 @@ class LocalBackend:
         # A CPU job must not grab a device it was not given.
         return _Worker(self._ctx, {"CUDA_VISIBLE_DEVICES": ""} if self.gpus else {}, ())
 
-    def _result_of(self, run: _Running) -> JobResult:
+    def result_of(self, run: _Running) -> JobResult:
         """Read a finished worker's result (or turn its death into one)."""
         try:
             result: JobResult = run.worker.conn.recv()
@@ -251,97 +252,15 @@ class LocalBackend:
 
     def run(self, jobs: Sequence[Job], progress: Progress | None = None) -> Iterator[JobResult]:
         """Run ``jobs``; yield results as they complete (see the module docstring)."""
-        keys = [j.key for j in jobs]
-        if len(set(keys)) != len(keys):
-            raise ValueError("job keys must be unique")
-        total, done = len(jobs), 0
-        pending: deque[Job] = deque()
-        running: dict[Connection, _Running] = {}
-        free_cpus = self.num_cpus
-        free_gpus = list(self.gpus)
+        return drive(jobs, progress, _LocalPlacement(self))
 
-        def report(result: JobResult) -> JobResult:
-            nonlocal done
-            done += 1
-            if progress is not None:
-                progress(result, done, total)
-            return result
-
-        def release(run: _Running) -> None:
-            nonlocal free_cpus
-            free_cpus += run.job.resources.num_cpus
-            free_gpus.extend(run.worker.gpus)
-            free_gpus.sort(key=lambda g: g.index)
-            if run.worker.gpus or not run.worker.process.is_alive():
-                run.worker.stop()
-            else:
-                self._idle.append(run.worker)
-
-        def start_what_fits() -> list[JobResult]:
-            """Start every waiting job that fits; return results of jobs that could not be sent."""
-            nonlocal free_cpus
-            skipped: list[Job] = []
-            unsent: list[JobResult] = []
-            while pending:
-                if free_cpus < 1e-9 and not free_gpus:  # full: stop scanning (long sweeps)
-                    break
-                job = pending.popleft()
-                res = job.resources
-                usable = self._of_kind(free_gpus, res.accelerator_type)
-                if res.num_cpus > free_cpus + 1e-9 or res.num_gpus > len(usable):
-                    skipped.append(job)
-                    continue
-                gpus = tuple(usable[: res.num_gpus])
-                for g in gpus:
-                    free_gpus.remove(g)
-                free_cpus -= res.num_cpus
-                worker = self._worker_for(job, gpus)
-                run = _Running(job, worker, time.monotonic())
-                try:
-                    worker.conn.send((job.key, job.fn, tuple(job.args), dict(job.kwargs)))
-                except Exception as exc:  # noqa: BLE001 - e.g. a lambda: it cannot pickle
-                    release(run)
-                    error = f"job not sendable to a worker: {one_line(exc)}"
-                    unsent.append(JobResult(job.key, None, error, 0.0, {"backend": "local"}))
-                    continue
-                running[worker.conn] = run
-            pending.extendleft(reversed(skipped))  # they keep their place in the queue
-            return unsent
-
-        def collect(timeout: float | None) -> list[JobResult]:
-            out = []
-            for conn in wait(list(running), timeout):
-                run = running.pop(conn)  # type: ignore[arg-type]
-                result = self._result_of(run)
-                release(run)
-                out.append(result)
-            return out
-
-        try:
-            for job in jobs:
-                reason = self.infeasible(job.resources)
-                if reason is not None:
-                    yield report(JobResult(job.key, None, reason, 0.0, {"backend": "local"}))
-                else:
-                    pending.append(job)
-            try:
-                while pending or running:
-                    for result in start_what_fits():
-                        yield report(result)
-                    if running:
-                        for result in collect(None):
-                            yield report(result)
-            except KeyboardInterrupt:
-                pending.clear()
-                deadline = time.monotonic() + self.grace_s
-                while running and time.monotonic() < deadline:
-                    for result in collect(max(0.0, deadline - time.monotonic())):
-                        yield report(result)
-                raise
-        finally:
-            for run in running.values():
-                run.worker.kill()
-            running.clear()
+    def take_back(self, worker: _Worker) -> None:
+        """A worker whose job came back: a CPU worker waits for the next one, a GPU
+        worker (or a dead one) is stopped."""
+        if worker.gpus or not worker.process.is_alive():
+            worker.stop()
+        else:
+            self._idle.append(worker)
 
     def close(self) -> None:
         while self._idle:
@@ -352,3 +271,81 @@ class LocalBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _LocalPlacement:
+    """One :meth:`LocalBackend.run` call's free CPUs and GPUs and running workers (the
+    :class:`~servecal.profiler.jobs.base.Placement` that :func:`drive` runs)."""
+
+    backend = "local"
+
+    def __init__(self, owner: LocalBackend) -> None:
+        self.owner = owner
+        self.grace_s = owner.grace_s
+        self.free_cpus = owner.num_cpus
+        self.free_gpus = list(owner.gpus)
+        self.running: dict[Connection, _Running] = {}
+
+    def infeasible(self, resources: Resources) -> str | None:
+        return self.owner.infeasible(resources)
+
+    def _release(self, run: _Running) -> None:
+        self.free_cpus += run.job.resources.num_cpus
+        self.free_gpus.extend(run.worker.gpus)
+        self.free_gpus.sort(key=lambda g: g.index)
+        self.owner.take_back(run.worker)
+
+    def _fits(self, job: Job) -> tuple[Gpu, ...] | None:
+        """The GPUs ``job`` would get now, or None when it does not fit yet."""
+        res = job.resources
+        usable = self.owner.of_kind(self.free_gpus, res.accelerator_type)
+        if res.num_cpus > self.free_cpus + 1e-9 or res.num_gpus > len(usable):
+            return None
+        return tuple(usable[: res.num_gpus])
+
+    def start(self, waiting: deque[Job]) -> list[JobResult]:
+        skipped: list[Job] = []
+        unsent: list[JobResult] = []
+        while waiting:
+            if self.free_cpus < 1e-9 and not self.free_gpus:  # full: stop scanning
+                break
+            job = waiting.popleft()
+            gpus = self._fits(job)
+            if gpus is None:
+                skipped.append(job)
+                continue
+            for g in gpus:
+                self.free_gpus.remove(g)
+            self.free_cpus -= job.resources.num_cpus
+            worker = self.owner.worker_for(job, gpus)
+            run = _Running(job, worker, time.monotonic())
+            try:
+                worker.conn.send((job.key, job.fn, tuple(job.args), dict(job.kwargs)))
+            except Exception as exc:  # noqa: BLE001 - e.g. a lambda: it cannot pickle
+                self._release(run)
+                error = f"job not sendable to a worker: {one_line(exc)}"
+                unsent.append(JobResult(job.key, None, error, 0.0, {"backend": "local"}))
+                continue
+            self.running[worker.conn] = run
+        waiting.extendleft(reversed(skipped))  # they keep their place in the queue
+        return unsent
+
+    def busy(self) -> bool:
+        return bool(self.running)
+
+    def collect(self, timeout: float | None) -> list[JobResult]:
+        out = []
+        for conn in wait(list(self.running), timeout):
+            run = self.running.pop(conn)  # type: ignore[arg-type]
+            result = self.owner.result_of(run)
+            self._release(run)
+            out.append(result)
+        return out
+
+    def interrupt(self) -> None:
+        """Nothing to send: Ctrl-C reached the workers too (see the module docstring)."""
+
+    def abandon(self) -> None:
+        for run in self.running.values():
+            run.worker.kill()
+        self.running.clear()

@@ -26,6 +26,7 @@ from servecal.profiler.jobs.base import (
     Progress,
     Resources,
     describe_worker,
+    drive,
     execute,
     one_line,
 )
@@ -121,18 +122,18 @@ class RayBackend:
         self.max_in_flight = max_in_flight
 
     # ---------------------------------------------------------------- resources
-    def _nodes(self) -> list[dict[str, float]]:
+    def nodes(self) -> list[dict[str, float]]:
         return [n.get("Resources", {}) for n in self._ray.nodes() if n.get("Alive")]
 
     def capacity(self) -> Resources:
-        nodes = self._nodes() or [{}]
+        nodes = self.nodes() or [{}]
         best = max(nodes, key=lambda r: (r.get("GPU", 0.0), r.get("CPU", 0.0)))
         return Resources(num_cpus=best.get("CPU", 0.0), num_gpus=int(best.get("GPU", 0.0)))
 
     def describe(self) -> str:
         total = self._ray.cluster_resources()
         return (
-            f"ray ({len(self._nodes())} node(s), {total.get('CPU', 0):g} CPUs, "
+            f"ray ({len(self.nodes())} node(s), {total.get('CPU', 0):g} CPUs, "
             f"{total.get('GPU', 0):g} GPUs)"
         )
 
@@ -144,7 +145,7 @@ class RayBackend:
         ``nodes``: the alive nodes' resources, when the caller already asked.
         """
         label = f"accelerator_type:{res.accelerator_type}" if res.accelerator_type else None
-        for node in self._nodes() if nodes is None else nodes:
+        for node in self.nodes() if nodes is None else nodes:
             if node.get("CPU", 0.0) + 1e-9 < res.num_cpus or node.get("GPU", 0.0) < res.num_gpus:
                 continue
             if label is not None and label not in node:
@@ -157,7 +158,7 @@ class RayBackend:
         )
 
     # ------------------------------------------------------------------ running
-    def _submit(self, job: Job) -> Any:
+    def submit(self, job: Job) -> Any:
         res = job.resources
         options: dict[str, Any] = {
             "num_cpus": res.num_cpus,
@@ -178,76 +179,9 @@ class RayBackend:
         them; ``calibrate`` treats it as its stop signal and keeps what it measured)
         and what comes back within 60 s is still yielded before the interrupt is re-raised.
         """
-        ray = self._ray
-        keys = [j.key for j in jobs]
-        if len(set(keys)) != len(keys):
-            raise ValueError("job keys must be unique")
-        total, done = len(jobs), 0
-        refs: dict[Any, tuple[Job, float]] = {}
-        waiting: deque[Job] = deque()
         cpus = self._ray.cluster_resources().get("CPU", 0.0)
         limit = self.max_in_flight or max(64, int(2 * cpus))
-
-        def report(result: JobResult) -> JobResult:
-            nonlocal done
-            done += 1
-            if progress is not None:
-                progress(result, done, total)
-            return result
-
-        def submit_more() -> list[JobResult]:
-            """Submit up to the limit; return results of jobs Ray would not take."""
-            unsent = []
-            while waiting and len(refs) < limit:
-                job = waiting.popleft()
-                try:
-                    refs[self._submit(job)] = (job, time.monotonic())
-                except Exception as exc:  # noqa: BLE001 - e.g. arguments that cannot pickle
-                    error = f"job not submitted: {one_line(exc)}"
-                    unsent.append(JobResult(job.key, None, error, 0.0, {"backend": "ray"}))
-            return unsent
-
-        def collect(timeout: float | None) -> list[JobResult]:
-            ready, _ = ray.wait(list(refs), num_returns=1, timeout=timeout)
-            if ready:  # and whatever else is done by now, in one pass
-                rest = [r for r in refs if r not in ready]
-                ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0] if rest else []
-            out = []
-            for ref in ready:
-                job, submitted = refs.pop(ref)
-                try:
-                    out.append(ray.get(ref))
-                except Exception as exc:  # noqa: BLE001 - the task's failure is its result
-                    wall = time.monotonic() - submitted
-                    out.append(JobResult(job.key, None, _error_of(exc), wall, {"backend": "ray"}))
-            return out
-
-        try:
-            nodes = self._nodes()
-            for job in jobs:
-                reason = self.infeasible(job.resources, nodes)
-                if reason is not None:
-                    yield report(JobResult(job.key, None, reason, 0.0, {"backend": "ray"}))
-                else:
-                    waiting.append(job)
-            try:
-                while waiting or refs:
-                    for result in submit_more():
-                        yield report(result)
-                    for result in collect(None) if refs else []:
-                        yield report(result)
-            except KeyboardInterrupt:
-                waiting.clear()
-                for ref in refs:
-                    ray.cancel(ref)
-                deadline = time.monotonic() + 60.0
-                while refs and time.monotonic() < deadline:
-                    for result in collect(max(0.0, deadline - time.monotonic())):
-                        yield report(result)
-                raise
-        finally:
-            for ref in refs:
-                ray.cancel(ref, force=True)
+        return drive(jobs, progress, _RayPlacement(self, self._ray, limit))
 
     def pool(
         self, resources: Resources = Resources(num_cpus=1), max_in_flight: int | None = None
@@ -267,3 +201,62 @@ class RayBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class _RayPlacement:
+    """One :meth:`RayBackend.run` call's tasks in flight (the
+    :class:`~servecal.profiler.jobs.base.Placement` that :func:`drive` runs)."""
+
+    backend = "ray"
+    grace_s = 60.0
+
+    def __init__(self, owner: RayBackend, ray: Any, limit: int) -> None:
+        self.owner = owner
+        self.ray = ray
+        self.limit = limit
+        self.nodes: list[dict[str, float]] | None = None  # asked once per run
+        self.refs: dict[Any, tuple[Job, float]] = {}
+
+    def infeasible(self, resources: Resources) -> str | None:
+        if self.nodes is None:
+            self.nodes = self.owner.nodes()
+        return self.owner.infeasible(resources, self.nodes)
+
+    def start(self, waiting: deque[Job]) -> list[JobResult]:
+        """Submit up to the limit; return results of jobs Ray would not take."""
+        unsent = []
+        while waiting and len(self.refs) < self.limit:
+            job = waiting.popleft()
+            try:
+                self.refs[self.owner.submit(job)] = (job, time.monotonic())
+            except Exception as exc:  # noqa: BLE001 - e.g. arguments that cannot pickle
+                error = f"job not submitted: {one_line(exc)}"
+                unsent.append(JobResult(job.key, None, error, 0.0, {"backend": "ray"}))
+        return unsent
+
+    def busy(self) -> bool:
+        return bool(self.refs)
+
+    def collect(self, timeout: float | None) -> list[JobResult]:
+        ray = self.ray
+        ready, _ = ray.wait(list(self.refs), num_returns=1, timeout=timeout)
+        if ready:  # and whatever else is done by now, in one pass
+            rest = [r for r in self.refs if r not in ready]
+            ready += ray.wait(rest, num_returns=len(rest), timeout=0)[0] if rest else []
+        out = []
+        for ref in ready:
+            job, submitted = self.refs.pop(ref)
+            try:
+                out.append(ray.get(ref))
+            except Exception as exc:  # noqa: BLE001 - the task's failure is its result
+                wall = time.monotonic() - submitted
+                out.append(JobResult(job.key, None, _error_of(exc), wall, {"backend": "ray"}))
+        return out
+
+    def interrupt(self) -> None:
+        for ref in self.refs:
+            self.ray.cancel(ref)
+
+    def abandon(self) -> None:
+        for ref in self.refs:
+            self.ray.cancel(ref, force=True)

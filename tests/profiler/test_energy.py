@@ -1,5 +1,7 @@
 """Energy meters: RAPL wraparound, NVML without a driver, null energy and one notice."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -119,3 +121,16 @@ def test_energy_is_read_over_a_group_long_enough_for_the_counter_to_move():
     ratio = e / (50.0 * rows[0]["ms"] / 1e3)
     assert 0.05 <= ratio <= 20.0, ratio
     assert e > 0 and rows[0]["power_w"] == 50.0
+
+
+def test_one_place_opens_an_nvml_energy_meter():
+    """calibrate, the torch executor and the vLLM plug-in's run log all open their NVML
+    meters through ``profiler.energy.open_nvml``."""
+    root = Path(__file__).resolve().parents[2]
+    openers = [
+        path.relative_to(root).as_posix()
+        for folder in ("costmodels", "sched", "profiler", "integrations", "reports", "servecal")
+        for path in (root / folder).rglob("*.py")
+        if "NvmlMeter(" in path.read_text()
+    ]
+    assert openers == ["profiler/energy.py"]
