@@ -3,7 +3,10 @@
 One row per timed iteration. Required columns are :data:`SAMPLE_COLUMNS`; the
 optional device-state columns are :data:`OPTIONAL_COLUMNS`; other columns are kept
 untouched. Provenance (device, driver, model shape, ...) travels in the Parquet schema
-metadata and in a ``fingerprint.json`` beside the file, so CSV files carry it too.
+metadata and in a sidecar beside the file under the file's own name (``X.parquet`` →
+``X.fingerprint.json``, :func:`fingerprint_path`), so CSV files carry it too and any
+number of samples files share a folder. Folders written before that hold one
+``fingerprint.json`` for their samples: it is still read, never written.
 
 Every defect raises :class:`InputError` with one line naming the file, the column and
 the first bad row (rows are counted from 0, header excluded).
@@ -42,7 +45,26 @@ POINT_COLUMNS = ("n_decode", "chunk", "ctx", "prefix")
 #: Parquet schema-metadata keys.
 META_SCHEMA = b"servecal.schema"
 META_PROVENANCE = b"servecal.provenance"
-FINGERPRINT_FILE = "fingerprint.json"
+#: A samples file's sidecar: ``X.parquet`` → ``X.fingerprint.json``.
+SIDECAR_SUFFIX = ".fingerprint.json"
+#: The one sidecar per folder that older servecal wrote (read when a file has none).
+LEGACY_FINGERPRINT_FILE = "fingerprint.json"
+
+
+def fingerprint_path(samples: str | os.PathLike[str]) -> Path:
+    """Where :func:`write_samples` puts the provenance of ``samples`` beside it."""
+    p = Path(samples)
+    return p.with_name(p.stem + SIDECAR_SUFFIX)
+
+
+def find_fingerprint(samples: str | os.PathLike[str]) -> Path | None:
+    """The sidecar describing ``samples``: its own (:func:`fingerprint_path`), else an
+    older folder's ``fingerprint.json``; ``None`` when there is neither."""
+    own = fingerprint_path(samples)
+    if own.exists():
+        return own
+    legacy = Path(samples).parent / LEGACY_FINGERPRINT_FILE
+    return legacy if legacy.exists() else None
 
 
 @dataclass(frozen=True)
@@ -186,8 +208,8 @@ def _provenance_from_parquet(path: Path, metadata: dict[bytes, bytes] | None) ->
 
 
 def _provenance_from_sidecar(path: Path) -> dict[str, Any] | None:
-    sidecar = path.parent / FINGERPRINT_FILE
-    if not sidecar.exists():
+    sidecar = find_fingerprint(path)
+    if sidecar is None:
         return None
     try:
         prov = json.loads(sidecar.read_text())
@@ -228,8 +250,8 @@ def _read_frame(path: Path) -> tuple[pd.DataFrame, dict[str, Any] | None]:
 def read_samples(path: str | os.PathLike[str]) -> Samples:
     """Read and validate samples from Parquet (or ``.csv``), with their provenance.
 
-    Provenance comes from the Parquet schema metadata, else from ``fingerprint.json``
-    beside the file (which also carries a CSV file's provenance).
+    Provenance comes from the Parquet schema metadata, else from the file's sidecar
+    (:func:`find_fingerprint`, which also carries a CSV file's provenance).
     """
     p = Path(path)
     if not p.is_file():
@@ -285,7 +307,7 @@ def _numbers_only(table: Any) -> bool:
 
 def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The provenance of a samples file without reading its rows (Parquet metadata,
-    else ``fingerprint.json`` beside it; ``{}`` when neither says anything)."""
+    else its sidecar, :func:`find_fingerprint`; ``{}`` when neither says anything)."""
     p = Path(path)
     prov: dict[str, Any] | None = None
     if p.suffix.lower() not in (".csv", ".txt"):
@@ -304,53 +326,21 @@ def read_provenance(path: str | os.PathLike[str]) -> dict[str, Any]:
     return prov
 
 
-SAMPLE_SUFFIXES = (".parquet", ".csv")
-
-
-def _check_sidecar_is_ours(path: Path, provenance: dict[str, Any]) -> None:
-    """Refuse to replace a ``fingerprint.json`` that describes other samples files in the
-    same folder (another model, device or TP): they would be read with the new one."""
-    sidecar = path.parent / FINGERPRINT_FILE
-    try:
-        there = json.loads(sidecar.read_text())
-    except (OSError, ValueError, RecursionError):
-        return
-    if not isinstance(there, dict):
-        return
-    there.pop("schema", None)
-    mine = json.loads(json.dumps(provenance, sort_keys=True, default=str))
-    if there == mine:
-        return
-    others = sorted(
-        q.name
-        for q in path.parent.iterdir()
-        if q.suffix in SAMPLE_SUFFIXES and q.name != path.name and q.is_file()
-    )
-    if others:
-        keys = ("model", "device_name", "tp")
-        what = ", ".join(f"{k} {there[k]!r}" for k in keys if k in there) or "other provenance"
-        raise InputError(
-            f"{path.parent}: its {FINGERPRINT_FILE} describes {others[0]} ({what}), not "
-            "these samples: write them to a folder of their own"
-        )
-
-
 def write_samples(
     frame: pd.DataFrame, path: str | os.PathLike[str], provenance: dict[str, Any]
 ) -> None:
-    """Validate and write samples atomically as Parquet, plus ``fingerprint.json`` beside it."""
+    """Validate and write samples atomically as Parquet (provenance in its schema
+    metadata), plus its sidecar ``X.fingerprint.json`` beside it (:func:`fingerprint_path`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     p = Path(path)
-    if p.name == FINGERPRINT_FILE:
+    if p.name == LEGACY_FINGERPRINT_FILE or p.name.endswith(SIDECAR_SUFFIX):
         raise InputError(
-            f"{p}: that name is the samples' own sidecar ({FINGERPRINT_FILE}); "
+            f"{p}: that name is a samples file's sidecar ({SIDECAR_SUFFIX}); "
             "name the samples file e.g. samples.parquet"
         )
     clean = check_samples(frame, str(p))
-    if not is_special(p):
-        _check_sidecar_is_ours(p, provenance)
     ordered = list(SAMPLE_COLUMNS) + [c for c in clean.columns if c not in SAMPLE_COLUMNS]
     table = pa.Table.from_pandas(clean[ordered], preserve_index=False)
     prov_json = json.dumps(provenance, sort_keys=True, default=str)
@@ -365,5 +355,5 @@ def write_samples(
         return
     sidecar = {"schema": SAMPLES_SCHEMA, **json.loads(prov_json)}
     atomic_write_bytes(
-        p.parent / FINGERPRINT_FILE, (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()
+        fingerprint_path(p), (json.dumps(sidecar, indent=2, sort_keys=True) + "\n").encode()
     )

@@ -4,7 +4,7 @@ Output folder::
 
     DIR/shards/          plan.json + one shard per measured point (resume state)
     DIR/samples.parquet  every timed iteration (samples contract) with provenance
-    DIR/fingerprint.json the same provenance, readable without Parquet
+    DIR/samples.fingerprint.json  the same provenance, readable without Parquet
     DIR/costtable.json   the fitted table (skipped when a signal stopped the run)
 """
 

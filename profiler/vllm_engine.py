@@ -7,7 +7,7 @@ vLLM (``--server-python``, default ``$SERVECAL_VLLM_CPU_PYTHON``, as ``servecal
 bench``). Parent and child share the calibration folder's contract
 (:mod:`.calibrate`): the plan and one shard per measured point in ``OUT/shards``
 (so ``--resume`` continues where a stop left off), then ``samples.parquet``,
-``fingerprint.json`` and ``costtable.json`` written here. The child's progress
+``samples.fingerprint.json`` and ``costtable.json`` written here. The child's progress
 comes on its stderr (``servecal-progress DONE TOTAL LABEL``); everything else it
 prints goes to ``OUT/engine.log``.
 """

@@ -61,14 +61,15 @@ def _at_reference(fleet: FleetData, entry: dict[str, Any], ref: dict[str, int]) 
 
 
 def _fingerprint(fleet: FleetData, entry: dict[str, Any]) -> list[str]:
-    """The job's disagreements with its plan entry (the folder's fingerprint.json first)."""
+    """The job's disagreements with its plan entry (its samples' fingerprint first)."""
     import json
 
+    from servecal.costmodels.samples import find_fingerprint
     from servecal.profiler.fleet.plan import JobSpec, fingerprint_mismatches
 
     fp = entry.get("fingerprint") or {}
-    path = fleet.path / str(entry.get("folder", "")) / "fingerprint.json"
-    if path.is_file():
+    path = find_fingerprint(fleet.path / str(entry.get("folder", "")) / "samples.parquet")
+    if path is not None and path.is_file():
         try:
             fp = json.loads(path.read_text())
         except (OSError, ValueError):

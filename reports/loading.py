@@ -2,7 +2,8 @@
 
 A *run* folder holds ``run.json``, ``iterations.parquet`` and ``requests.parquet``
 (docs/design.md "Engine"); a *calibration* folder holds ``samples.parquet`` and/or
-``costtable.json`` with ``fingerprint.json`` (docs/design.md "Samples", "Cost table").
+``costtable.json`` with ``samples.fingerprint.json`` (older folders: ``fingerprint.json``;
+docs/design.md "Samples", "Cost table").
 A path given by the user may be either, or any folder above them (a ``compare``
 output with one run per policy × workload × target × seed): it is searched. A
 *fleet* folder (``servecal fleet``: ``index.json`` with one entry per job) is read
@@ -299,23 +300,23 @@ def load_calibration(folder: Path, trust: TableTrust = NO_TRUST) -> CalibrationD
     table_path = folder / "costtable.json"
     if not samples_path.is_file():
         raise InputError(f"{folder}: calibration folder without samples.parquet")
-    from servecal.costmodels.samples import read_samples
+    from servecal.costmodels.samples import find_fingerprint, read_samples
 
     read = read_samples(samples_path)
     predictor = None
     table_json: dict[str, Any] = {}
-    fp_path = folder / "fingerprint.json"
+    fp_path = find_fingerprint(samples_path)
     if table_path.is_file():
         from servecal.costmodels import CostTable
 
         table_json = _read_json(table_path)
-        measured = _read_json(fp_path) if fp_path.is_file() else read.provenance
+        measured = _read_json(fp_path) if fp_path is not None else read.provenance
         predictor = CostTable.load(
             table_path, fingerprint=measured, other=str(samples_path), trust=trust
         )
     fingerprint = (
         _read_json(fp_path)
-        if fp_path.is_file()
+        if fp_path is not None
         else table_json.get("fingerprint") or read.provenance
     )
     return CalibrationData(

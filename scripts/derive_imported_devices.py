@@ -9,7 +9,7 @@ For A100 and H100 (``sched/data/aiconfigurator_{a100,h100}_sxm_vllm0.14/``, writ
 * ``table.json`` (a plan's ``predictor``): ``servecal import aiconfigurator --model
   llama-3-8b --tp T`` on the profiler's GPU grid, then ``servecal fit --family table``:
   the table a team would build from the profile (P50 only: the profiles are medians);
-* ``samples.csv`` with its ``fingerprint.json`` (a plan's ``truth = "samples:..."``):
+* ``samples.csv`` with its ``samples.fingerprint.json`` (a plan's ``truth = "samples:..."``):
   the same import on :data:`TRUTH_GRID`, denser in decodes and chunk sizes. A samples
   truth answers an iteration with its nearest measured point, so on the GPU grid a
   400-token chunk would cost what a 512-token one does; on this grid the nearest
@@ -77,9 +77,9 @@ def derive(out_root: Path) -> list[Path]:
                 frame = pd.read_parquet(tmp_path / "truth" / "samples.parquet")
                 frame = frame[list(SAMPLE_COLUMNS)].assign(ms=frame["ms"].round(4))
                 frame.to_csv(out / "samples.csv", index=False)
-                fingerprint = (tmp_path / "truth" / "fingerprint.json").read_text()
-                (out / "fingerprint.json").write_text(fingerprint)
-            written += [out / "samples.csv", out / "fingerprint.json", out / "table.json"]
+                fingerprint = (tmp_path / "truth" / "samples.fingerprint.json").read_text()
+                (out / "samples.fingerprint.json").write_text(fingerprint)
+            written += [out / "samples.csv", out / "samples.fingerprint.json", out / "table.json"]
     return written
 
 

@@ -1,7 +1,7 @@
 """What one fleet job does on its worker: calibrate (or import) into its own folder.
 
 A job's folder is exactly what ``servecal calibrate --out FOLDER`` writes (``shards/``,
-``samples.parquet``, ``fingerprint.json``, ``costtable.json``) plus ``calibrate.log``
+``samples.parquet``, ``samples.fingerprint.json``, ``costtable.json``) plus ``calibrate.log``
 (what calibrate printed), the inputs it was handed (``grid.json``, ``model.json``)
 and, written last, ``fleet-job.json``: the job's record. A folder with that record
 holds a finished job; one with ``shards/plan.json`` and no record is resumed

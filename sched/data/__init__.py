@@ -13,7 +13,7 @@
   Apache-2.0: ``LICENSE`` and ``SOURCE.md`` in each), cut to the bf16 rows Llama-3-8B's
   import at TP 1 and 2 reads, by ``scripts/aiconfigurator_slice.py``;
   ``imported_{a100,h100}x{1,2}/``: their imports (``samples.csv`` with its
-  ``fingerprint.json``: a plan device's truth; ``table.json``: its P50 table), by
+  ``samples.fingerprint.json``: a plan device's truth; ``table.json``: its P50 table), by
   ``scripts/derive_imported_devices.py`` (docs/capacity.md).
 * ``azure_conv_head4000.csv``: the first 4,000 rows of the Azure LLM inference trace
   2023, conversation service (Azure/AzurePublicDataset @ b469a113,

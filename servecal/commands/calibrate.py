@@ -74,7 +74,7 @@ def calibrate(
         "neighbours' load out of its steps; below 0 needs root). Default: this process's.",
     ),
 ) -> None:
-    """Calibrate: sweep the grid, write samples.parquet + fingerprint.json + costtable.json."""
+    """Calibrate: sweep the grid, write samples.parquet (+ its fingerprint) + costtable.json."""
 
     from servecal.commands._runs import Bars, say
     from servecal.profiler.calibrate import CalibrateConfig
@@ -118,7 +118,9 @@ def calibrate(
                 on_progress=bars.points(),
             )
     if result.samples_path is not None:
-        fp = result.samples_path.parent / "fingerprint.json"
+        from servecal.costmodels.samples import fingerprint_path
+
+        fp = fingerprint_path(result.samples_path)
         typer.echo(f"wrote {result.samples_path} and {fp}")
     if result.outcome.stopped_by == "signal":
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from servecal.cli import app
 from servecal.costmodels import CostTable, InputError
-from servecal.costmodels.samples import read_samples, write_samples
+from servecal.costmodels.samples import read_provenance, read_samples, write_samples
 
 runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
@@ -102,18 +102,19 @@ def test_a_fit_that_makes_an_unloadable_table_writes_nothing(
     assert not out.exists()
 
 
-def test_import_never_overwrites_a_sidecar(tmp_path: Path) -> None:
+def test_imports_share_a_folder_each_with_its_own_sidecar(tmp_path: Path) -> None:
     base = ["import", "aiconfigurator", str(AIC), "--model"]
     refused([*base, "llama-3-8b", "--out", str(tmp_path / "fingerprint.json")], "sidecar")
+    refused([*base, "llama-3-8b", "--out", str(tmp_path / "a.fingerprint.json")], "sidecar")
+    assert not list(tmp_path.iterdir())
+    for name, model in (("a", "llama-3-8b"), ("b", "mistral-7b")):
+        done = runner.invoke(app, [*base, model, "--out", str(tmp_path / f"{name}.parquet")])
+        assert done.exit_code == 0, done.output
+    for name, model in (("a", "llama-3-8b"), ("b", "mistral-7b")):
+        side = json.loads((tmp_path / f"{name}.fingerprint.json").read_text())
+        assert side["model"] == model
+        assert read_provenance(tmp_path / f"{name}.parquet")["model"] == model
     assert not (tmp_path / "fingerprint.json").exists()
-    first = runner.invoke(app, [*base, "llama-3-8b", "--out", str(tmp_path / "a.parquet")])
-    assert first.exit_code == 0, first.output
-    side = (tmp_path / "fingerprint.json").read_text()
-    refused([*base, "mistral-7b", "--out", str(tmp_path / "b.parquet")],
-            "a.parquet", "folder of their own")  # fmt: skip
-    assert (tmp_path / "fingerprint.json").read_text() == side
-    again = runner.invoke(app, [*base, "llama-3-8b", "--out", str(tmp_path / "a.parquet")])
-    assert again.exit_code == 0, again.output  # the same samples again: its own sidecar
 
 
 def test_duplicate_json_keys_are_refused(table: Path, tmp_path: Path) -> None:
@@ -245,9 +246,13 @@ def test_a_second_fleet_on_one_folder_is_refused(tmp_path: Path) -> None:
     assert not (out / "jobs").exists() and not (out / "index.json").exists()
 
 
-def test_write_samples_refuses_to_share_a_sidecar(tmp_path: Path) -> None:
+def test_an_old_folders_fingerprint_json_is_still_read(tmp_path: Path) -> None:
     frame = read_samples(EXAMPLE).frame.head(20)
-    write_samples(frame, tmp_path / "a.parquet", {"model": "m1"})
-    with pytest.raises(InputError, match="a.parquet"):
-        write_samples(frame, tmp_path / "b.parquet", {"model": "m2"})
-    write_samples(frame, tmp_path / "b.parquet", {"model": "m1"})  # the same provenance: fine
+    frame.to_csv(tmp_path / "old.csv", index=False)
+    (tmp_path / "fingerprint.json").write_text(json.dumps({"model": "m0"}))
+    assert read_samples(tmp_path / "old.csv").provenance == {"model": "m0"}
+    write_samples(frame, tmp_path / "new.parquet", {"model": "m1"})  # beside it: fine
+    assert read_samples(tmp_path / "new.parquet").provenance == {"model": "m1"}
+    assert read_samples(tmp_path / "old.csv").provenance == {"model": "m0"}
+    frame.to_csv(tmp_path / "new.csv", index=False)  # a CSV reads its own sidecar first
+    assert read_samples(tmp_path / "new.csv").provenance == {"model": "m1"}

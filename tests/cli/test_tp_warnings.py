@@ -30,7 +30,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     fresh = TRUTH.draw(POINTS, 20, np.random.default_rng(7))
     out = {"table": root / "tp4.json"}
     for name, prov in (("tp1", {"device": "synthetic"}), ("tp4", {"device": "synthetic", "tp": 4})):
-        (root / name).mkdir()  # a folder each: one fingerprint.json describes one samples file
+        (root / name).mkdir()
         out[name] = root / name / f"{name}.parquet"
         write_samples(fresh, out[name], prov)
     return out

@@ -45,7 +45,7 @@ def test_parquet_round_trip_keeps_rows_and_provenance(tmp_path: Path) -> None:
     assert got.frame["n_decode"].dtype == np.int64
     assert np.isnan(got.frame["energy_j"].iloc[1])
     assert got.frame["ms"].tolist() == [1.5, 2.0, 3.25, 4.0]
-    side = json.loads((tmp_path / "fingerprint.json").read_text())
+    side = json.loads((tmp_path / "s.fingerprint.json").read_text())
     assert side["schema"] == SAMPLES_SCHEMA and side["device_name"] == "H200"
     assert not [p for p in tmp_path.iterdir() if p.name.endswith(".tmp")]
 

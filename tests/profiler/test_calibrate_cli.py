@@ -31,7 +31,7 @@ def test_calibrate_writes_samples_fingerprint_and_table(run):
     per_point = samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
     assert len(per_point) == 49 and (per_point == 20).all()
     assert samples.frame.energy_j.isna().all()  # no RAPL here: null, not zero
-    fp = json.loads((out / "fingerprint.json").read_text())
+    fp = json.loads((out / "samples.fingerprint.json").read_text())
     for key in (
         "device_name",
         "torch",

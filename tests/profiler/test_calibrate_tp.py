@@ -40,7 +40,7 @@ def test_tp2_calibration_writes_samples_fingerprint_and_a_tp2_table(tp2):
     per_point = samples.frame.groupby(["n_decode", "chunk", "ctx", "prefix"]).size()
     assert len(per_point) == 14 and (per_point == REPEATS).all()
     assert (samples.frame.ms > 0).all()
-    fp = json.loads((result.out / "fingerprint.json").read_text())
+    fp = json.loads((result.out / "samples.fingerprint.json").read_text())
     assert fp["tp"] == 2 and fp["collective_backend"] == "gloo"
     assert fp["model_hash"] == ModelShape.from_name("tiny").hash  # the whole model's identity
     assert ShardStore(result.out).read_plan()["tp"] == 2

@@ -194,7 +194,7 @@ def test_import_command_writes_median_samples(tmp_path):
         set(map(tuple, samples.frame[["n_decode", "chunk", "ctx", "prefix"]].to_numpy()))
     )
     assert samples.provenance["model_hash"] == ModelShape.from_file(shape).hash
-    assert (tmp_path / "fingerprint.json").exists()
+    assert (tmp_path / "s.fingerprint.json").exists()
     bad = CliRunner().invoke(app, ["import", "nope", str(AIC), "--model", "tiny"])
     assert bad.exit_code == 2 and "unknown profile kind" in bad.output
     assert math.isfinite(samples.frame.ms.max())
@@ -213,8 +213,6 @@ def allreduce_rows(backend: str) -> pd.DataFrame:
 
 
 def import_and_fit(tmp_path: Path, name: str, *extra: str) -> tuple[CostTable, dict]:
-    tmp_path = tmp_path / name  # a folder each: one fingerprint.json describes one samples file
-    tmp_path.mkdir()
     grid = tmp_path / "grid70.json"
     grid.write_text(json.dumps(GRID70.to_dict()))
     samples = tmp_path / f"{name}.parquet"

@@ -55,7 +55,12 @@ def test_each_job_writes_a_calibration_folder_and_the_failure_is_recorded(fleet)
         entry = jobs[name]
         assert entry["status"] == "ok" and entry["error"] is None
         folder = out / entry["folder"]
-        for file in ("samples.parquet", "fingerprint.json", "costtable.json", "shards/plan.json"):
+        for file in (
+            "samples.parquet",
+            "samples.fingerprint.json",
+            "costtable.json",
+            "shards/plan.json",
+        ):
             assert (folder / file).is_file(), file
         table = CostTable.load(out / entry["table"])
         # the table spans the plan's grid (a fitted model may add breakpoints inside it)

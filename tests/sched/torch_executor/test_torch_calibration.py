@@ -98,7 +98,7 @@ def paged_run(tmp_path_factory):
 
 
 def test_a_paged_calibration_records_its_layout(paged_run):
-    fp = json.loads((paged_run / "fingerprint.json").read_text())
+    fp = json.loads((paged_run / "samples.fingerprint.json").read_text())
     assert fp["kv_layout"] == "paged"
     plan = json.loads((paged_run / "shards" / "plan.json").read_text())
     assert plan["kv_layout"] == "paged"
