@@ -24,6 +24,7 @@ from servecal.costmodels.empirical import EmpiricalQuantileTable
 from servecal.costmodels.gbm import GBMQuantileRegressor
 from servecal.costmodels.physics import PhysicsQuantileRegressor
 from servecal.costmodels.piecewise import PiecewiseQuantileRegressor
+from servecal.plugins import Registry
 
 Axes = Mapping[str, Sequence[int]]
 
@@ -42,47 +43,61 @@ def _piecewise_not_applicable(X: np.ndarray) -> str | None:
 
 @dataclass(frozen=True)
 class Candidate:
-    """A model ``fit`` can compile: its name, one sentence, and how to build it
-    (unfitted) from the grid axes, the quantiles and a seed."""
+    """A model ``fit`` can compile: its name, one sentence, its estimator class (an
+    import path), and how to build it (unfitted) from the grid axes, the quantiles
+    and a seed."""
 
     name: str
-    description: str
+    summary: str
+    target: str  # the estimator class, "module:Class" (what ``servecal plugins`` names)
     build: Callable[[Axes, Sequence[float], int], Any]
     #: Why ``auto`` skips it on these feature rows (``None``: it applies).
     not_applicable: Callable[[np.ndarray], str | None] = lambda _X: None
+    usage: str = ""
+    number: str | None = None
+
+    def describe(self) -> dict[str, Any]:
+        return {"name": self.name, "usage": self.name, "summary": self.summary}
 
 
 #: Every model, in the order ``auto`` tries them (and breaks exact ties).
-CANDIDATES = (
+CANDIDATES = Registry(
+    "fit model", "--family", "a scikit-learn quantile regressor (fit)", user_form=""
+)
+for _candidate in (
     Candidate(
         "table",
         "empirical quantiles per grid cell (tail pooled over neighbours)",
+        "servecal.costmodels.empirical:EmpiricalQuantileTable",
         lambda axes, qs, seed: EmpiricalQuantileTable(axes=axes, quantiles=qs),
     ),
     Candidate(
         "linear",
         "physics-shaped linear quantile regression (7 non-negative terms)",
+        "servecal.costmodels.physics:PhysicsQuantileRegressor",
         lambda axes, qs, seed: PhysicsQuantileRegressor(qs, random_state=seed),
     ),
     Candidate(
         "piecewise",
         "physics-shaped piecewise quantile regression (token-cost knees, tile steps)",
+        "servecal.costmodels.piecewise:PiecewiseQuantileRegressor",
         lambda axes, qs, seed: PiecewiseQuantileRegressor(qs, random_state=seed),
         _piecewise_not_applicable,
     ),
     Candidate(
         "lgbm",
         "LightGBM quantile regression, made monotone on the grid",
+        "servecal.costmodels.gbm:GBMQuantileRegressor",
         lambda axes, qs, seed: GBMQuantileRegressor(quantiles=qs, random_state=seed),
     ),
-)
+):
+    CANDIDATES.add_entry(_candidate)
 MODELS = tuple(c.name for c in CANDIDATES)
-_BY_NAME = {c.name: c for c in CANDIDATES}
 
 
 def candidate(name: str) -> Candidate:
     """The candidate called ``name`` (KeyError if none)."""
-    return _BY_NAME[name]
+    return CANDIDATES.entries[name]  # type: ignore[return-value]
 
 
 def model_seed(seed: int, kind: str, fold: int) -> int:

@@ -29,12 +29,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from servecal.plugins import Registry
 from servecal.util.errors import InputError
 
 POWER_SCHEMA = "servecal.power_model/1"
 DATA_DIR = Path(__file__).resolve().parent / "data" / "power"
-#: Shipped power models by name (``--power NAME``); a path to a JSON file works too.
-POWER_MODELS = {"a100-llama3-8b": DATA_DIR / "a100_llama3_8b.json"}
+#: The shipped A100 Llama-3-8B model's file (scripts/derive_power_model.py writes it).
+A100_LLAMA3_8B = DATA_DIR / "a100_llama3_8b.json"
+#: Shipped power models by name (``--power NAME``), each naming its JSON file's path by
+#: import path; a path to a JSON file works too.
+POWER_MODELS = Registry(
+    "power model", "--power", "a power model JSON file (docs/energy.md)", user_form="PATH"
+)
+# fmt: off
+POWER_MODELS.add("a100-llama3-8b", "servecal.sched.power:A100_LLAMA3_8B", "an A100-SXM4-80GB serving Llama-3-8B, fitted from Splitwise's and ML.ENERGY's measurements")  # noqa: E501
+# fmt: on
 #: The device truth's default: it has an A100 Llama-3-8B's shape (docs/truth.md).
 DEFAULT_POWER_MODEL = "a100-llama3-8b"
 #: Row counts whose power is tabled once (beyond: computed per iteration).
@@ -136,9 +145,11 @@ def load_power_model(spec: str) -> PowerModel:
     """``--power NAME`` (a shipped model, :data:`POWER_MODELS`) or a JSON file's path."""
     if spec in _LOADED:
         return _LOADED[spec]
-    path = POWER_MODELS.get(spec, Path(spec))
+    path = Path(
+        POWER_MODELS.load(POWER_MODELS.entries[spec].target) if spec in POWER_MODELS else spec
+    )
     if spec not in POWER_MODELS and not path.is_file():
-        known = ", ".join(POWER_MODELS)
+        known = ", ".join(POWER_MODELS.names())
         raise InputError(f"--power {spec!r}: expected one of {known} or a power model JSON file")
     try:
         doc = json.loads(path.read_text())

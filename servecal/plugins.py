@@ -123,11 +123,12 @@ class Found:
 class Registry:
     """The names of one kind of extension (see the module docstring).
 
-    ``contract`` is the kind's protocol in one line (shown by ``servecal plugins``
-    and in errors); ``flag`` is the option users name it with; ``user_form`` how a
-    user's object is written (``MODULE:ATTR``). With ``takes_arg`` false a spec with
-    a colon is all import path (a policy class takes options, not ``:ARG``), and
-    whatever fails to import it says so through ``import_error``."""
+        ``contract`` is the kind's protocol in one line (shown by ``servecal plugins``
+        and in errors); ``flag`` is the option users name it with; ``user_form`` how a
+        user's object is written (``MODULE:ATTR``; ``""``: the kind takes built-ins only,
+    or a file's path where ``contract`` says so). With ``takes_arg`` false a spec with
+        a colon is all import path (a policy class takes options, not ``:ARG``), and
+        whatever fails to import it says so through ``import_error``."""
 
     kind: str
     flag: str
@@ -158,7 +159,8 @@ class Registry:
 
     def usages(self) -> str:
         """``a, b:PATH, ..., or MODULE:ATTR``: what the flag accepts, for help and errors."""
-        return ", ".join(e.usage or e.name for e in self) + f", or {self.user_form}"
+        names = ", ".join(e.usage or e.name for e in self)
+        return f"{names}, or {self.user_form}" if self.user_form else names
 
     def lookup(self, name: str) -> tuple[Named, dict[str, int]] | None:
         """The built-in ``name`` names and the option its ``-N`` suffix sets

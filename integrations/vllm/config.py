@@ -36,9 +36,6 @@ REQUEST_SLO_KEYS = ("tpot_slo_ms", "ttft_slo_ms")
 
 #: ``policy`` values: SLOWeave's budget, or vLLM's own scheduling (logged only).
 POLICIES = ("sloweave", "vllm")
-#: ``energy_meter`` values (see :func:`servecal.integrations.vllm.energy.open_energy_meter`),
-#: besides ``MODULE:NAME``: a meter of one's own (``energy.load_meter``).
-ENERGY_METERS = ("auto", "nvml", "rapl", "none")
 
 
 class PluginConfigError(InputError):
@@ -105,10 +102,12 @@ class PluginConfig:
             raise PluginConfigError(f"'flush_every' must be >= 1, got {self.flush_every}")
         if not (math.isfinite(self.flush_s) and self.flush_s > 0):
             raise PluginConfigError(f"'flush_s' must be a number > 0, got {self.flush_s}")
+        from servecal.integrations.vllm.energy import ENERGY_METERS
+
         module, sep, attr = self.energy_meter.partition(":")
         if self.energy_meter not in ENERGY_METERS and not (sep and module and attr):
             raise PluginConfigError(
-                f"'energy_meter' must be one of {', '.join(ENERGY_METERS)} or MODULE:NAME "
+                f"'energy_meter' must be one of {', '.join(ENERGY_METERS.names())} or MODULE:NAME "
                 f"(a meter class), got {self.energy_meter!r}"
             )
         if self.policy not in POLICIES:

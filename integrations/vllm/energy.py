@@ -26,10 +26,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
+from servecal.plugins import Registry
 from servecal.profiler.energy import RAPL_ROOT, NvmlId, open_nvml, open_rapl
 
-#: ``prefer`` values of :func:`open_energy_meter`.
-METERS = ("auto", "nvml", "rapl")
 #: What ``energy_source`` says when no meter could be opened.
 UNAVAILABLE = "unavailable"
 
@@ -120,33 +119,76 @@ def _physical_gpus(gpus: Sequence[int | str] | None) -> list[NvmlId]:
     return out
 
 
-def open_energy_meter(
-    prefer: str = "auto",
-    gpus: Sequence[int | str] | None = None,
-    rapl_root: str = RAPL_ROOT,
+def open_auto(
+    gpus: Sequence[int | str] | None, rapl_root: str = RAPL_ROOT
 ) -> tuple[EnergyMeter | None, str | None]:
-    """``(meter, None)``, or ``(None, "energy unavailable: why")``.
-
-    ``prefer``: ``auto`` (NVML if it opens, else RAPL), ``nvml`` or ``rapl`` only.
-    ``gpus``: the engine's logical CUDA device indices (default ``[0]``; a
-    tensor-parallel engine passes all of them and the counters are summed) or NVML
-    UUIDs. A RAPL package counter covers the whole socket, every process on it.
-    """
-    if prefer not in METERS:
-        raise ValueError(f"energy meter must be one of {', '.join(METERS)}, got {prefer!r}")
+    """``auto``: the engine's GPUs' NVML counters, else the host's RAPL."""
     notices = []
-    if prefer in ("auto", "nvml"):
-        meter, notice = open_nvml(lambda: _physical_gpus(gpus))
-        if meter is not None:
-            return meter, None
-        notices.append(notice)
-    if prefer in ("auto", "rapl"):
-        meter, notice = open_rapl(rapl_root)
+    for opener in (open_engine_nvml, open_host_rapl):
+        meter, notice = opener(gpus, rapl_root)
         if meter is not None:
             return meter, None
         notices.append(notice)
     reasons = "; ".join(n.removeprefix("energy unavailable: ") for n in notices if n)
     return None, f"energy unavailable: {reasons}"
+
+
+def open_engine_nvml(
+    gpus: Sequence[int | str] | None, rapl_root: str = RAPL_ROOT
+) -> tuple[EnergyMeter | None, str | None]:
+    """``nvml``: the NVML counters of the engine's GPUs, summed (``rapl_root`` unused)."""
+    return open_nvml(lambda: _physical_gpus(gpus))
+
+
+def open_host_rapl(
+    gpus: Sequence[int | str] | None, rapl_root: str = RAPL_ROOT
+) -> tuple[EnergyMeter | None, str | None]:
+    """``rapl``: the host's RAPL package counters (``gpus`` unused: the whole socket)."""
+    return open_rapl(rapl_root)
+
+
+def open_no_meter(
+    gpus: Sequence[int | str] | None, rapl_root: str = RAPL_ROOT
+) -> tuple[EnergyMeter | None, str | None]:
+    """``none``: no meter, and nothing to say about it."""
+    return None, None
+
+
+#: ``energy_meter`` of the vLLM plug-in: where its run log's joules come from, each
+#: opened by ``open(gpus, rapl_root) -> (meter | None, notice)``; a user's own meter is
+#: ``MODULE:NAME``, called with no arguments (:func:`load_meter`).
+ENERGY_METERS = Registry(
+    "energy meter",
+    "energy_meter",
+    "factory() -> EnergyMeter (read_j() in J, source)",
+    user_form="MODULE:NAME",
+)
+# fmt: off
+ENERGY_METERS.add("auto", "servecal.integrations.vllm.energy:open_auto", "the engine's GPUs' NVML counters, else the host's RAPL package counters")  # noqa: E501
+ENERGY_METERS.add("nvml", "servecal.integrations.vllm.energy:open_engine_nvml", "NVML's total-energy counters of the engine's GPUs (summed under TP)")  # noqa: E501
+ENERGY_METERS.add("rapl", "servecal.integrations.vllm.energy:open_host_rapl", "the host's RAPL package counters (the whole socket, every process on it)")  # noqa: E501
+ENERGY_METERS.add("none", "servecal.integrations.vllm.energy:open_no_meter", "no energy (run.json says unavailable)")  # noqa: E501
+# fmt: on
+
+
+def open_energy_meter(
+    prefer: str = "auto",
+    gpus: Sequence[int | str] | None = None,
+    rapl_root: str = RAPL_ROOT,
+) -> tuple[EnergyMeter | None, str | None]:
+    """``(meter, None)``, or ``(None, "energy unavailable: why")`` (``none``: ``(None, None)``).
+
+    ``prefer``: a name of :data:`ENERGY_METERS` (``auto``: NVML if it opens, else
+    RAPL; ``nvml`` or ``rapl`` only; ``none``). ``gpus``: the engine's logical CUDA
+    device indices (default ``[0]``; a tensor-parallel engine passes all of them and
+    the counters are summed) or NVML UUIDs. A RAPL package counter covers the whole
+    socket, every process on it.
+    """
+    if prefer not in ENERGY_METERS:
+        known = ", ".join(ENERGY_METERS.names())
+        raise ValueError(f"energy meter must be one of {known}, got {prefer!r}")
+    opener = ENERGY_METERS.load(ENERGY_METERS.entries[prefer].target)
+    return opener(gpus, rapl_root)  # type: ignore[no-any-return]
 
 
 class StepEnergy:

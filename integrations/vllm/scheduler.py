@@ -275,8 +275,6 @@ class SLOWeaveScheduler(Scheduler):
             open_energy_meter,
         )
 
-        if prefer == "none":
-            return None, UNAVAILABLE
         if ":" in prefer:  # MODULE:NAME, a meter of the user's: failing to load it stops vLLM
             try:
                 meter = load_meter(prefer)
@@ -287,7 +285,8 @@ class SLOWeaveScheduler(Scheduler):
         gpus = list(range(max(1, int(getattr(parallel, "world_size", 1) or 1))))
         meter, notice = open_energy_meter(prefer, gpus)
         if meter is None:
-            logger.info("servecal: %s", notice)
+            if notice:  # energy_meter none says nothing
+                logger.info("servecal: %s", notice)
             return None, UNAVAILABLE
         return StepEnergy(meter, every=ENERGY_EVERY), meter.source
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from servecal.plugins import Registry
 from servecal.profiler.jobs.base import (
     Backend,
     BackendUnavailable,
@@ -49,24 +50,27 @@ from servecal.profiler.jobs.base import (
 )
 from servecal.profiler.jobs.local import Gpu, LocalBackend, visible_gpus
 
-BACKENDS = ("local", "ray")
+#: ``--backend`` of ``servecal fleet``: where jobs run, each opened by
+#: ``open(address, **options) -> Backend`` (imported on use: Ray only when asked for).
+BACKENDS = Registry("job backend", "--backend", "open(address, **options) -> Backend", user_form="")
+# fmt: off
+BACKENDS.add("local", "servecal.profiler.jobs.local:open_local", "worker processes on this host: its CPUs and visible GPUs")  # noqa: E501
+BACKENDS.add("ray", "servecal.profiler.jobs.ray_backend:RayBackend", "one Ray task per job on a Ray cluster (servecal[ray]; --address to join one)")  # noqa: E501
+# fmt: on
 
 
 def open_backend(kind: str, address: str | None = None, **options: Any) -> Backend:
-    """A backend by name: ``local`` (``address`` must be None) or ``ray``.
+    """A backend by name (:data:`BACKENDS`): ``local`` (``address`` must be None) or ``ray``.
 
     Raises :class:`BackendUnavailable` (an ``InputError``: one line, exit 2) when
     Ray is asked for and not installed or not reachable.
     """
-    if kind == "local":
-        if address is not None:
-            raise BackendUnavailable("--address is for --backend ray; the local backend has none")
-        return LocalBackend(**options)
-    if kind == "ray":
-        from servecal.profiler.jobs.ray_backend import RayBackend
-
-        return RayBackend(address, **options)
-    raise BackendUnavailable(f"unknown backend {kind!r}; choose {' or '.join(BACKENDS)}")
+    if kind not in BACKENDS:
+        raise BackendUnavailable(
+            f"unknown backend {kind!r}; choose {' or '.join(BACKENDS.names())}"
+        )
+    opener = BACKENDS.load(BACKENDS.entries[kind].target)
+    return opener(address, **options)  # type: ignore[no-any-return]
 
 
 __all__ = [

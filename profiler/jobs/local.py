@@ -32,6 +32,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 from servecal.profiler.jobs.base import (
+    BackendUnavailable,
     Job,
     JobResult,
     Progress,
@@ -271,6 +272,13 @@ class LocalBackend:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def open_local(address: str | None = None, **options: Any) -> LocalBackend:
+    """The ``local`` job backend (``address`` must be None: it joins no cluster)."""
+    if address is not None:
+        raise BackendUnavailable("--address is for --backend ray; the local backend has none")
+    return LocalBackend(**options)
 
 
 class _LocalPlacement:

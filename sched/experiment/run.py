@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from servecal.plugins import Registry
 from servecal.sched.experiment.models import load_predictor, load_truth, noise_profile
 from servecal.sched.experiment.spec import TORCH, RunSpec
 from servecal.sched.policies.registry import DRIVER, ENGINE
@@ -145,12 +146,18 @@ def _on_cluster(
 
 #: How each backend runs a spec's requests: ``(spec, requests, rng, on_progress)``;
 #: ``cluster``: replicas behind a router (:class:`servecal.sched.cluster.ClusterSpec`).
-RUNNERS: dict[str, Callable[..., RunResult]] = {
-    ENGINE: _on_engine,
-    DRIVER: _on_driver,
-    TORCH: _on_torch,
-    "cluster": _on_cluster,
-}
+RUNNERS = Registry(
+    "run backend",
+    "--backend",
+    "runner(spec, requests, rng, on_progress) -> RunResult",
+    user_form="",
+)
+# fmt: off
+RUNNERS.add(ENGINE, "servecal.sched.experiment.run:_on_engine", "the iteration engine on a simulated executor")  # noqa: E501
+RUNNERS.add(DRIVER, "servecal.sched.experiment.run:_on_driver", "FlowPrefill's operator-level driver on a simulated executor")  # noqa: E501
+RUNNERS.add(TORCH, "servecal.sched.experiment.run:_on_torch", "the iteration engine running real forward passes (--predictor TABLE)")  # noqa: E501
+RUNNERS.add("cluster", "servecal.sched.experiment.run:_on_cluster", "replicas behind a router (servecal plan)")  # noqa: E501
+# fmt: on
 
 
 def run(spec: RunSpec, seed: int, on_progress: RunProgress | None = None) -> RunResult:
@@ -158,7 +165,7 @@ def run(spec: RunSpec, seed: int, on_progress: RunProgress | None = None) -> Run
     reports progress inside a run (the torch backend)."""
     _, executor_ss = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(executor_ss)
-    runner = RUNNERS[spec.backend]
+    runner = RUNNERS.load(RUNNERS.entries[spec.backend].target)
     return runner(spec, requests_for(spec, seed), rng, on_progress or (lambda _: None))
 
 

@@ -27,6 +27,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from servecal.plugins import Registry
 from servecal.sched.experiment.goodput import ABOVE_CAP, MEASURED, Bracket, GoodputSearch
 from servecal.sched.experiment.run import STREAMS, RunProgress, run, summarize
 from servecal.sched.experiment.spec import RunSpec
@@ -214,8 +215,39 @@ def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | Non
     return ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
 
 
-#: Where a command's sweep can run (``--pool``): this machine, or a Ray cluster.
-POOLS = ("local", "ray")
+#: Where a command's sweep can run (``--pool``): this machine, or a Ray cluster; each
+#: is ``open(address, jobs)``, a context manager giving :func:`sweep`'s ``pool=``.
+POOLS = Registry(
+    "sweep pool", "--pool", "open(address, jobs) -> context of an Executor", user_form=""
+)
+# fmt: off
+POOLS.add("local", "servecal.sched.experiment.sweep:local_pool", "this machine: the sweep's own pool of --jobs processes")  # noqa: E501
+POOLS.add("ray", "servecal.sched.experiment.sweep:ray_pool", "one Ray task per run on a Ray cluster (--address to join one; servecal[ray])")  # noqa: E501
+# fmt: on
+
+
+@contextmanager
+def local_pool(address: str | None, jobs: int | None) -> Iterator[Executor | None]:
+    """``None``: the sweep makes its own pool of ``jobs`` local processes."""
+    if address is not None:
+        raise InputError("--address is for --pool ray (a Ray cluster to join)")
+    yield None
+
+
+@contextmanager
+def ray_pool(address: str | None, jobs: int | None) -> Iterator[Executor | None]:
+    """One Ray task per run, at most ``jobs`` at once (see :func:`open_pool`)."""
+    from servecal.profiler.jobs import open_backend
+
+    with open_backend("ray", address) as backend:
+        pool = backend.pool(max_in_flight=jobs)
+        try:
+            yield pool
+        except BaseException:
+            # wait: Ray must not be shut down under the pool's dispatcher thread
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
 
 @contextmanager
@@ -234,23 +266,9 @@ def open_pool(
     On an exception (Ctrl-C included) the tasks still running are cancelled.
     """
     if kind not in POOLS:
-        raise InputError(f"--pool {kind!r}: choose {' or '.join(POOLS)}")
-    if kind == "local":
-        if address is not None:
-            raise InputError("--address is for --pool ray (a Ray cluster to join)")
-        yield None
-        return
-    from servecal.profiler.jobs import open_backend
-
-    with open_backend("ray", address) as backend:
-        pool = backend.pool(max_in_flight=jobs)
-        try:
-            yield pool
-        except BaseException:
-            # wait: Ray must not be shut down under the pool's dispatcher thread
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+        raise InputError(f"--pool {kind!r}: choose {' or '.join(POOLS.names())}")
+    with POOLS.load(POOLS.entries[kind].target)(address, jobs) as pool:
+        yield pool
 
 
 def sweep(

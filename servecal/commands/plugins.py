@@ -19,6 +19,12 @@ KINDS = {
     "predictor": "servecal.sched.experiment.models:PREDICTORS",
     "importer": "servecal.profiler.importer_registry:IMPORTERS",
     "exporter": "servecal.costmodels.export:EXPORTERS",
+    "fit-model": "servecal.costmodels.candidates:CANDIDATES",
+    "power-model": "servecal.sched.power:POWER_MODELS",
+    "run-backend": "servecal.sched.experiment.run:RUNNERS",
+    "sweep-pool": "servecal.sched.experiment.sweep:POOLS",
+    "job-backend": "servecal.profiler.jobs:BACKENDS",
+    "energy-meter": "servecal.integrations.vllm.energy:ENERGY_METERS",
 }
 
 
@@ -53,7 +59,8 @@ def plugins_command(
     for i, doc in enumerate(docs):
         if i:
             typer.echo("")
-        typer.echo(f"{doc['kind']} ({doc['flag']} NAME, or {doc['user_form']}: {doc['contract']})")
+        user = f", or {doc['user_form']}" if doc["user_form"] else ""
+        typer.echo(f"{doc['kind']} ({doc['flag']} NAME{user}: {doc['contract']})")
         for e in doc["entries"]:
             typer.echo(f"  {e['usage']:<28} {e['summary']}")
             if e.get("options"):  # a policy's or router's typed options (--opt KEY=VALUE)
