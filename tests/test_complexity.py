@@ -40,10 +40,8 @@ NOT_YET_SPLIT = {
     ("reports/energy.py", "rank_rows"),
     ("reports/goodput_curves.py", "attainment_figure"),
     ("servecal/commands/bench.py", "bench_command"),
-    ("servecal/commands/compare.py", "compare_command"),
     ("servecal/commands/compare.py", "_print_tables"),
     ("servecal/commands/offline.py", "offline"),
-    ("servecal/commands/simulate.py", "simulate_command"),
 }
 
 

@@ -7,6 +7,8 @@
   over seeds, max-goodput searches (:mod:`.goodput`), progress callbacks;
   :func:`open_pool` picks the pool by name (``local``, ``ray``).
 * :func:`check` (:mod:`.check`): refuse a spec that cannot run, up front.
+* :class:`Study` (:mod:`.study`): what ``compare`` runs, every policy × workload ×
+  TPOT target, as checked specs (:func:`study_specs`); :func:`run_spec` one run's.
 * :mod:`.models`: truth models and predictors by name.
 
 ``servecal simulate``, ``servecal compare``, the FlowPrefill study, the torch
@@ -26,6 +28,14 @@ from servecal.sched.experiment.spec import (
     choose_backend,
     default_rate,
 )
+from servecal.sched.experiment.study import (
+    DEFAULT_TARGETS,
+    Study,
+    run_spec,
+    study_folder,
+    study_folders,
+    study_specs,
+)
 from servecal.sched.experiment.sweep import (
     POOLS,
     SpecOutcome,
@@ -39,6 +49,7 @@ from servecal.sched.experiment.sweep import (
 __all__ = [
     "BACKENDS",
     "DEFAULT_PREDICTOR",
+    "DEFAULT_TARGETS",
     "DEFAULT_TRUTH",
     "POOLS",
     "SETTINGS",
@@ -48,6 +59,7 @@ __all__ = [
     "GoodputSearch",
     "RunSpec",
     "SpecOutcome",
+    "Study",
     "SweepProgress",
     "Task",
     "TorchOptions",
@@ -57,6 +69,10 @@ __all__ = [
     "execute",
     "open_pool",
     "run",
+    "run_spec",
+    "study_folder",
+    "study_folders",
+    "study_specs",
     "summarize",
     "sweep",
 ]

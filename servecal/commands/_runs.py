@@ -54,47 +54,6 @@ def named(flag: str, value: str) -> str:
     return value.strip()
 
 
-def make_spec(
-    *,
-    workload: str,
-    policy: Any,
-    tpot_slo: float | None,
-    rate: float | None,
-    setting: str,
-    backend: str,
-    requests: int,
-    seeds: int,
-    truth: str | None,
-    predictor: str | None,
-    kv_tokens: int,
-    slo_classes: str | None,
-    **more: Any,
-) -> Any:
-    """A checked :class:`RunSpec` from the flags ``simulate`` and ``compare`` share
-    (``more``: drift, monitor, driver/torch options); a bad value is one line."""
-    from servecal.sched import experiment as ex
-
-    return checked(
-        lambda: ex.RunSpec(
-            workload=workload,
-            policy=policy,
-            tpot_slo_ms=tpot_slo,
-            rate=rate if rate is not None else ex.default_rate(workload, setting),
-            n_requests=requests,
-            seeds=tuple(range(seeds)),
-            truth=ex.DEFAULT_TRUTH if truth is None else named("--truth", truth),
-            predictor=ex.DEFAULT_PREDICTOR
-            if predictor is None
-            else named("--predictor", predictor),
-            backend=backend,
-            setting=setting,
-            kv_capacity=kv_tokens,
-            slo_classes=slo_classes,
-            **more,
-        )
-    )
-
-
 def driver_options(granularity: str | None, scheduling: str | None) -> Any:
     """The operator driver's options when either flag was given, else ``None``."""
     from servecal.sched.experiment import DriverOptions

@@ -8,18 +8,8 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import (
-    ALLOW_EDITED_HELP,
-    ALLOW_MISMATCH_HELP,
-    STRICT_HELP,
-    table_trust,
-    user_errors,
-    writes_folder,
-)
-from servecal.commands._runs import FORCE_HELP, POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
-
-#: TPOT targets (ms) when none are given and some workload needs one (docs/spec.md §1's).
-DEFAULT_TARGETS = (10.0, 25.0, 50.0)
+from servecal.commands._common import user_errors, writes_folder
+from servecal.commands._run_options import RunOptions, with_run_options
 
 
 def _rates(text: str | None, workloads: list[str], setting: str) -> dict[str, float | None]:
@@ -38,10 +28,6 @@ def _rates(text: str | None, workloads: list[str], setting: str) -> dict[str, fl
             raise InputError(f"--rates {item!r}: unknown workload or non-positive rate")
         rates[name] = rate
     return rates
-
-
-def _target_folder(tpot_slo_ms: float | None) -> str:
-    return "tpot-none" if tpot_slo_ms is None else f"tpot-{tpot_slo_ms:g}"
 
 
 def _policy_options(opts: list[str], policies: list[str]) -> dict[str, dict[str, str]]:
@@ -65,7 +51,9 @@ def _policy_options(opts: list[str], policies: list[str]) -> dict[str, dict[str,
 
 @user_errors
 @writes_folder("out")
+@with_run_options
 def compare_command(
+    run: RunOptions,
     out: Path = typer.Option(..., help="Output folder: one run folder per cell and seed."),
     workloads: str = typer.Option("chat,mixed,long,bursty", help="Comma-separated workloads."),
     policies: str = typer.Option(
@@ -78,22 +66,7 @@ def compare_command(
     tpot_slo: str = typer.Option(
         None, "--tpot-slo", help="Comma-separated TPOT SLOs, ms [default: 10,25,50 if needed]."
     ),
-    setting: str = typer.Option(
-        "colocated", help="colocated, or prefill: prefill-only instances, good = TTFT met."
-    ),
-    seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
-    requests: int = typer.Option(2000, help="Requests per run."),
     rates: str = typer.Option(None, help="Override rates: WORKLOAD=REQ_PER_S,... "),
-    truth: str = typer.Option(None, help=TRUTH_HELP),
-    predictor: str = typer.Option(None, help=PREDICTOR_HELP),
-    power: str = typer.Option(None, help=POWER_HELP),
-    kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
-    jobs: int = typer.Option(
-        None,
-        min=1,
-        help="Runs at once: worker processes, or Ray tasks with --pool ray "
-        "[default: all cores / the cluster's CPUs].",
-    ),
     pool: str = typer.Option(
         "local", "--pool", help="Where runs execute: local (this machine) or ray (a cluster)."
     ),
@@ -103,102 +76,61 @@ def compare_command(
         help="With --pool ray: the cluster to join (auto, host:6379, ray://host:10001) "
         "[default: start a local Ray sized to this machine].",
     ),
-    slo_classes: str = typer.Option(
-        None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
-    ),
-    granularity: str = typer.Option(None, help="Operator driver: layer|attn-mlp|fine."),
-    scheduling: str = typer.Option(None, help="Operator driver: event|iteration wake-ups."),
-    max_goodput: bool = typer.Option(
-        False, "--max-goodput", help="Search each (policy, seed)'s max goodput."
-    ),
-    rate_range: str = typer.Option(
-        None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
-    ),
-    rate_tol: float = typer.Option(
-        0.02, "--rate-tol", help="With --max-goodput: stop when the gap is below this share."
-    ),
     as_json: bool = typer.Option(False, "--json", help="Print the rows as a JSON list."),
-    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
-    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
-    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Run policies x workloads x TPOT targets over seeds; print the tables and ratios."""
-    trust = table_trust(allow_edited, strict, allow_mismatch)
-    from servecal.commands._runs import Bars, driver_options, make_spec, split_list
+    from servecal.commands._runs import Bars, split_list
     from servecal.sched import experiment as ex
     from servecal.sched.experiment.rows import ratios, row, write_summary
-    from servecal.sched.experiment.spec import needs_tpot_target
-    from servecal.sched.policies.registry import DRIVER, PolicySpec
-    from servecal.util.errors import InputError
+    from servecal.sched.policies.registry import PolicySpec
 
     names_w, names_p = split_list(workloads), split_list(policies)
-    if not names_w or not names_p:
-        raise InputError("need at least one workload and one policy")
-    if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
-        raise InputError("--rate-range/--rate-tol apply with --max-goodput")
-    bracket = ex.Bracket.parse(rate_range or "1:200", rate_tol) if max_goodput else None
-    try:
-        targets: list[float | None] = [float(x) for x in split_list(tpot_slo)]
-    except ValueError:
-        raise InputError(
-            f"--tpot-slo {tpot_slo!r}: expected numbers in ms, e.g. 10,25,50"
-        ) from None
-    if any(t is not None and not t > 0 for t in targets):
-        raise InputError(f"--tpot-slo {tpot_slo!r}: targets must be > 0 ms")
-    if not targets:
-        needed = setting != "prefill" and any(needs_tpot_target(w, slo_classes) for w in names_w)
-        targets = list(DEFAULT_TARGETS) if needed else [None]
+    bracket = run.bracket()
     per_policy = _policy_options(opt, names_p)
-    specs_p = [PolicySpec.parse(p, per_policy[p]) for p in names_p]
-    rate_map = _rates(rates, names_w, setting)
-    driver = driver_options(granularity, scheduling)
-    shared = {"setting": setting, "requests": requests, "seeds": seeds, "truth": truth,
-              "predictor": predictor, "kv_tokens": kv_tokens,
-              "slo_classes": slo_classes, "power": power, "trust": trust}  # fmt: skip
-    specs = []
-    for target in targets:
-        for w in names_w:
-            for p in specs_p:
-                backend = ex.choose_backend(p, setting)
-                on_driver = driver if backend == DRIVER else None
-                spec = make_spec(workload=w, policy=p, tpot_slo=target, rate=rate_map[w],
-                                 backend=backend, driver=on_driver, **shared)  # fmt: skip
-                ex.check(spec, searching=max_goodput)
-                specs.append(spec)
-    if driver is not None and not any(s.backend == DRIVER for s in specs):
-        raise InputError(
-            "--granularity/--scheduling apply to the operator driver; no policy runs there"
-        )
-    folders = [out / s.workload / s.policy.label / _target_folder(s.tpot_slo_ms) for s in specs]
-    total = None if max_goodput else sum(len(s.seeds) for s in specs)
-    with ex.open_pool(pool, address, jobs) as executor, Bars(quiet=as_json) as bars:
+    study = ex.Study(
+        workloads=tuple(names_w),
+        policies=tuple(PolicySpec.parse(p, per_policy[p]) for p in names_p),
+        targets=_targets(tpot_slo),
+        rates=_rates(rates, names_w, run.setting),
+        shared=run.spec_fields(),
+        driver=run.driver(),
+    )
+    specs = ex.study_specs(study, searching=run.max_goodput)
+    total = None if run.max_goodput else sum(len(s.seeds) for s in specs)
+    with ex.open_pool(pool, address, run.jobs) as executor, Bars(quiet=as_json) as bars:
         outcomes = ex.sweep(
             specs,
-            folders=folders,
+            folders=ex.study_folders(out, specs),
             goodput=bracket,
-            jobs=jobs,
+            jobs=run.jobs,
             pool=executor,
             on_progress=bars.sweep("compare", total),
-            force=force,
+            force=run.force,
         )
     rows = [row(o) for o in outcomes]
     ratio_rows = ratios(rows)
-    write_summary(
-        out / "compare.json",
-        specs,
-        {
-            "rate_range": rate_range if max_goodput else None,
-            "rate_tol": rate_tol if max_goodput else None,
-            "rows": rows,
-            "ratios": ratio_rows,
-        },
-    )
+    summary = {"rate_range": run.rate_range if run.max_goodput else None,
+               "rate_tol": run.rate_tol if run.max_goodput else None,
+               "rows": rows, "ratios": ratio_rows}  # fmt: skip
+    write_summary(out / "compare.json", specs, summary)
     if as_json:
         typer.echo(json.dumps(rows, default=float))
         return
-    _print_tables(rows, ratio_rows, max_goodput)
-    typer.echo(f"run folders and compare.json: {out}")
+    _print_tables(rows, ratio_rows, run.max_goodput)
+
+
+def _targets(text: str | None) -> tuple[float | None, ...]:
+    """``--tpot-slo 10,25,50`` in ms (empty: the study's defaults)."""
+    from servecal.commands._runs import split_list
+    from servecal.util.errors import InputError
+
+    try:
+        targets = tuple(float(x) for x in split_list(text))
+    except ValueError:
+        raise InputError(f"--tpot-slo {text!r}: expected numbers in ms, e.g. 10,25,50") from None
+    if any(not t > 0 for t in targets):
+        raise InputError(f"--tpot-slo {text!r}: targets must be > 0 ms")
+    return targets
 
 
 def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], mg: bool) -> None:

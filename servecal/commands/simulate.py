@@ -4,25 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
-from servecal.commands._common import (
-    ALLOW_EDITED_HELP,
-    ALLOW_MISMATCH_HELP,
-    STRICT_HELP,
-    renamed_flag,
-    table_trust,
-    user_errors,
-    writes_folder,
-)
-from servecal.commands._runs import (
-    FORCE_HELP,
-    POLICY_OPT_HELP,
-    POWER_HELP,
-    PREDICTOR_HELP,
-    TRUTH_HELP,
-)
+from servecal.commands._common import renamed_flag, user_errors, writes_folder
+from servecal.commands._run_options import RunOptions, with_run_options
+from servecal.commands._runs import POLICY_OPT_HELP
 
 #: Keys of ``simulate --json``, in order (those a run does not have are left out).
 SUMMARY_KEYS = (
@@ -56,7 +44,9 @@ SUMMARY_KEYS = (
 
 @user_errors
 @writes_folder("out")
+@with_run_options
 def simulate_command(
+    run: RunOptions,
     workload: str = typer.Option(..., help="chat|mixed|long|bursty|multislo|trace:PATH"),
     policy: str = typer.Option(
         ..., help="A built-in name (servecal policies) or MODULE:CLASS on PYTHONPATH."
@@ -69,32 +59,11 @@ def simulate_command(
     rate: float = typer.Option(
         None, help="Arrival rate, req/s [default: per workload; a trace's own times]."
     ),
-    seeds: int = typer.Option(5, min=1, help="Seeds 0..N-1."),
-    requests: int = typer.Option(2000, help="Requests per run."),
-    truth: str = typer.Option(None, help=TRUTH_HELP),
-    predictor: str = typer.Option(None, help=PREDICTOR_HELP),
-    power: str = typer.Option(None, help=POWER_HELP),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
-    kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
-    max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
-    rate_range: str = typer.Option(
-        None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
-    ),
-    rate_tol: float = typer.Option(
-        0.02, "--rate-tol", help="With --max-goodput: stop when the gap is below this share."
-    ),
     backend: str = typer.Option(
         None, help="engine|operator-driver|torch [default: the policy's, for the setting]."
     ),
     executor: str = typer.Option(None, "--executor", hidden=True, help="Old name of --backend."),
-    setting: str = typer.Option(
-        "colocated", help="colocated, or prefill: a prefill-only instance, good = TTFT met."
-    ),
-    slo_classes: str = typer.Option(
-        None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
-    ),
-    granularity: str = typer.Option(None, help="Operator driver: layer|attn-mlp|fine."),
-    scheduling: str = typer.Option(None, help="Operator driver: event|iteration wake-ups."),
     device: str = typer.Option(None, help="Torch backend: auto, cpu or cuda:N."),
     model: str = typer.Option(None, help="Torch backend: model shape (default: the table's)."),
     monitor: bool = typer.Option(
@@ -103,19 +72,10 @@ def simulate_command(
     adaptive_margin: bool = typer.Option(
         False, "--adaptive-margin", help="Adapt the margin online while drift is detected."
     ),
-    jobs: int = typer.Option(
-        None, min=1, help="Worker processes [default: one per seed, all cores]."
-    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
-    strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
-    allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
-    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
-    force: bool = typer.Option(False, "--force", help=FORCE_HELP),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
-    trust = table_trust(allow_edited, strict, allow_mismatch)
-    backend = renamed_flag(backend, executor, "--backend", "--executor")
-    from servecal.commands._runs import Bars, checked, driver_options, make_spec, say
+    from servecal.commands._runs import Bars, checked, say
     from servecal.sched import experiment as ex
     from servecal.sched.experiment.spec import TORCH
     from servecal.sched.policies.options import split_assignments
@@ -123,61 +83,32 @@ def simulate_command(
     from servecal.sched.runfolder import write_json
     from servecal.util.errors import InputError
 
-    if (rate_range is not None or rate_tol != 0.02) and not max_goodput:
-        raise InputError("--rate-range/--rate-tol apply with --max-goodput")
-    bracket = ex.Bracket.parse(rate_range or "1:200", rate_tol) if max_goodput else None
+    backend = renamed_flag(backend, executor, "--backend", "--executor")
+    bracket = run.bracket()
     policy_spec = PolicySpec.parse(policy, split_assignments(opt))
-    chosen = ex.choose_backend(policy_spec, setting, backend)
+    chosen = ex.choose_backend(policy_spec, run.setting, backend)
     torch = None
     if device is not None or model is not None:
         torch = checked(lambda: ex.TorchOptions(device or "auto", model))
-    spec = make_spec(
-        workload=workload,
-        policy=policy_spec,
-        tpot_slo=tpot_slo,
-        rate=rate,
-        setting=setting,
-        backend=chosen,
-        requests=requests,
-        seeds=seeds,
-        truth=truth,
-        predictor=predictor,
-        kv_tokens=kv_tokens,
-        slo_classes=slo_classes,
-        drift=drift,
-        power=power,
-        monitor=monitor,
-        adaptive_margin=adaptive_margin,
-        driver=driver_options(granularity, scheduling),
-        torch=torch,
-        trust=trust,
-    )
-    if chosen == TORCH and truth is not None:
+    more = {"drift": drift, "monitor": monitor, "adaptive_margin": adaptive_margin}
+    fields = {**run.spec_fields(), **more, "driver": run.driver(), "torch": torch}
+    spec = checked(lambda: ex.run_spec(workload, policy_spec, tpot_slo, rate, chosen, **fields))
+    if chosen == TORCH and run.truth is not None:
         raise InputError("--truth is the simulated executor's; drop it with --backend torch")
-    ex.check(spec, searching=max_goodput)
+    ex.check(spec, searching=run.max_goodput)
     label = f"{policy_spec.label} on {workload}"
     if chosen == TORCH:
-        from servecal.sched.torch_executor.backend import setup_for
-
-        setup = setup_for(spec)
-        if not as_json:
-            for notice in setup.notices:
-                say(notice)
-            threads = f", {setup.threads} threads" if setup.threads else ""
-            say(
-                f"torch backend: {setup.model.shape.name} on {setup.device} "
-                f"({setup.scale.timed}/{setup.scale.total} layers built{threads})"
-            )
-    total = None if max_goodput else len(spec.seeds)
+        _announce_torch(spec, as_json, say)
+    total = None if run.max_goodput else len(spec.seeds)
     with Bars(quiet=as_json) as bars:
         (outcome,) = ex.sweep(
             [spec],
             folders=[out],
             goodput=bracket,
-            jobs=1 if chosen == TORCH else jobs,  # one device: runs one after the other
+            jobs=1 if chosen == TORCH else run.jobs,  # one device: runs one after the other
             on_progress=bars.sweep(label, total),
             on_run_progress=bars.tokens(label) if chosen == TORCH else None,
-            force=force,
+            force=run.force,
         )
     means = outcome.mean
     write_json(out / "summary.json", {"config": spec.describe(), "mean_over_seeds": means})
@@ -193,6 +124,22 @@ def simulate_command(
     if beyond:
         typer.echo(beyond + (" (mean over seeds)" if len(spec.seeds) > 1 else ""))
     typer.echo(f"run folders: {out}/seed-*/")
+
+
+def _announce_torch(spec: Any, quiet: bool, say: Any) -> None:
+    """The torch backend's set-up (its notices, and what it built) before it runs."""
+    from servecal.sched.torch_executor.backend import setup_for
+
+    setup = setup_for(spec)
+    if quiet:
+        return
+    for notice in setup.notices:
+        say(notice)
+    threads = f", {setup.threads} threads" if setup.threads else ""
+    say(
+        f"torch backend: {setup.model.shape.name} on {setup.device} "
+        f"({setup.scale.timed}/{setup.scale.total} layers built{threads})"
+    )
 
 
 def _print(spec, result: dict, seeds: int) -> None:  # noqa: ANN001 - a RunSpec
