@@ -70,22 +70,16 @@ class CalibrateConfig:
     tp: int | None = None  # tensor-parallel degree, one process per rank; default 1
 
     def __post_init__(self) -> None:
-        if self.tp is not None and (
-            not isinstance(self.tp, int) or isinstance(self.tp, bool) or self.tp < 1
-        ):
-            raise InputError(f"--tp must be an integer >= 1, got {self.tp!r}")
+        _check_tp(self.tp)
         if self.budget_s is not None and not 0 < self.budget_s < math.inf:
             raise InputError(f"--budget must be finite seconds > 0, got {self.budget_s}")
         if self.seed < 0:
             raise InputError(f"--seed must be >= 0, got {self.seed}")
-        if self.repeats is not None and self.repeats < 2:
-            raise InputError(f"--repeats must be >= 2, got {self.repeats}")
-        if self.layers is not None and self.layers < 1:
-            raise InputError(f"--layers must be >= 1, got {self.layers}")
-        if self.block is not None and self.block < 1:
-            raise InputError(f"--block must be >= 1, got {self.block}")
-        if self.threads is not None and self.threads < 1:
-            raise InputError(f"--threads must be >= 1, got {self.threads}")
+        counts = (("--repeats", self.repeats, 2), ("--layers", self.layers, 1),
+                  ("--block", self.block, 1), ("--threads", self.threads, 1))  # fmt: skip
+        for flag, value, least in counts:
+            if value is not None and value < least:
+                raise InputError(f"{flag} must be >= {least}, got {value}")
         cores = os.cpu_count() or 1
         if self.threads is not None and self.threads > cores:
             # more threads than cores time the scheduler, not the model (and huge counts
@@ -93,6 +87,11 @@ class CalibrateConfig:
             raise InputError(f"--threads {self.threads}: this machine has {cores} cores")
         if self.dtype is not None and self.dtype not in DTYPES:
             raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+
+
+def _check_tp(tp: Any) -> None:
+    if tp is not None and (not isinstance(tp, int) or isinstance(tp, bool) or tp < 1):
+        raise InputError(f"--tp must be an integer >= 1, got {tp!r}")
 
 
 @dataclass
@@ -221,6 +220,16 @@ def calibrate(
         return _calibrate(cfg, store, requested, available, on_message, on_progress)
 
 
+def _use_device(device: torch.device, threads: int | None) -> int | None:
+    """Make ``device`` this process's current one; on a CPU, set and return torch's threads."""
+    if device.type == "cuda":
+        torch.cuda.set_device(device)  # events and default streams follow the current device
+        return None
+    chosen = threads or default_threads()
+    torch.set_num_threads(chosen)
+    return chosen
+
+
 def _calibrate(
     cfg: CalibrateConfig,
     store: ShardStore,
@@ -250,12 +259,7 @@ def _calibrate(
     layout_name = plan.get("kv_layout", "contiguous")
     if layout_name not in available:
         raise InputError(f"{store.plan_path}: KV layout {layout_name!r} is not available here")
-    threads = None
-    if device.type == "cuda":
-        torch.cuda.set_device(device)  # events and default streams follow the current device
-    if device.type == "cpu":
-        threads = cfg.threads or default_threads()
-        torch.set_num_threads(threads)
+    threads = _use_device(device, cfg.threads)
     tp = plan.get("tp", 1)
     dtype, layers = DTYPES[plan["dtype"]], plan["layers_timed"]
     with ExitStack() as ranks:

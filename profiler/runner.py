@@ -174,35 +174,17 @@ def measure_block(
     ``layout`` prepares and runs each point (default :class:`ContiguousLayout`).
     """
     layout = layout or ContiguousLayout()
-    results: list[list[dict[str, Any]] | PointInfeasible | None] = []
-    live: dict[int, _Live] = {}
-    for i, point in enumerate(points):
-        try:
-            prepared = _guard(model, layout.prepare, model, point)
-            for _ in range(cfg.warmup):
-                _guard(model, prepared.time, clock)
-        except PointInfeasible as exc:
-            results.append(exc)
-            continue
-        live[i] = _Live(point, prepared, [])
-        results.append([])
+    results, live = _prepare(model, points, layout, cfg.warmup, clock)
     for rep in range(cfg.repeats):
         if should_stop():  # abandon the block: unfinished points are not results
             return [r if isinstance(r, PointInfeasible) else None for r in results]
         preroll = layout.preroll if len(live) > 1 else 0
-        for i in [list(live)[j] for j in rng.permutation(len(live))]:
-            lp = live[i]
-            try:
-                for _ in range(preroll):
-                    _guard(model, lp.prepared.time, clock)
-                segments = _guard(model, lp.prepared.time, clock)
-            except PointInfeasible as exc:
-                results[i] = exc
+        order = [list(live)[j] for j in rng.permutation(len(live))]
+        for i in order:
+            failed = _time_once(model, live[i], rep, preroll, scale, clock)
+            if failed is not None:
+                results[i] = failed
                 del live[i]
-                continue
-            row = {**_point_columns(lp.point), "ms": scale.estimate(segments), "rep": rep}
-            row["ts"] = time.time()
-            lp.rows.append(row)
     for i, lp in live.items():
         energy_j, state = None, {}
         if meter is not None:
@@ -212,6 +194,51 @@ def measure_block(
             row.update(state)
         results[i] = lp.rows
     return results
+
+
+def _prepare(
+    model: Transformer,
+    points: list[Point],
+    layout: PointLayout,
+    warmup: int,
+    clock: CpuClock | CudaClock,
+) -> tuple[list[list[dict[str, Any]] | PointInfeasible | None], dict[int, _Live]]:
+    """Lay out and warm up every point: its (empty) result, and the points still live."""
+    results: list[list[dict[str, Any]] | PointInfeasible | None] = []
+    live: dict[int, _Live] = {}
+    for i, point in enumerate(points):
+        try:
+            prepared = _guard(model, layout.prepare, model, point)
+            for _ in range(warmup):
+                _guard(model, prepared.time, clock)
+        except PointInfeasible as exc:
+            results.append(exc)
+            continue
+        live[i] = _Live(point, prepared, [])
+        results.append([])
+    return results, live
+
+
+def _time_once(
+    model: Transformer,
+    lp: _Live,
+    rep: int,
+    preroll: int,
+    scale: LayerScale,
+    clock: CpuClock | CudaClock,
+) -> PointInfeasible | None:
+    """Time repeat ``rep`` of a live point into its rows (after ``preroll`` untimed
+    runs); the reason when it turns out infeasible."""
+    try:
+        for _ in range(preroll):
+            _guard(model, lp.prepared.time, clock)
+        segments = _guard(model, lp.prepared.time, clock)
+    except PointInfeasible as exc:
+        return exc
+    row = {**_point_columns(lp.point), "ms": scale.estimate(segments), "rep": rep}
+    row["ts"] = time.time()
+    lp.rows.append(row)
+    return None
 
 
 def _energy(

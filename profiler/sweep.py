@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
@@ -76,6 +77,35 @@ class SweepStatus:
     left_s: float | None
 
 
+def _block_size(
+    block: int, budget_s: float | None, elapsed_s: float, per_point_s: float | None
+) -> int:
+    """Points in the next block: ``block``, shrunk to what still fits the budget at
+    ``per_point_s`` (0: the budget is spent). The first block always runs."""
+    if budget_s is None or per_point_s is None:
+        return block
+    remaining_s = budget_s - elapsed_s
+    return 0 if remaining_s <= 0 else min(block, int(remaining_s / per_point_s))
+
+
+def _store_results(
+    store: ShardStore, block: list[int], points: list[Point], results: list[Any]
+) -> tuple[int, int]:
+    """Write a block's shards; ``(measured, infeasible)`` (a point a stop abandoned is
+    neither)."""
+    measured = infeasible = 0
+    for index, point, result in zip(block, points, results, strict=True):
+        if result is None:  # abandoned by a stop signal: not measured
+            continue
+        if isinstance(result, PointInfeasible):
+            store.write_infeasible(index, point, str(result))
+            infeasible += 1
+        else:
+            store.write_rows(index, result)
+            measured += 1
+    return measured, infeasible
+
+
 def run_sweep(
     model: Transformer,
     plan: list[Point],
@@ -113,13 +143,10 @@ def run_sweep(
         if stop.signal is not None:
             stopped_by = "signal"
             break
-        size = cfg.block
-        if budget_s is not None and per_point_s is not None:  # the first block always runs
-            remaining_s = budget_s - (time.monotonic() - start)
-            size = min(size, int(remaining_s / per_point_s))  # shrink to what still fits
-            if remaining_s <= 0 or size < 1:
-                stopped_by = "budget"
-                break
+        size = _block_size(cfg.block, budget_s, time.monotonic() - start, per_point_s)
+        if size < 1:
+            stopped_by = "budget"
+            break
         block = todo[first : first + size]
         first += len(block)
         points = [plan[i] for i in block]
@@ -140,15 +167,8 @@ def run_sweep(
             torch.cuda.empty_cache()
         seconds = (time.monotonic() - block_start) / len(block)
         per_point_s = seconds if per_point_s is None else 0.7 * per_point_s + 0.3 * seconds
-        for index, point, result in zip(block, points, results, strict=True):
-            if result is None:  # abandoned by a stop signal: not measured
-                continue
-            if isinstance(result, PointInfeasible):
-                store.write_infeasible(index, point, str(result))
-                infeasible += 1
-            else:
-                store.write_rows(index, result)
-                measured += 1
+        wrote, refused = _store_results(store, block, points, results)
+        measured, infeasible = measured + wrote, infeasible + refused
     report("calibrated" if stopped_by == "complete" else "stopped")
     remaining = len(plan) - len(store.done())
     if stopped_by == "complete" and remaining:

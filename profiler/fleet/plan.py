@@ -206,26 +206,8 @@ def _with_defaults(defaults: Mapping[str, Any], entry: Mapping[str, Any]) -> dic
 
 def _resolve(raw: Mapping[str, Any], base: Path, where: str) -> JobSpec:
     """One job's raw keys (defaults applied) → a checked :class:`JobSpec`."""
-    kind = raw.get("kind", "calibrate")
-    if kind not in KINDS:
-        raise _fail(where, f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
-    allowed = _allowed(kind)
-    unknown = sorted(set(raw) - allowed)
-    if unknown:
-        known = ", ".join(sorted(allowed))
-        raise _fail(where, f"unknown key {unknown[0]!r} for {_a(kind)} job; known: {known}")
-    device = raw.get("device")
-    if not isinstance(device, str) or not device.strip():
-        raise _fail(where, "device is required: cpu, gpu or a GPU type such as H100")
-    device = device.strip()
-    device = device.lower() if device.lower() in ("cpu", "gpu", "cuda") else device
-    device = "gpu" if device == "cuda" else device
-    if device not in ("cpu", "gpu") and not GPU_TYPE.fullmatch(device):
-        raise _fail(
-            where,
-            f"device {device!r}: expected cpu, gpu or a GPU type with its model number "
-            "(H100, A100, L4, MI300X)",
-        )
+    kind = _kind(raw, where)
+    device = _device(raw.get("device"), where)
     shape = _shape(raw.get("model"), base, where)
     tp = _positive_int(raw.get("tp", 1), "tp", where)
     try:
@@ -241,35 +223,78 @@ def _resolve(raw: Mapping[str, Any], base: Path, where: str) -> JobSpec:
         "grid": None if raw.get("grid") is None else _grid(raw["grid"], base, where),
     }
     if "cpus" in raw:
-        cpus = raw["cpus"]
-        if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or cpus <= 0:
-            raise _fail(where, f"cpus must be a number > 0, got {cpus!r}")
-        values["cpus"] = float(cpus)
+        values["cpus"] = _cpus(raw["cpus"], where)
     if kind == "import":
-        from servecal.profiler.importers import SOURCES
-
-        source = raw.get("source")
-        if source not in SOURCES:
-            raise _fail(where, f"source must be one of {', '.join(SOURCES)}, got {source!r}")
-        if not isinstance(raw.get("path"), str):
-            raise _fail(where, "an import job needs path: the profile folder")
-        path = Path(raw["path"]) if Path(raw["path"]).is_absolute() else base / raw["path"]
-        if not path.exists():
-            raise _fail(where, f"path {str(path)!r}: no such file or folder")
-        if device in ("cpu", "gpu"):
-            raise _fail(where, "an import job's device is the profiled GPU type (e.g. A100)")
-        values.update(source=source, path=str(path.resolve()))
+        values.update(_import_source(raw, device, base, where))
     else:
         values.update(_timing(raw, where))
-    name = raw.get("name")
-    if name is None:  # an import is named by its source too: it may sit beside a calibration
-        suffix = f"-{values['source']}" if kind == "import" else ""
-        name = slug(f"{device}-{shape.name}-tp{tp}{suffix}")
-    elif not isinstance(name, str) or slug(name) != name.lower():
+    suffix = f"-{values['source']}" if kind == "import" else ""
+    name = _job_name(raw.get("name"), f"{device}-{shape.name}-tp{tp}{suffix}", where)
+    return JobSpec(name=name, **values)
+
+
+def _kind(raw: Mapping[str, Any], where: str) -> str:
+    """The job's kind, its keys checked against what that kind takes."""
+    kind = raw.get("kind", "calibrate")
+    if kind not in KINDS:
+        raise _fail(where, f"kind must be one of {', '.join(KINDS)}, got {kind!r}")
+    allowed = _allowed(kind)
+    unknown = sorted(set(raw) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed))
+        raise _fail(where, f"unknown key {unknown[0]!r} for {_a(kind)} job; known: {known}")
+    return str(kind)
+
+
+def _device(device: Any, where: str) -> str:
+    """``cpu``, ``gpu`` (``cuda`` too) or a GPU type such as ``H100``."""
+    if not isinstance(device, str) or not device.strip():
+        raise _fail(where, "device is required: cpu, gpu or a GPU type such as H100")
+    device = device.strip()
+    device = device.lower() if device.lower() in ("cpu", "gpu", "cuda") else device
+    device = "gpu" if device == "cuda" else device
+    if device not in ("cpu", "gpu") and not GPU_TYPE.fullmatch(device):
+        raise _fail(
+            where,
+            f"device {device!r}: expected cpu, gpu or a GPU type with its model number "
+            "(H100, A100, L4, MI300X)",
+        )
+    return device
+
+
+def _cpus(cpus: Any, where: str) -> float:
+    if not isinstance(cpus, (int, float)) or isinstance(cpus, bool) or cpus <= 0:
+        raise _fail(where, f"cpus must be a number > 0, got {cpus!r}")
+    return float(cpus)
+
+
+def _import_source(raw: Mapping[str, Any], device: str, base: Path, where: str) -> dict:
+    """An import job's ``source`` and profile ``path`` (resolved against the plan)."""
+    from servecal.profiler.importers import SOURCES
+
+    source = raw.get("source")
+    if source not in SOURCES:
+        raise _fail(where, f"source must be one of {', '.join(SOURCES)}, got {source!r}")
+    if not isinstance(raw.get("path"), str):
+        raise _fail(where, "an import job needs path: the profile folder")
+    path = Path(raw["path"]) if Path(raw["path"]).is_absolute() else base / raw["path"]
+    if not path.exists():
+        raise _fail(where, f"path {str(path)!r}: no such file or folder")
+    if device in ("cpu", "gpu"):
+        raise _fail(where, "an import job's device is the profiled GPU type (e.g. A100)")
+    return {"source": source, "path": str(path.resolve())}
+
+
+def _job_name(name: Any, default: str, where: str) -> str:
+    """The job's (folder) name: given, or ``default`` (device, model, TP; an import adds
+    its source: it may sit beside a calibration)."""
+    if name is None:
+        return slug(default).lower()
+    if not isinstance(name, str) or slug(name) != name.lower():
         raise _fail(where, f"name {name!r}: use letters, digits, '.', '_' and '-' only")
-    elif name.startswith("."):  # ".", "..": the fleet's own folder or above; hidden
+    if name.startswith("."):  # ".", "..": the fleet's own folder or above; hidden
         raise _fail(where, f"name {name!r}: must not start with '.' (it names a folder)")
-    return JobSpec(name=name.lower(), **values)
+    return name.lower()
 
 
 def _timing(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
@@ -329,27 +354,7 @@ def load_plan(path: str | Path) -> FleetPlan:
     unknown = sorted(set(data) - {"defaults", "job", "matrix", "report"})
     if unknown:
         raise _fail(str(path), f"unknown section {unknown[0]!r}; use defaults, job, matrix, report")
-    defaults = data.get("defaults", {})
-    if not isinstance(defaults, Mapping):
-        raise _fail(str(path), "[defaults] must be a table")
-    unknown = sorted(set(defaults) - _allowed("calibrate") - _allowed("import"))
-    if unknown or "name" in defaults:
-        raise _fail(str(path), f"[defaults] cannot set {(unknown or ['name'])[0]!r}")
-    raw_jobs: list[tuple[str, dict[str, Any]]] = []
-    for section in ("matrix", "job"):
-        entries = data.get(section, [])
-        if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
-            raise _fail(str(path), f"{section} entries are written [[{section}]]")
-        for i, entry in enumerate(entries, start=1):
-            where = f"{path}: [[{section}]] {i}"
-            if section == "matrix":
-                if "name" in entry:
-                    raise _fail(where, "a matrix entry cannot set name (one per job)")
-                raw_jobs += [(where, _with_defaults(defaults, c)) for c in _expand(entry)]
-            else:
-                raw_jobs.append((where, _with_defaults(defaults, entry)))
-    if not raw_jobs:
-        raise _fail(str(path), "no job: add [[job]] or [[matrix]] entries")
+    raw_jobs = _raw_jobs(data, _defaults(data, path), path)
     base = path.resolve().parent
     jobs = [_resolve(raw, base, where) for where, raw in raw_jobs]
     seen: dict[str, str] = {}
@@ -360,29 +365,82 @@ def load_plan(path: str | Path) -> FleetPlan:
     return FleetPlan(path=path, jobs=tuple(jobs), reference=_reference(data, str(path)))
 
 
+def _defaults(data: Mapping[str, Any], path: Path) -> Mapping[str, Any]:
+    """The ``[defaults]`` table: keys a job takes, never its name."""
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, Mapping):
+        raise _fail(str(path), "[defaults] must be a table")
+    unknown = sorted(set(defaults) - _allowed("calibrate") - _allowed("import"))
+    if unknown or "name" in defaults:
+        raise _fail(str(path), f"[defaults] cannot set {(unknown or ['name'])[0]!r}")
+    return defaults
+
+
+def _raw_jobs(
+    data: Mapping[str, Any], defaults: Mapping[str, Any], path: Path
+) -> list[tuple[str, dict[str, Any]]]:
+    """``(where, keys)`` of every job, ``[[matrix]]`` entries expanded, defaults applied."""
+    raw_jobs: list[tuple[str, dict[str, Any]]] = []
+    for section in ("matrix", "job"):
+        entries = data.get(section, [])
+        if not isinstance(entries, list) or not all(isinstance(e, Mapping) for e in entries):
+            raise _fail(str(path), f"{section} entries are written [[{section}]]")
+        for i, entry in enumerate(entries, start=1):
+            where = f"{path}: [[{section}]] {i}"
+            if section == "job":
+                raw_jobs.append((where, _with_defaults(defaults, entry)))
+                continue
+            if "name" in entry:
+                raise _fail(where, "a matrix entry cannot set name (one per job)")
+            raw_jobs += [(where, _with_defaults(defaults, c)) for c in _expand(entry)]
+    if not raw_jobs:
+        raise _fail(str(path), "no job: add [[job]] or [[matrix]] entries")
+    return raw_jobs
+
+
 def fingerprint_mismatches(spec: JobSpec, fingerprint: Mapping[str, Any]) -> list[str]:
     """Where a job's measured fingerprint disagrees with its plan entry (empty: agrees)."""
-    out: list[str] = []
+    checks = (_device_mismatch, _model_mismatch, _tp_mismatch, _setting_mismatches)
+    return [line for check in checks for line in check(spec, fingerprint)]
+
+
+def _device_mismatch(spec: JobSpec, fingerprint: Mapping[str, Any]) -> list[str]:
     device = str(fingerprint.get("device", ""))
     name = str(fingerprint.get("device_name", ""))
-    squash = "".join(ch for ch in name.lower() if ch.isalnum())
+    ran = name or device or "?"
     if spec.on_cpu and device != "cpu":
-        out.append(f"device: planned cpu, ran on {name or device or '?'}")
-    elif spec.device == "gpu" and spec.kind == "calibrate" and not device.startswith("cuda"):
-        out.append(f"device: planned a GPU, ran on {name or device or '?'}")
-    elif spec.accelerator_type:
-        want = "".join(ch for ch in spec.device.lower() if ch.isalnum())
-        if want not in squash:
-            out.append(f"device: planned {spec.device}, ran on {name or device or '?'}")
+        return [f"device: planned cpu, ran on {ran}"]
+    if spec.device == "gpu" and spec.kind == "calibrate" and not device.startswith("cuda"):
+        return [f"device: planned a GPU, ran on {ran}"]
+    if spec.accelerator_type and _squash(spec.device) not in _squash(name):
+        return [f"device: planned {spec.device}, ran on {ran}"]
+    return []
+
+
+def _squash(name: str) -> str:
+    """``nvidiah10080gbhbm3`` for "NVIDIA H100 80GB HBM3": letters and digits only."""
+    return "".join(ch for ch in name.lower() if ch.isalnum())
+
+
+def _model_mismatch(spec: JobSpec, fingerprint: Mapping[str, Any]) -> list[str]:
     planned_hash = ModelShape(**spec.shape).hash
-    if fingerprint.get("model_hash") not in (None, planned_hash):
-        measured = f"{fingerprint.get('model')} ({fingerprint.get('model_hash')})"
-        out.append(f"model: planned {spec.model} ({planned_hash}), measured {measured}")
-    elif fingerprint.get("model_hash") is None:
-        out.append("model: the fingerprint records no model hash")
+    measured_hash = fingerprint.get("model_hash")
+    if measured_hash is None:
+        return ["model: the fingerprint records no model hash"]
+    if measured_hash != planned_hash:
+        measured = f"{fingerprint.get('model')} ({measured_hash})"
+        return [f"model: planned {spec.model} ({planned_hash}), measured {measured}"]
+    return []
+
+
+def _tp_mismatch(spec: JobSpec, fingerprint: Mapping[str, Any]) -> list[str]:
     tp = fingerprint.get("tp", 1)
-    if tp != spec.tp:
-        out.append(f"tp: planned {spec.tp}, measured {tp}")
+    return [f"tp: planned {spec.tp}, measured {tp}"] if tp != spec.tp else []
+
+
+def _setting_mismatches(spec: JobSpec, fingerprint: Mapping[str, Any]) -> list[str]:
+    """dtype, layers timed and (a calibration's) KV layout."""
+    out = []
     for key, recorded in (("dtype", "dtype"), ("layers", "layers_timed")):
         want = getattr(spec, key)
         if want is not None and fingerprint.get(recorded) not in (None, want):

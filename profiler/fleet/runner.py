@@ -172,6 +172,26 @@ class _Run:
         return self._index_finished(spec, record, where)
 
 
+def _kept_or_refused(
+    run: _Run, spec: JobSpec, folder: Path, backend: Backend, capacity: Resources
+) -> str | None:
+    """Keep a job that finished earlier with this plan entry (``run.keep``); else why it
+    cannot run (another entry finished there, no node can hold it); ``None``: run it."""
+    record = read_record(folder)
+    if record is not None and record.get("identity_hash") == spec.identity_hash:
+        try:
+            run.keep(spec, record)
+        except Exception as exc:  # noqa: BLE001 - e.g. its samples were deleted
+            return f"finished earlier, but unreadable now: {one_line(exc)}"
+        return None
+    if record is not None:
+        return (
+            f"{folder} finished with a different plan entry (changed: "
+            f"{', '.join(_changed(spec, record))}); rename the job or remove its folder"
+        )
+    return backend.infeasible(resources_for(spec, capacity))
+
+
 def run_fleet(
     plan: FleetPlan,
     out: str | Path,
@@ -195,27 +215,12 @@ def run_fleet(
     refused: dict[str, str] = {}
     for spec in plan.jobs:
         folder = job_folder(root, spec)
-        record = read_record(folder)
-        if record is not None and record.get("identity_hash") == spec.identity_hash:
-            try:
-                run.keep(spec, record)
-            except Exception as exc:  # noqa: BLE001 - e.g. its samples were deleted
-                refused[spec.name] = f"finished earlier, but unreadable now: {one_line(exc)}"
-                run.fail(spec, refused[spec.name])
-            continue
-        reason = None
-        if record is not None:
-            reason = (
-                f"{folder} finished with a different plan entry (changed: "
-                f"{', '.join(_changed(spec, record))}); rename the job or remove its folder"
-            )
-        resources = resources_for(spec, capacity)
-        reason = reason or backend.infeasible(resources)
+        reason = _kept_or_refused(run, spec, folder, backend, capacity)
         if reason is not None:
             refused[spec.name] = reason
             run.fail(spec, reason)
-            continue
-        todo.append(_job(spec, folder, layouts or {}, capacity))
+        elif spec.name not in run.outcome.kept:
+            todo.append(_job(spec, folder, layouts or {}, capacity))
     run.index.write()
     if on_start is not None:
         on_start([j.key for j in todo], list(run.outcome.kept), refused)
