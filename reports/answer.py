@@ -133,6 +133,30 @@ def _footnote(mine: Sequence[Cell], searched: bool, runs: Sequence[RunData]) -> 
     )
 
 
+def _setup_blocks(mine: Sequence[Cell], setup: str) -> list[Block]:
+    """One setup's figure, table, footnote and (searched) margin notes; none without a
+    value to draw."""
+    searched = all(c.searched for c in mine)
+    figure = answer_figure(mine, searched, setup)
+    if figure is None:
+        return []
+    blocks: list[Block] = [figure, answer_table(mine, searched, setup)]
+    blocks.append(Text(_footnote(mine, searched, [r for c in mine for r in c.runs])))
+    return blocks + ([Text(n) for n in margin_notes(mine)] if searched else [])
+
+
+def _oracle_warning(runs: Sequence[RunData]) -> Text | None:
+    oracle = sorted({r.policy for r in runs if (r.predictor or "").split(":")[0] == "oracle"})
+    if not oracle:
+        return None
+    return Text(
+        "Warning: runs of "
+        + ", ".join(oracle)
+        + " planned on the oracle (the truth's own formula): their figures are what "
+        "a perfect predictor would give, not what a calibrated table does."
+    )
+
+
 def answer_section(runs: Sequence[RunData]) -> Section | None:
     """The short answer over every run given; ``None`` when there is no run."""
     if not runs:
@@ -140,24 +164,10 @@ def answer_section(runs: Sequence[RunData]) -> Section | None:
     cs = cells(runs)
     blocks: list[Block] = []
     for setup in dict.fromkeys(c.setup for c in cs):
-        mine = [c for c in cs if c.setup == setup]
-        searched = all(c.searched for c in mine)
-        figure = answer_figure(mine, searched, setup)
-        if figure is None:
-            continue
-        blocks += [figure, answer_table(mine, searched, setup)]
-        blocks.append(Text(_footnote(mine, searched, [r for c in mine for r in c.runs])))
-        blocks += [Text(n) for n in margin_notes(mine)] if searched else []
-    oracle = sorted({r.policy for r in runs if (r.predictor or "").split(":")[0] == "oracle"})
-    if oracle:
-        blocks.append(
-            Text(
-                "Warning: runs of "
-                + ", ".join(oracle)
-                + " planned on the oracle (the truth's own formula): their figures are what "
-                "a perfect predictor would give, not what a calibrated table does."
-            )
-        )
+        blocks += _setup_blocks([c for c in cs if c.setup == setup], setup)
+    warning = _oracle_warning(runs)
+    if warning is not None:
+        blocks.append(warning)
     if not blocks:
         return None
     return Section("answer", "Answer", tuple(blocks))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from matplotlib.patches import Patch
@@ -20,6 +21,35 @@ from servecal.reports import figures as F
 from servecal.reports.aggregate import Cell, policy_order, workload_order
 from servecal.reports.blocks import Figure, fmt
 from servecal.reports.verdict import score
+
+
+def _bars(
+    ax: Any,
+    scores: Sequence[Any],
+    loads: Sequence[str],
+    policies: Sequence[str],
+    colours: dict[str, Any],
+    floor: float,
+) -> None:
+    """One panel: a bar per (workload, policy) above ``floor``, a cross on the axis for
+    a policy that sustained no load, a whisker of one standard deviation."""
+    width = 0.8 / len(policies)
+    for k, policy in enumerate(policies):
+        mine = {s.cell.workload: s for s in scores if s.cell.policy == policy}
+        x = np.arange(len(loads)) + (k - (len(policies) - 1) / 2) * width
+        for i, w in enumerate(loads):
+            s = mine.get(w)
+            if s is None:
+                continue
+            if not s.sustains:
+                ax.plot(x[i], floor, "x", color=colours[policy], markersize=6)
+                continue
+            ax.bar(x[i], s.value - floor, width, bottom=floor, color=colours[policy],
+                   hatch="//" if s.bound == "above_cap" else None)  # fmt: skip
+            if s.spread > 0:
+                low = max(floor, s.value - s.spread)
+                ax.errorbar(x[i], s.value, yerr=[[s.value - low], [s.spread]],
+                            color="#1d2330", linewidth=0.8, capsize=2)  # fmt: skip
 
 
 def answer_figure(cs: Sequence[Cell], searched: bool, setup: str) -> Figure | None:
@@ -34,26 +64,10 @@ def answer_figure(cs: Sequence[Cell], searched: bool, setup: str) -> Figure | No
     positive = [s.value for s in scores if s.sustains]
     floor = 0.5 * min(positive) if positive else 1.0
     fig, axes = F.new_figure(1, len(tpots), width=4.2, height=3.2)
-    width = 0.8 / len(policies)
     for j, tpot in enumerate(tpots):
         ax = axes[0, j]
-        for k, policy in enumerate(policies):
-            mine = {s.cell.workload: s for s in scores
-                    if s.cell.policy == policy and s.cell.tpot_slo_ms == tpot}  # fmt: skip
-            x = np.arange(len(loads)) + (k - (len(policies) - 1) / 2) * width
-            for i, w in enumerate(loads):
-                s = mine.get(w)
-                if s is None:
-                    continue
-                if not s.sustains:
-                    ax.plot(x[i], floor, "x", color=colours[policy], markersize=6)
-                    continue
-                ax.bar(x[i], s.value - floor, width, bottom=floor, color=colours[policy],
-                       hatch="//" if s.bound == "above_cap" else None)  # fmt: skip
-                if s.spread > 0:
-                    low = max(floor, s.value - s.spread)
-                    ax.errorbar(x[i], s.value, yerr=[[s.value - low], [s.spread]],
-                                color="#1d2330", linewidth=0.8, capsize=2)  # fmt: skip
+        panel = [s for s in scores if s.cell.tpot_slo_ms == tpot]
+        _bars(ax, panel, loads, policies, colours, floor)
         F.log_axis(ax, "y")
         ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
         ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))

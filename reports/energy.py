@@ -116,6 +116,23 @@ def _mean(values: Sequence[float]) -> float:
     return float(a.mean()) if a.size and not np.isnan(a).any() else math.nan
 
 
+def _rank_row(key: tuple, members: Sequence[RunData]) -> RankRow:
+    """One group's means over seeds (its max goodput only when every seed searched)."""
+    tpot, w, source, rate, policy = key
+    searches = [r.search for r in members]
+    searched = all(s is not None for s in searches)
+    bounds = {s.get("bound", "measured") for s in searches if s is not None}
+    return RankRow(
+        tpot, w, source, math.nan if rate is None else rate, policy,
+        _mean([float(r.summary.get("goodput", math.nan)) for r in members]),
+        _mean([_run_energy(r)[0] for r in members]),
+        _mean([float(s["max_goodput"]) for s in searches]) if searched else math.nan,  # type: ignore[index]
+        ("measured" if bounds <= {"measured"} else "bound") if searched else "",
+        _mean([energy_at_max(s) for s in searches]) if searched else math.nan,  # type: ignore[arg-type]
+        len(members),
+    )  # fmt: skip
+
+
 def rank_rows(runs: Sequence[RunData]) -> list[RankRow]:
     """Means over seeds per (target, workload, energy source, rate, policy)."""
     groups: dict[tuple, list[RunData]] = {}
@@ -123,22 +140,7 @@ def rank_rows(runs: Sequence[RunData]) -> list[RankRow]:
         rate = None if math.isnan(run.rate) else run.rate
         key = (run.tpot_slo_ms, run.workload, run.energy_source, rate, run.policy)
         groups.setdefault(key, []).append(run)
-    rows = []
-    for (tpot, w, source, rate, policy), members in groups.items():
-        searches = [r.search for r in members]
-        searched = all(s is not None for s in searches)
-        bounds = {s.get("bound", "measured") for s in searches if s is not None}
-        rows.append(
-            RankRow(
-                tpot, w, source, math.nan if rate is None else rate, policy,
-                _mean([float(r.summary.get("goodput", math.nan)) for r in members]),
-                _mean([_run_energy(r)[0] for r in members]),
-                _mean([float(s["max_goodput"]) for s in searches]) if searched else math.nan,
-                ("measured" if bounds <= {"measured"} else "bound") if searched else "",
-                _mean([energy_at_max(s) for s in searches]) if searched else math.nan,
-                len(members),
-            )
-        )  # fmt: skip
+    rows = [_rank_row(key, members) for key, members in groups.items()]
     rows.sort(
         key=lambda r: (
             r.tpot_slo_ms,

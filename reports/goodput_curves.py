@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -51,6 +52,21 @@ def _panels(cs: Sequence[Cell]) -> list[tuple[str, float, str]]:
     return sorted(keys, key=lambda k: (k[0], k[1], workload_order(k[2])))
 
 
+def _curves(ax: Any, cells: Sequence[Cell], colours: dict[str, Any], target: float) -> float:
+    """One panel's curves (a line per policy and seed, dotted at a measured max
+    goodput); the attainment target its searches used (else ``target``)."""
+    for cell in sorted(cells, key=lambda c: policy_order(c.policy)):
+        colour = colours[cell.policy]
+        for j, (rates, att) in enumerate(curve(cell)):
+            label = cell.policy if j == 0 else None
+            ax.plot(rates, 100 * att, "o-", color=colour, markersize=3, linewidth=1.0,
+                    alpha=0.8, label=label)  # fmt: skip
+        if cell.searched and cell.max_goodput_bound == "measured":
+            ax.axvline(cell.max_goodput, color=colour, linewidth=0.8, linestyle=":")
+        target = float(cell.searches[0].get("target", TARGET)) if cell.searches else target
+    return target
+
+
 def attainment_figure(cs: Sequence[Cell]) -> Figure | None:
     """One panel per (setup, TPOT target, workload), one colour per policy; ``None``
     when no cell has a rate to draw against."""
@@ -69,15 +85,7 @@ def attainment_figure(cs: Sequence[Cell]) -> Figure | None:
         here = [
             c for c in drawable if (c.setup, c.tpot_slo_ms, c.workload) == (setup, tpot, workload)
         ]
-        for cell in sorted(here, key=lambda c: policy_order(c.policy)):
-            colour = colours[cell.policy]
-            for j, (rates, att) in enumerate(curve(cell)):
-                label = cell.policy if j == 0 else None
-                ax.plot(rates, 100 * att, "o-", color=colour, markersize=3, linewidth=1.0,
-                        alpha=0.8, label=label)  # fmt: skip
-            if cell.searched and cell.max_goodput_bound == "measured":
-                ax.axvline(cell.max_goodput, color=colour, linewidth=0.8, linestyle=":")
-            target = float(cell.searches[0].get("target", TARGET)) if cell.searches else target
+        target = _curves(ax, here, colours, target)
         ax.axhline(100 * target, color="#57606a", linestyle="--", linewidth=1)
         tpot_text = "" if math.isnan(tpot) else f", TPOT {fmt(tpot)} ms"
         ax.set_title(f"{workload}{tpot_text}", fontsize=9)
