@@ -52,14 +52,33 @@ def _bars(
                             color="#1d2330", linewidth=0.8, capsize=2)  # fmt: skip
 
 
+def _style(ax: Any, tpot: float, loads: Sequence[str], floor: float, searched: bool) -> None:
+    """A panel's log axis from ``floor``, workload ticks, TPOT title and labels."""
+    F.log_axis(ax, "y")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.set_ylim(bottom=floor)
+    ax.set_xticks(np.arange(len(loads)), loads)
+    ax.set_title("" if math.isnan(tpot) else f"TPOT target {fmt(tpot)} ms", fontsize=10)
+    ax.set_ylabel("max goodput (req/s)" if searched else "goodput (req/s)")
+    ax.grid(alpha=0.3, axis="y")
+
+
+def _labels(scores: Sequence[Any]) -> tuple[list[float], list[str], list[str]]:
+    """The TPOT targets (panels; none last), workloads (ticks) and policies (bars), in
+    the report's order."""
+    tpots = sorted({s.cell.tpot_slo_ms for s in scores}, key=lambda t: (math.isnan(t), t))
+    loads = sorted({s.cell.workload for s in scores}, key=workload_order)
+    policies = sorted({s.cell.policy for s in scores}, key=policy_order)
+    return tpots, loads, policies
+
+
 def answer_figure(cs: Sequence[Cell], searched: bool, setup: str) -> Figure | None:
     """Bars of every cell of one setup; ``None`` when no cell has a value."""
     scores = [s for s in (score(c, searched) for c in cs) if not math.isnan(s.value)]
     if not scores:
         return None
-    tpots = sorted({s.cell.tpot_slo_ms for s in scores}, key=lambda t: (math.isnan(t), t))
-    loads = sorted({s.cell.workload for s in scores}, key=workload_order)
-    policies = sorted({s.cell.policy for s in scores}, key=policy_order)
+    tpots, loads, policies = _labels(scores)
     colours = F.colour_map(policies)
     positive = [s.value for s in scores if s.sustains]
     floor = 0.5 * min(positive) if positive else 1.0
@@ -68,14 +87,7 @@ def answer_figure(cs: Sequence[Cell], searched: bool, setup: str) -> Figure | No
         ax = axes[0, j]
         panel = [s for s in scores if s.cell.tpot_slo_ms == tpot]
         _bars(ax, panel, loads, policies, colours, floor)
-        F.log_axis(ax, "y")
-        ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1.0, 2.0, 5.0)))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
-        ax.set_ylim(bottom=floor)
-        ax.set_xticks(np.arange(len(loads)), loads)
-        ax.set_title("" if math.isnan(tpot) else f"TPOT target {fmt(tpot)} ms", fontsize=10)
-        ax.set_ylabel("max goodput (req/s)" if searched else "goodput (req/s)")
-        ax.grid(alpha=0.3, axis="y")
+        _style(ax, tpot, loads, floor, searched)
     handles = [Patch(color=colours[p], label=p) for p in policies]
     fig.subplots_adjust(bottom=1.05 / 3.2)  # room for the legend under the panels
     fig.legend(handles=handles, loc="lower center", ncol=len(policies), fontsize=9,

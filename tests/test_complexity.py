@@ -27,21 +27,6 @@ NOT_YET_SPLIT = {
     ("integrations/vllm/runlog.py", "RunLog._flush_locked"),
     ("integrations/vllm/scheduler.py", "SLOWeaveScheduler.schedule"),
     ("integrations/vllm/scheduler.py", "SLOWeaveScheduler._sw_step_of"),
-    ("profiler/calibrate.py", "_calibrate"),
-    ("profiler/calibrate.py", "CalibrateConfig.__post_init__"),
-    ("profiler/fleet/plan.py", "_resolve"),
-    ("profiler/fleet/plan.py", "load_plan"),
-    ("profiler/fleet/plan.py", "fingerprint_mismatches"),
-    ("profiler/fleet/runner.py", "run_fleet"),
-    ("profiler/runner.py", "measure_block"),
-    ("profiler/sweep.py", "run_sweep"),
-    ("reports/answer.py", "answer_section"),
-    ("reports/answer_figure.py", "answer_figure"),
-    ("reports/energy.py", "rank_rows"),
-    ("reports/goodput_curves.py", "attainment_figure"),
-    ("servecal/commands/bench.py", "bench_command"),
-    ("servecal/commands/compare.py", "_print_tables"),
-    ("servecal/commands/offline.py", "offline"),
 }
 
 

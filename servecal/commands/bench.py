@@ -89,6 +89,41 @@ class _Bench:
         return summary
 
 
+def _check_target(
+    url: str | None, model_dir: Path | None, dummy_model: str | None, nice: int | None
+) -> None:
+    """One server to drive: a running one (``--url``) or one bench starts."""
+    if sum(x is not None for x in (url, model_dir, dummy_model)) != 1:
+        raise InputError(
+            "give exactly one of --url (a running server), --model-dir or --dummy-model (start one)"
+        )
+    check_niceness(nice)
+    if nice is not None and url is not None:
+        raise InputError("--nice sets the niceness of a server bench starts: not with --url")
+
+
+def _check_load(tpot_slo: float, timeout_s: float, rate: float | None, searching: bool) -> None:
+    """The SLO, the deadline and the offered load (or a search for it)."""
+    if not (tpot_slo > 0 and math.isfinite(tpot_slo)):
+        raise InputError(f"--tpot-slo {tpot_slo:g}: expected a number of ms > 0")
+    if not (timeout_s > 0 and math.isfinite(timeout_s)):
+        raise InputError(f"--timeout-s {timeout_s:g}: expected seconds > 0")
+    if rate is None and not searching:
+        raise InputError("give --rate, or --max-goodput to search it")
+    if rate is not None and not (rate > 0 and math.isfinite(rate)):
+        raise InputError(f"--rate {rate:g}: expected req/s > 0")
+
+
+def _check_server(table: Path | None, policy: str) -> None:
+    """What starting a vLLM server with the plug-in needs."""
+    if table is None:
+        raise InputError("--model-dir needs --table (the plug-in's cost table)")
+    if not table.is_file():
+        raise InputError(f"--table {table}: no such file")
+    if policy not in ("sloweave", "vllm"):
+        raise InputError(f"--policy {policy!r}: expected sloweave or vllm")
+
+
 @user_errors
 @writes_folder("out")
 def bench_command(
@@ -158,21 +193,8 @@ def bench_command(
     from servecal.integrations.bench.client import loopback_url, served_model
     from servecal.sched.experiment.goodput import Bracket, search_sequentially
 
-    if sum(x is not None for x in (url, model_dir, dummy_model)) != 1:
-        raise InputError(
-            "give exactly one of --url (a running server), --model-dir or --dummy-model (start one)"
-        )
-    if not (tpot_slo > 0 and math.isfinite(tpot_slo)):
-        raise InputError(f"--tpot-slo {tpot_slo:g}: expected a number of ms > 0")
-    if not (timeout_s > 0 and math.isfinite(timeout_s)):
-        raise InputError(f"--timeout-s {timeout_s:g}: expected seconds > 0")
-    check_niceness(nice)
-    if nice is not None and url is not None:
-        raise InputError("--nice sets the niceness of a server bench starts: not with --url")
-    if rate is None and not max_goodput:
-        raise InputError("give --rate, or --max-goodput to search it")
-    if rate is not None and not (rate > 0 and math.isfinite(rate)):
-        raise InputError(f"--rate {rate:g}: expected req/s > 0")
+    _check_target(url, model_dir, dummy_model, nice)
+    _check_load(tpot_slo, timeout_s, rate, max_goodput)
     bracket = None
     if max_goodput:  # a real server's probe costs minutes: expand down at most 4x
         parsed = Bracket.parse(rate_range, rel_tol=rate_tol)
@@ -207,12 +229,7 @@ def bench_command(
     )
     from servecal.profiler.model_folder import write_model_folder
 
-    if table is None:
-        raise InputError("--model-dir needs --table (the plug-in's cost table)")
-    if not table.is_file():
-        raise InputError(f"--table {table}: no such file")
-    if policy not in ("sloweave", "vllm"):
-        raise InputError(f"--policy {policy!r}: expected sloweave or vllm")
+    _check_server(table, policy)
     if dummy_model is not None:
         model_dir = write_model_folder(dummy_model, out / f"model-{Path(dummy_model).stem}")
         real_weights = False

@@ -134,7 +134,7 @@ def _targets(text: str | None) -> tuple[float | None, ...]:
 
 
 def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], mg: bool) -> None:
-    from servecal.commands._runs import fmt, goodput_text, print_table
+    from servecal.commands._runs import print_table
     from servecal.sched.experiment.models import models_label
 
     driver = any("wakeups" in r for r in rows)
@@ -147,23 +147,28 @@ def _print_tables(rows: list[dict[str, Any]], ratio_rows: list[dict[str, Any]], 
     models = " · ".join(dict.fromkeys(models_label(r["truth"], r["predictor"]) for r in rows))
     for setting, target in dict.fromkeys((r["setting"], r["tpot_slo"]) for r in rows):
         cell = [r for r in rows if (r["setting"], r["tpot_slo"]) == (setting, target)]
-        lines = []
-        for r in cell:
-            att = None if r["attainment"] is None else 100 * r["attainment"]
-            rate = "trace" if r["rate"] is None else f"{r['rate']:g}/s"
-            line = [f"{r['workload']} @ {rate} / {r['policy']}", r["backend"], fmt(r["goodput"]),
-                    fmt(att, 3), fmt(r["p99_ttft_ms"]), fmt(r["p99_tpot_ms"])]  # fmt: skip
-            if mg:
-                line.append(goodput_text(r))
-            if driver:
-                line += [fmt(r.get(k)) for k in ("wakeups", "parked_batches", "p99_blocking_ms")]
-            lines.append(line)
+        lines = [_table_line(r, mg, driver) for r in cell]
         good = "TTFT" if setting == "prefill" else "TTFT and TPOT"
         head = "" if target is None else f"TPOT SLO {target:g} ms · "
         title = f"{head}{setting} · means over seeds (good = meets {good}) · {models}"
         print_table(title, columns, lines)
     if ratio_rows:
         _print_ratios(ratio_rows, rows, models)
+
+
+def _table_line(r: dict[str, Any], mg: bool, driver: bool) -> list[str]:
+    """One row of a cell's table (max goodput and the driver's columns when shown)."""
+    from servecal.commands._runs import fmt, goodput_text
+
+    att = None if r["attainment"] is None else 100 * r["attainment"]
+    rate = "trace" if r["rate"] is None else f"{r['rate']:g}/s"
+    line = [f"{r['workload']} @ {rate} / {r['policy']}", r["backend"], fmt(r["goodput"]),
+            fmt(att, 3), fmt(r["p99_ttft_ms"]), fmt(r["p99_tpot_ms"])]  # fmt: skip
+    if mg:
+        line.append(goodput_text(r))
+    if driver:
+        line += [fmt(r.get(k)) for k in ("wakeups", "parked_batches", "p99_blocking_ms")]
+    return line
 
 
 def _print_ratios(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -23,6 +24,39 @@ def register(app: typer.Typer) -> None:
 MAX_REQUESTS = 200_000
 MAX_SEEDS = 10_000
 MAX_POLISH = 1_000_000
+
+
+def _check_sizes(
+    no_file: bool, no_spec: bool, n: int, seeds: int, memory: int, polish: int
+) -> None:
+    """One source of requests, and sizes that finish in minutes, not hours."""
+    if no_file == no_spec:
+        raise InputError("give exactly one of --requests FILE or --generate short-long:F")
+    if n < 1 or seeds < 1 or memory < 1:
+        raise InputError("--n, --seeds and --memory must be >= 1")
+    for flag, value, most in (("--n", n, MAX_REQUESTS), ("--seeds", seeds, MAX_SEEDS),
+                              ("--polish", polish, MAX_POLISH)):  # fmt: skip
+        if value > most:
+            raise InputError(f"{flag} {value}: at most {most:,} (one instance would run for hours)")
+
+
+def _read_instance(requests: Path, n: int, memory: int) -> Any:
+    """The first ``n`` requests of a file as an instance; one that could never fit in
+    ``memory`` is refused, naming its row."""
+    import numpy as np
+
+    from servecal.sched.sortedf.generate import read_requests
+    from servecal.sched.sortedf.model import Instance
+
+    s, o = read_requests(requests, n)
+    too_big = np.flatnonzero(s + o > memory)
+    if too_big.size:
+        r = int(too_big[0])
+        raise InputError(
+            f"{requests}: row {r + 2}: prompt + output = {int(s[r] + o[r])} exceeds "
+            f"--memory {memory}; it could never run"
+        )
+    return Instance(s, o, memory)
 
 
 @user_errors
@@ -70,18 +104,10 @@ def offline(
     import numpy as np
 
     from servecal.sched.sortedf.exact import MAX_N as EXACT_MAX_N
-    from servecal.sched.sortedf.generate import parse_spec, read_requests, short_long
-    from servecal.sched.sortedf.model import Instance
+    from servecal.sched.sortedf.generate import parse_spec, short_long
     from servecal.sched.sortedf.runner import OfflineConfig, run_instance
 
-    if (requests is None) == (generate is None):
-        raise InputError("give exactly one of --requests FILE or --generate short-long:F")
-    if n < 1 or seeds < 1 or memory < 1:
-        raise InputError("--n, --seeds and --memory must be >= 1")
-    for flag, value, most in (("--n", n, MAX_REQUESTS), ("--seeds", seeds, MAX_SEEDS),
-                              ("--polish", polish, MAX_POLISH)):  # fmt: skip
-        if value > most:
-            raise InputError(f"{flag} {value}: at most {most:,} (one instance would run for hours)")
+    _check_sizes(requests is None, generate is None, n, seeds, memory, polish)
     try:
         config = OfflineConfig(
             algos=tuple(a.strip() for a in algos.split(",") if a.strip()),
@@ -97,15 +123,7 @@ def offline(
         raise InputError(str(exc)) from None
     fixed = None
     if requests is not None:
-        s, o = read_requests(requests, n)
-        too_big = np.flatnonzero(s + o > memory)
-        if too_big.size:
-            r = int(too_big[0])
-            raise InputError(
-                f"{requests}: row {r + 2}: prompt + output = {int(s[r] + o[r])} exceeds "
-                f"--memory {memory}; it could never run"
-            )
-        fixed = Instance(s, o, memory)
+        fixed = _read_instance(requests, n, memory)
     else:
         frac = parse_spec(generate or "")
     size = fixed.n if fixed is not None else n
