@@ -2,11 +2,7 @@
 servecal/) is above cyclomatic complexity 15 (radon) unless it says why it is one
 function (docs/design.md, "Code style"): a comment starting with ``# One function:`` at
 the top of its body, before its first statement after the docstring (a hot path, where
-a call per stage would be paid every iteration).
-
-:data:`NOT_YET_SPLIT` names the functions still waiting to be split into named pieces.
-It only shrinks: an entry that is no longer above the limit (or no longer exists) fails
-the test too, so whoever splits one removes it, and nothing new joins it."""
+a call per stage would be paid every iteration)."""
 
 from __future__ import annotations
 
@@ -19,15 +15,6 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("costmodels", "sched", "integrations", "profiler", "reports", "servecal")
 LIMIT = 15
 MARK = "# One function:"
-#: (file, function) above the limit, to be split: this list only shrinks.
-NOT_YET_SPLIT = {
-    ("integrations/vllm/calibration.py", "_Driver.measure"),
-    ("integrations/vllm/config.py", "load_config"),
-    ("integrations/vllm/config.py", "PluginConfig.__post_init__"),
-    ("integrations/vllm/runlog.py", "RunLog._flush_locked"),
-    ("integrations/vllm/scheduler.py", "SLOWeaveScheduler.schedule"),
-    ("integrations/vllm/scheduler.py", "SLOWeaveScheduler._sw_step_of"),
-}
 
 
 def _functions(path: Path) -> list[tuple[str, int, int]]:
@@ -68,20 +55,12 @@ def over_limit() -> list[tuple[str, str, int, bool]]:
 
 def test_complex_functions_say_why_they_are_one() -> None:
     unexplained = [
-        f"{rel}: {name} (complexity {cc})"
-        for rel, name, cc, why in over_limit()
-        if not why and (rel, name) not in NOT_YET_SPLIT
+        f"{rel}: {name} (complexity {cc})" for rel, name, cc, why in over_limit() if not why
     ]
     assert not unexplained, (
         f"above complexity {LIMIT} with no '{MARK} ...' comment at the top of the body "
         "(split it, or say why it reads best as one):\n  " + "\n  ".join(unexplained)
     )
-
-
-def test_the_list_of_functions_not_yet_split_only_shrinks() -> None:
-    still = {(rel, name) for rel, name, _, why in over_limit() if not why}
-    done = sorted(f"{rel}: {name}" for rel, name in NOT_YET_SPLIT - still)
-    assert not done, "no longer above the limit: remove from NOT_YET_SPLIT:\n  " + "\n  ".join(done)
 
 
 def test_the_check_sees_a_mark_and_its_absence(tmp_path: Path) -> None:

@@ -185,38 +185,18 @@ class _Driver:
     def measure(self, point: list[int], repeats: int, warmup: int) -> list[dict[str, Any]] | str:
         """The point's timed rows, or the reason it could not be formed."""
         n, chunk, ctx, prefix = point
-        steps_per_rep = 2 if prefix > 0 else 1
-        if chunk == 0:
-            steps_per_rep = 1
-        total = warmup + repeats
-        # decode contexts grow by one per step: centre the timed repeats on ctx
-        centre = steps_per_rep * (warmup + (repeats + 1) / 2)
-        # while later decodes' prompts are prefilled, earlier ones decode: on average
-        # half the setup steps' worth of tokens
-        setup = math.ceil(n * ctx / self.budget)
-        prompt_len = max(1, round(ctx - centre - setup / 2))
+        prompt_len = self._decode_prompt(n, chunk, ctx, prefix, warmup + (repeats + 1) / 2)
         # they run until aborted: never let one finish on its own
         longest = self.max_model_len - prompt_len
         decodes = [self._add(prompt_len, longest) for _ in range(n)]
         try:
-            guard = 0
-            while n and self._step(None).get("n_decode", 0) < n:  # prefill the decodes
-                guard += 1
-                if guard > 10_000:
-                    return "the decodes never all ran together"
+            if not self._decodes_running(n):
+                return "the decodes never all ran together"
             rows: list[dict[str, Any]] = []
-            for rep in range(total):
-                if chunk:
-                    rid = self._add(prefix + chunk, 1)
-                    if prefix:
-                        got = self._step(n + prefix)
-                        if got.get("chunk") != prefix or got.get("n_decode") != n:
-                            self.engine.abort_request([rid])
-                            return f"the prefix step scheduled {got}, not n={n} prefix={prefix}"
-                got = self._step(n + chunk)
-                want = {"n_decode": n, "chunk": chunk, "prefix": prefix if chunk else 0}
-                if any(got.get(k) != v for k, v in want.items()):
-                    return f"the timed step scheduled {_short(got)}, not {want}"
+            for rep in range(warmup + repeats):
+                got = self._timed_step(n, chunk, prefix)
+                if isinstance(got, str):
+                    return got
                 if rep >= warmup:
                     rows.append({
                         "n_decode": n, "chunk": chunk, "ctx": ctx, "prefix": prefix,
@@ -229,6 +209,41 @@ class _Driver:
                 self.engine.abort_request(decodes)
             while self.engine.has_unfinished_requests():
                 self._step(None)
+
+    def _decode_prompt(self, n: int, chunk: int, ctx: int, prefix: int, middle: float) -> int:
+        """The decodes' prompt length that centres their context on ``ctx`` at the
+        ``middle`` repeat (a context grows by one per step)."""
+        steps_per_rep = 2 if prefix > 0 and chunk != 0 else 1
+        centre = steps_per_rep * middle
+        # while later decodes' prompts are prefilled, earlier ones decode: on average
+        # half the setup steps' worth of tokens
+        setup = math.ceil(n * ctx / self.budget)
+        return max(1, round(ctx - centre - setup / 2))
+
+    def _decodes_running(self, n: int) -> bool:
+        """Step (prefilling the decodes) until all ``n`` decode together."""
+        guard = 0
+        while n and self._step(None).get("n_decode", 0) < n:
+            guard += 1
+            if guard > 10_000:
+                return False
+        return True
+
+    def _timed_step(self, n: int, chunk: int, prefix: int) -> dict[str, Any] | str:
+        """One repeat: a prompt's ``prefix`` in an untimed step, then the timed step of
+        ``n`` decodes and its last ``chunk``; the reason when vLLM formed another batch."""
+        if chunk:
+            rid = self._add(prefix + chunk, 1)
+            if prefix:
+                got = self._step(n + prefix)
+                if got.get("chunk") != prefix or got.get("n_decode") != n:
+                    self.engine.abort_request([rid])
+                    return f"the prefix step scheduled {got}, not n={n} prefix={prefix}"
+        got = self._step(n + chunk)
+        want = {"n_decode": n, "chunk": chunk, "prefix": prefix if chunk else 0}
+        if any(got.get(k) != v for k, v in want.items()):
+            return f"the timed step scheduled {_short(got)}, not {want}"
+        return got
 
 
 def _short(got: dict[str, float]) -> str:

@@ -94,6 +94,10 @@ class PluginConfig:
     margin_control: str = SLO_CONTROL
 
     def __post_init__(self) -> None:
+        self._check_numbers()
+        self._check_names()
+
+    def _check_numbers(self) -> None:
         if not (math.isfinite(self.tpot_slo_ms) and self.tpot_slo_ms > 0):
             raise PluginConfigError(f"'tpot_slo_ms' must be a number > 0, got {self.tpot_slo_ms}")
         if self.ttft_slo_ms is not None and not self.ttft_slo_ms > 0:
@@ -102,6 +106,14 @@ class PluginConfig:
             raise PluginConfigError(f"'flush_every' must be >= 1, got {self.flush_every}")
         if not (math.isfinite(self.flush_s) and self.flush_s > 0):
             raise PluginConfigError(f"'flush_s' must be a number > 0, got {self.flush_s}")
+        if self.c_max is not None and self.c_max < 1:
+            raise PluginConfigError(f"'c_max' must be >= 1, got {self.c_max}")
+        if self.max_prefills < 1:
+            raise PluginConfigError(f"'max_prefills' must be >= 1, got {self.max_prefills}")
+        if not 0.0 < self.quantile < 1.0:
+            raise PluginConfigError(f"'quantile' must be in (0, 1), got {self.quantile}")
+
+    def _check_names(self) -> None:
         from servecal.integrations.vllm.energy import ENERGY_METERS
 
         module, sep, attr = self.energy_meter.partition(":")
@@ -114,12 +126,6 @@ class PluginConfig:
             raise PluginConfigError(
                 f"'policy' must be one of {', '.join(POLICIES)}, got {self.policy!r}"
             )
-        if self.c_max is not None and self.c_max < 1:
-            raise PluginConfigError(f"'c_max' must be >= 1, got {self.c_max}")
-        if self.max_prefills < 1:
-            raise PluginConfigError(f"'max_prefills' must be >= 1, got {self.max_prefills}")
-        if not 0.0 < self.quantile < 1.0:
-            raise PluginConfigError(f"'quantile' must be in (0, 1), got {self.quantile}")
         if self.margin_control not in MARGIN_CONTROLS:
             raise PluginConfigError(
                 f"'margin_control' must be one of {', '.join(MARGIN_CONTROLS)}, "
@@ -179,6 +185,19 @@ def _from_env(key: str, raw: str) -> Any:
     return raw
 
 
+def _values(
+    section: Mapping[str, Any], known: list[str], environ: Mapping[str, str]
+) -> dict[str, Any]:
+    """Each key given in the section, else in its environment variable, typed."""
+    values: dict[str, Any] = {}
+    for key in known:
+        if key in section and section[key] is not None:
+            values[key] = _typed(key, section[key], "--additional-config")
+        elif key in ENV and environ.get(ENV[key]):
+            values[key] = _typed(key, _from_env(key, environ[ENV[key]]), ENV[key])
+    return values
+
+
 def load_config(
     additional_config: Mapping[str, Any] | None, environ: Mapping[str, str] | None = None
 ) -> PluginConfig:
@@ -197,12 +216,7 @@ def load_config(
             f"unknown key '{unknown[0]}' in --additional-config '{SECTION}' "
             f"(known: {', '.join(known)})"
         )
-    values: dict[str, Any] = {}
-    for key in known:
-        if key in section and section[key] is not None:
-            values[key] = _typed(key, section[key], "--additional-config")
-        elif key in ENV and environ.get(ENV[key]):
-            values[key] = _typed(key, _from_env(key, environ[ENV[key]]), ENV[key])
+    values = _values(section, known, environ)
     for key in ("table", "tpot_slo_ms"):
         if key not in values:
             raise PluginConfigError(f"no '{key}' given: {_where(key)}")

@@ -316,13 +316,7 @@ class RunLog:
             starts = [t.streaks[0][0] for t in open_tracks if t.streaks]
         if final:  # running requests get a row too, their open streak ending now
             done += [t.frozen(n_total - 1) for t in open_tracks]
-        if final:  # a closed log has both tables, even when one stayed empty
-            from servecal.costmodels.segments import parts
-
-            if not rows and not parts(self.folder / "iterations.parquet"):
-                self._append_steps([], n_total, [] if self._energy is not None else None)
-            if not done and not parts(self.folder / "requests.parquet"):
-                self._append_requests([], np.zeros(0), base)
+            self._write_empty_tables(not rows, not done, n_total, base)
         if not rows and not done:
             return
         ends_array = np.asarray(ends[: n_total - base], dtype=float)
@@ -335,8 +329,21 @@ class RunLog:
             self._lost_steps += len(rows)
             raise
         self.flushes += 1
-        # step end times no running request can still need: not kept
-        oldest = min([*starts, n_total])
+        self._trim_ends(min([*starts, n_total]), base)
+
+    def _write_empty_tables(
+        self, no_steps: bool, no_requests: bool, n_total: int, base: int
+    ) -> None:
+        """A closed log has both tables, even when one stayed empty."""
+        from servecal.costmodels.segments import parts
+
+        if no_steps and not parts(self.folder / "iterations.parquet"):
+            self._append_steps([], n_total, [] if self._energy is not None else None)
+        if no_requests and not parts(self.folder / "requests.parquet"):
+            self._append_requests([], np.zeros(0), base)
+
+    def _trim_ends(self, oldest: int, base: int) -> None:
+        """Drop the step end times no running request can still need (before ``oldest``)."""
         if oldest - base >= _TRIM_AT:
             with self._lock:
                 cut = oldest - self._base

@@ -367,7 +367,7 @@ class SLOWeaveScheduler(Scheduler):
            call (restored whatever happens), then the kept KV sum after it;
         5. :meth:`_sw_step_of`: the step's record, kept until its output arrives.
         """
-        # complexity 22 and 74 lines: parts 2 and 4 in this frame, because a call for
+        # One function: parts 2 and 4 in this frame (complexity 22), because a call for
         # each cost 1.2x the plug-in's added time (docs/results/2026-12-02-vllm-plugin-readable.md)
         clock = self._sw_clock
         t0 = clock()
@@ -502,8 +502,8 @@ class SLOWeaveScheduler(Scheduler):
         it, are told apart by token and request counts alone, with no pass over the
         decodes; :meth:`_sw_sort_out` works any other ``out`` request by request.
         """
-        # complexity 18: the usual steps' checks side by side in one frame, because a
-        # call per check costs microseconds on the cold cache schedule() runs in
+        # One function: the usual steps' checks side by side in one frame (complexity 18),
+        # because a call per check costs microseconds on the cold cache schedule() runs in
         nst = out.num_scheduled_tokens
         tok = nst.get(prompts[0].request_id) if len(prompts) == 1 else None
         new_reqs = out.scheduled_new_reqs
