@@ -125,3 +125,24 @@ def test_simulate_on_the_served_arrivals_predicts_the_runs_tpot(
     ratio = 1.0 + compare(measured, simulated)["tpot_ms"][50]
     assert 1 / 3 < ratio < 3, (measured, simulated)
     assert simulated["ttft_ms"][50] > 0
+
+
+def test_calibrate_from_vllms_own_python_needs_no_server_python(
+    tmp_path: Path,
+) -> None:
+    """servecal run by the Python that has vLLM, with neither --server-python nor
+    $SERVECAL_VLLM_CPU_PYTHON: the driver runs in that Python (one point, two repeats)."""
+    import os
+    import subprocess
+
+    grid = tmp_path / "grid.json"
+    grid.write_text(json.dumps({"n_decode": [1], "chunk": [16], "ctx": [16], "prefix": [0]}))
+    env = {k: v for k, v in os.environ.items() if k != "SERVECAL_VLLM_CPU_PYTHON"}
+    done = subprocess.run(
+        [PYTHON, "-m", "servecal", "calibrate", "--engine", "vllm", "--device", "cpu",
+         "--grid", str(grid), "--repeats", "2", "--out", str(tmp_path / "cal")],
+        capture_output=True, text=True, env=env, timeout=1500,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    fp = read_samples(tmp_path / "cal" / "samples.parquet").provenance
+    assert fp["engine"] == "vllm" and fp["points_measured"] == 1
