@@ -203,6 +203,18 @@ def test_sigkill_before_the_first_flush_keeps_every_step_and_request(tmp_path: P
     assert len(rq) == len(finished) == 40
     for name in finished.columns:
         np.testing.assert_array_equal(rq[name].to_numpy(), finished[name].to_numpy(), name)
+    # validate and report read such a folder (its steps have no predictions: NaN)
+    from typer.testing import CliRunner
+
+    from servecal.cli import app
+
+    table = tmp_path / "table.json"
+    small_table().save(table)
+    runner = CliRunner()
+    checked = runner.invoke(app, ["validate", str(table), str(folder)])
+    assert checked.exit_code in (0, 1, 2) and "Traceback" not in checked.output, checked.output
+    report = runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / "rep")])
+    assert report.exit_code == 0, report.output
 
 
 def test_a_stop_between_a_part_and_its_tails_removal_counts_each_row_once(
