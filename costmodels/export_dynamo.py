@@ -92,9 +92,10 @@ def checked(values: np.ndarray, fmt: str, what: str) -> np.ndarray:
 
 
 def between(values: np.ndarray, steps: int) -> np.ndarray:
-    """``values`` and ``steps`` evenly spaced points between each neighbouring pair."""
+    """``values`` and ``steps`` evenly spaced points between each neighbouring pair (a
+    single value and its double: the mocker's interpolators need two points)."""
     if values.size == 1:
-        return values.copy()
+        return np.array([values[0], 2 * values[0]])
     parts = [
         np.linspace(a, b, steps + 1, endpoint=False)
         for a, b in zip(values[:-1], values[1:], strict=True)
@@ -143,6 +144,8 @@ def mocker_arrays(table: CostTable) -> dict[str, np.ndarray]:
         lo * 2.0 ** (np.arange(int(np.ceil(octaves * KV_PER_OCTAVE)) + 1) / KV_PER_OCTAVE)
     )
     kv[-1] = max(kv[-1], hi)
+    if kv.size == 1:
+        kv = np.array([lo, 2 * lo])
     kv_grid, ctx_grid = np.meshgrid(kv, ctx, indexing="ij")
     itl = decode_p50(table, kv_grid / ctx_grid, ctx_grid)
     return {
