@@ -152,6 +152,7 @@ def render(table: CostTable, options: ExportOptions) -> Rendered:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
+    rows = fpm_rows(table)  # the grid's refusals come first
     ident = identity(table, options)
     cell = f"servecal-{table.content_hash().split(':')[-1][:12]}"
     records = [
@@ -165,7 +166,7 @@ def render(table: CostTable, options: ExportOptions) -> Rendered:
             "partition_policy": PARTITION_POLICY,
             "latency_ms": ms,
         }  # fmt: skip
-        for kind, b, tp, kv, ms in fpm_rows(table)
+        for kind, b, tp, kv, ms in rows
     ]
     buffer = io.BytesIO()
     pq.write_table(pa.Table.from_pylist(records), buffer)
