@@ -17,7 +17,9 @@ latency (a decode step of ``N`` requests at context ``isl``) as:
   whole-millisecond truncation.
 
 Then one mixed step (32 decodes at 1,024 and a 512-token chunk), which the mocker prices
-as its prefill plus its decode. Prints a Markdown table::
+as its prefill plus its decode, and the mocker's decode reading (its bilinear rule,
+``consumer_dynamo.py``) against the table at 5,000 random batches. Prints a Markdown
+table::
 
     python benchmarks/export_round_trip.py [--table sched/data/imported_h100x1/table.json]
 """
@@ -28,6 +30,8 @@ import argparse
 import sys
 import tempfile
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "costmodels"))
@@ -111,6 +115,16 @@ def main() -> int:
         summed = model.prefill_ms(1, 512) + model.decode_ms(32, 32 * 1024, 1024)
         print(f"\nmixed step (32 decodes at 1,024 + a 512-token chunk): servecal {mixed:.2f} ms, "
               f"the mocker's prefill + decode {summed:.2f} ms")  # fmt: skip
+        rng = np.random.default_rng(0)
+        n = rng.integers(1, 257, 5000)
+        ctx = rng.uniform(128, 8192, 5000)
+        want, _ = table.lookup(0.5, n, 0, ctx, 0)
+        got = np.array([model.decode_ms(int(b), b * c, c) for b, c in zip(n, ctx, strict=True)])
+        err = np.abs(got / want - 1)
+        print(
+            f"the mocker's decode reading off its points, 5,000 random batches (1-256 decodes, "
+            f"context 128-8,192): max {100 * err.max():.2f} %, median {100 * np.median(err):.3f} %"
+        )
     return 0
 
 
