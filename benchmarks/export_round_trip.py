@@ -8,7 +8,8 @@ latency (a decode step of ``N`` requests at context ``isl``) as:
 
 * servecal: the table's P50 of those steps;
 * the mocker: NVIDIA Dynamo's own engine (``ai-dynamo`` 1.6.1's offline replay on a
-  virtual clock, ``N`` requests of ``isl`` prompt and 2 output tokens);
+  virtual clock, ``N`` requests of ``isl`` prompt and 2 output tokens; in its own
+  virtualenv, ``SERVECAL_DYNAMO_PYTHON=$(bash scripts/dynamo_env.sh)``; "n/a" without);
 * aiconfigurator: the ``fpm_forward_perf`` row its loader keys the shape to
   (``tests/costmodels/consumer_aic_fpm.py``; the shapes are grid points, where
   aiconfigurator reads the row itself);
@@ -21,12 +22,15 @@ as its prefill plus its decode, and the mocker's decode reading (its bilinear ru
 ``consumer_dynamo.py``) against the table at 5,000 random batches. Prints a Markdown
 table::
 
-    python benchmarks/export_round_trip.py [--table sched/data/imported_h100x1/table.json]
+    SERVECAL_DYNAMO_PYTHON=$(bash scripts/dynamo_env.sh) python benchmarks/export_round_trip.py
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,18 +52,15 @@ LLMD_CTX = 2048  # the simulator has no context axis: its decode knobs fitted at
 
 
 def mocker_replay(npz: Path, isl: int, requests: int) -> tuple[float, float] | None:
-    """(mean TTFT, mean ITL) in ms from the mocker's offline replay; None without it."""
-    try:
-        from dynamo._core import run_mocker_synthetic_trace_replay
-        from dynamo.mocker.config import normalize_mocker_config
-    except ImportError:
+    """(mean TTFT, mean ITL) in ms from the mocker's offline replay, run in its own
+    virtualenv (``$SERVECAL_DYNAMO_PYTHON``, ``scripts/dynamo_env.sh``); None without it."""
+    python = os.environ.get("SERVECAL_DYNAMO_PYTHON")
+    if not python:
         return None
-    timing = {"type": "external", "provider": "dynamo_profile", "config": {"path": str(npz)}}
-    config = normalize_mocker_config({"engine": {"timing_model": timing,
-                                                 "enable_prefix_caching": False}})  # fmt: skip
-    summary = run_mocker_synthetic_trace_replay(
-        isl, 2, requests, extra_engine_args=config, arrival_interval_ms=0.0
-    ).summary
+    driver = ROOT / "tests" / "costmodels" / "dynamo_driver.py"
+    done = subprocess.run([python, str(driver), "replay", str(npz), str(isl), "2", str(requests)],
+                          capture_output=True, text=True, check=True)  # fmt: skip
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
     return float(summary["mean_ttft_ms"]), float(summary["mean_itl_ms"])
 
 

@@ -1,17 +1,20 @@
 """``servecal export --format dynamo-mocker``: NVIDIA Dynamo's mocker reads the file
 and answers with the table's P50.
 
-With ``ai-dynamo`` 1.6.1 installed (``pip install --no-deps ai-dynamo==1.6.1
-ai-dynamo-runtime==1.6.1``: its Python checks and the mocker's Rust engine, no GPU), the
-mocker's own ``is_mocker_format_npz`` accepts the file and its offline replay serves
-requests with it; without, those tests skip (they fail in CI, ``CI`` set, and with
-``SERVECAL_REQUIRE_DYNAMO=1``) and the file is read the way the mocker's source reads it
+With the mocker's own virtualenv (``SERVECAL_DYNAMO_PYTHON=$(bash scripts/dynamo_env.sh)``:
+ai-dynamo 1.6.1 and its Rust engine ai-dynamo-runtime 1.6.1, no GPU; its own virtualenv
+because ai-dynamo registers pytest and vLLM plugins), the mocker's own
+``is_mocker_format_npz`` accepts the file and its offline replay serves requests with it
+(``dynamo_driver.py`` runs them there); without it those tests skip (they fail in CI,
+``CI`` set) and the file is read the way the mocker's source reads it
 (``consumer_dynamo.py``, which names the file it follows).
 """
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -26,18 +29,22 @@ from servecal.costmodels.table import CostTable
 from servecal.util.errors import InputError
 
 H100 = Path(__file__).parents[2] / "sched" / "data" / "imported_h100x1" / "table.json"
+DRIVER = Path(__file__).with_name("dynamo_driver.py")
 runner = CliRunner()
 
 
-def dynamo_or_skip() -> None:
-    try:
-        import dynamo._core  # noqa: F401
-        from dynamo.mocker.utils import planner_profiler_perf_data_converter  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI") or os.environ.get("SERVECAL_REQUIRE_DYNAMO") == "1":
-            raise  # CI installs it (.ci/run): a missing mocker there is a failure
-        pytest.skip("ai-dynamo 1.6.1 is not installed (pip install --no-deps ai-dynamo==1.6.1 "
-                    "ai-dynamo-runtime==1.6.1)")  # fmt: skip
+def mocker(*args: object) -> dict:
+    """The mocker's own answer (``dynamo_driver.py`` in its virtualenv); skips without
+    it, fails in CI."""
+    python = os.environ.get("SERVECAL_DYNAMO_PYTHON")
+    if not python:
+        if os.environ.get("CI"):
+            raise RuntimeError("CI needs SERVECAL_DYNAMO_PYTHON (scripts/dynamo_env.sh)")
+        pytest.skip("no Dynamo mocker: SERVECAL_DYNAMO_PYTHON=$(bash scripts/dynamo_env.sh)")
+    done = subprocess.run([python, str(DRIVER), *map(str, args)], capture_output=True,
+                          text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")
@@ -72,26 +79,7 @@ def test_the_mockers_reading_is_the_tables_p50(which: str, tmp_path: Path) -> No
 
 
 def test_the_mockers_own_check_takes_the_file(h100_npz: Path) -> None:
-    dynamo_or_skip()
-    from dynamo.mocker.utils.planner_profiler_perf_data_converter import is_mocker_format_npz
-
-    assert is_mocker_format_npz(h100_npz)
-
-
-def replay(npz: Path, isl: int, osl: int, requests: int) -> dict:
-    """The mocker's offline replay (its engine, a virtual clock): ``requests`` requests
-    of ``isl`` prompt and ``osl`` output tokens, all arriving at 0."""
-    from dynamo._core import run_mocker_synthetic_trace_replay
-    from dynamo.mocker.config import normalize_mocker_config
-
-    timing = {"type": "external", "provider": "dynamo_profile", "config": {"path": str(npz)}}
-    config = normalize_mocker_config(
-        {"engine": {"timing_model": timing, "enable_prefix_caching": False}}
-    )
-    result = run_mocker_synthetic_trace_replay(
-        isl, osl, requests, extra_engine_args=config, arrival_interval_ms=0.0
-    )
-    return result.summary
+    assert mocker("check", h100_npz) == {"mocker_format": True}
 
 
 @pytest.mark.parametrize(("isl", "osl", "requests"), [(1024, 32, 1), (512, 32, 8), (256, 32, 32)])
@@ -101,9 +89,8 @@ def test_the_mocker_serves_requests_with_the_tables_latencies(
     """All prompts are prefilled in one step (``requests · isl`` tokens, within the
     mocker's 8,192-token step), then decoded together: the mocker's TTFT is the table's
     P50 of that chunk and its ITL the table's P50 of the batch at the mean context."""
-    dynamo_or_skip()
     table = CostTable.load(H100)
-    got = replay(h100_npz, isl, osl, requests)
+    got = mocker("replay", h100_npz, isl, osl, requests)
     assert got["completed_requests"] == requests
     ttft = float(table.lookup(0.5, 0, isl * requests, 0, 0)[0])
     itl = float(table.lookup(0.5, requests, 0, isl + osl / 2, 0)[0])
