@@ -23,6 +23,7 @@ pyarrow and pandas skip hidden files, so they read a folder's parts alone;
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import struct
@@ -47,7 +48,9 @@ def _plain(value: Any) -> Any:
 class TailWriter:
     """Appends rows of one table to its current tail file, one ``write()`` each.
 
-    Not thread-safe on its own: the caller appends and rotates under its own lock.
+    Not thread-safe on its own: the caller appends and rotates under its own lock. A
+    write that fails (a full disk) is not raised into the caller, a serving loop: the
+    tail stops there and :attr:`error` says why (the parts go on as before).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class TailWriter:
         self._pack = struct.Struct(f"<{len(self.columns)}d").pack
         self._seq = 0
         self._fd = -1
+        self.error: OSError | None = None
         self.path = self._open()
 
     def _open(self) -> Path:
@@ -89,27 +93,42 @@ class TailWriter:
 
     def append_floats(self, values: Sequence[float]) -> None:
         """One row of an ``f8`` tail (``len(columns)`` numbers)."""
-        os.write(self._fd, self._pack(*values))
+        self._write(self._pack(*values))
 
     def append_row(self, row: Mapping[str, Any]) -> None:
         """One row of a ``json`` tail (a value for each column)."""
-        line = json.dumps([_plain(row[c]) for c in self.columns]) + "\n"
-        os.write(self._fd, line.encode())
+        self._write((json.dumps([_plain(row[c]) for c in self.columns]) + "\n").encode())
+
+    def _write(self, data: bytes) -> None:
+        if self.error is not None:
+            return
+        try:
+            os.write(self._fd, data)
+        except OSError as exc:
+            self.error = exc
 
     def rotate(self) -> Path:
         """Start a new tail file; the old one's path (delete it once its rows are in a
         part)."""
         old = self.path
-        os.close(self._fd)
-        self.path = self._open()
+        self._close_fd()
+        if self.error is None:
+            try:
+                self.path = self._open()
+            except OSError as exc:
+                self.error = exc
         return old
+
+    def _close_fd(self) -> None:
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):  # a descriptor that already failed
+                os.close(self._fd)
+            self._fd = -1
 
     def close(self, remove: bool) -> None:
         """Close the current file; ``remove``: every row is in parts, so every tail
         file of the folder goes."""
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
+        self._close_fd()
         if remove:
             for path in tail_files(self.table_dir):
                 path.unlink(missing_ok=True)

@@ -241,6 +241,7 @@ class RunLog:
         self._write_meta(closed=False)
         # every row also goes to the kernel at once: what a stop cannot take back
         self._step_tail, self._request_tail = _open_tails(self.folder)
+        self._tails_reported: list[TailWriter] = []
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(
@@ -391,6 +392,7 @@ class RunLog:
             raise
         for path in old_tails:  # their rows are in parts now
             path.unlink(missing_ok=True)
+        self._report_tail_errors()
         self.flushes += 1
         # step end times no running request can still need: not kept
         oldest = min([*starts, n_total])
@@ -399,6 +401,18 @@ class RunLog:
                 cut = oldest - self._base
                 self._ends = self._ends[cut:]
                 self._base += cut
+
+    def _report_tail_errors(self) -> None:
+        """One warning per tail that stopped writing (the parts still come)."""
+        for tail in (self._step_tail, self._request_tail):
+            if tail.error is not None and tail not in self._tails_reported:
+                self._tails_reported.append(tail)
+                log.warning(
+                    "servecal: the run folder's tail %s stopped (%s): a hard stop now "
+                    "loses up to one flush interval",
+                    tail.path,
+                    tail.error,
+                )
 
     def _next_part(self, kind: str) -> Path:
         return self.folder / kind / f"part-{self._parts:06d}.parquet"

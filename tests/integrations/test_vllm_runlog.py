@@ -237,6 +237,23 @@ def test_a_stop_between_a_part_and_its_tails_removal_counts_each_row_once(
     assert read_table(folder / "iterations.parquet")["step"].tolist() == list(range(150))
 
 
+def test_a_tail_that_cannot_write_never_stops_the_serving_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk under the tail: the serving loop's calls return as ever, one warning
+    says the tail stopped, and the parts still hold everything at the next flush."""
+    log = make_log(tmp_path / "run", flush_every=10**9, flush_s=3600)
+    os.close(log._step_tail._fd)  # every later write() fails, as on a full disk
+    drive(log, 100)
+    assert log._step_tail.error is not None
+    with caplog.at_level("WARNING"):
+        log.flush()
+    assert sum("tail" in r.getMessage() and "stopped" in r.getMessage()
+               for r in caplog.records) == 1  # fmt: skip
+    log.close()
+    assert read_table(tmp_path / "run" / "iterations.parquet")["step"].tolist() == list(range(100))
+
+
 def test_validate_and_report_read_a_live_folder_of_parts(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
