@@ -242,6 +242,7 @@ class RunLog:
         # every row also goes to the kernel at once: what a stop cannot take back
         self._step_tail, self._request_tail = _open_tails(self.folder)
         self._tails_reported: list[TailWriter] = []
+        self._part_failed = False
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(
@@ -355,7 +356,9 @@ class RunLog:
         with self._write_lock:
             self._flush_locked(final=True)
             for tail in (self._step_tail, self._request_tail):
-                tail.close(remove=True)  # everything is in parts
+                # everything is in parts, unless a part could not be written: then
+                # the tails still hold what it would have
+                tail.close(remove=not self._part_failed)
             self._write_meta(closed=True)
             self._closed = True
 
@@ -389,6 +392,7 @@ class RunLog:
                 self._append_requests(done)
         except Exception:
             self._lost_steps += len(rows)  # from the parts: the old tails still hold them
+            self._part_failed = True
             raise
         for path in old_tails:  # their rows are in parts now
             path.unlink(missing_ok=True)
