@@ -1,6 +1,8 @@
 """Export a cost table for other consumers: the long form (Parquet or CSV, one row per
-grid cell) for analysis, vllm-ascend's dynamic-batch ``profile_table.csv``
-(:mod:`.export_ascend`), llm-d inference-sim's latency knobs (:mod:`.export_llmd`).
+grid cell) for analysis, NVIDIA Dynamo's mocker NPZ (:mod:`.export_dynamo`),
+aiconfigurator's whole-forward-pass table (:mod:`.export_aic_fpm`), llm-d
+inference-sim's latency knobs (:mod:`.export_llmd`) and, for vllm-ascend ≤ 0.23 only,
+its dynamic-batch ``profile_table.csv`` (:mod:`.export_ascend`).
 
 An exporter is a function ``(table, options: ExportOptions) -> Rendered`` (the
 :class:`Exporter` protocol) that renders the file's bytes in memory; the formats are
@@ -47,15 +49,22 @@ class ExportOptions:
     max_num_batched_tokens: int | None = None
     decode_ctx: float | None = None
     force: bool = False
+    # aic-fpm: the cell identity aiconfigurator matches (None: from the fingerprint)
+    aic_system: str | None = None
+    aic_version: str | None = None
+    aic_model_path: str | None = None
 
 
 class Rendered(NamedTuple):
-    """An exporter's output: the file's bytes, its row count (in ``unit``s) and notes."""
+    """An exporter's output: the file's bytes, its row count (in ``unit``s), notes, and
+    files that go beside it: ``(suffix, bytes)``, written as the file's name with
+    ``suffix`` in place of its own (aic-fpm's ``.metadata.json``), after it."""
 
     data: bytes
     rows: int
     notes: tuple[str, ...] = ()
     unit: str = "rows"
+    extras: tuple[tuple[str, bytes], ...] = ()
 
 
 class Exporter(Protocol):
@@ -71,9 +80,14 @@ EXPORTERS = Registry(
 # fmt: off
 EXPORTERS.add("parquet", f"{_E}.export:to_parquet", "long form, one row per grid cell (Parquet)")  # noqa: E501
 EXPORTERS.add("csv", f"{_E}.export:to_csv", "long form, one row per grid cell (CSV)")
-EXPORTERS.add("vllm-ascend", f"{_E}.export_ascend:render", "profile_table.csv of vllm-ascend's dynamic-batch scheduler")  # noqa: E501
+EXPORTERS.add("dynamo-mocker", f"{_E}.export_dynamo:render", "perf_data.npz of NVIDIA Dynamo's mocker (ai-dynamo 1.6.1)")  # noqa: E501
+EXPORTERS.add("aic-fpm", f"{_E}.export_aic_fpm:render", "fpm_forward_perf.parquet + metadata of aiconfigurator's whole-forward-pass model")  # noqa: E501
 EXPORTERS.add("llm-d-sim", f"{_E}.export_llmd:render", "latency knobs of llm-d's inference simulator, fitted by least squares")  # noqa: E501
+EXPORTERS.add("vllm-ascend", f"{_E}.export_ascend:render", "legacy: profile_table.csv of vllm-ascend <= 0.23's dynamic-batch scheduler (removed upstream since)")  # noqa: E501
 # fmt: on
+#: Formats whose reader takes only a file of this suffix (the mocker's
+#: ``is_mocker_format_npz``; aiconfigurator's Parquet file, its sidecar named after it).
+REQUIRED_SUFFIX = {"dynamo-mocker": ".npz", "aic-fpm": ".parquet"}
 #: The built-in format names.
 FORMATS = EXPORTERS.names()
 
@@ -134,6 +148,9 @@ def export_table(
     """
     if fmt not in EXPORTERS and ":" not in fmt:
         raise InputError(f"--format: unknown format '{fmt}' (choose {EXPORTERS.usages()})")
+    suffix = REQUIRED_SUFFIX.get(fmt)
+    if suffix and Path(path).suffix != suffix:
+        raise InputError(f"--out {path}: {fmt} is read only from a file named *{suffix}")
     out = EXPORTERS.call(fmt, table, ExportOptions(**options))  # type: ignore[arg-type]
     if not isinstance(out, Rendered):
         raise InputError(
@@ -141,8 +158,16 @@ def export_table(
         )
     with atomic_path(path) as tmp:
         tmp.write_bytes(out.data)
+    for suffix, data in out.extras:  # after the file: a sidecar may be its commit record
+        atomic_write_bytes(extra_path(path, suffix), data)
     write_provenance(path, table)
     return Exported(out.rows, tuple(out.notes), out.unit)
+
+
+def extra_path(path: str | os.PathLike[str], suffix: str) -> Path:
+    """Where an exporter's extra file goes: ``FILE`` with ``suffix`` for its suffix."""
+    p = Path(path)
+    return p.with_name(p.stem + suffix)
 
 
 def provenance_path(path: str | os.PathLike[str]) -> Path:

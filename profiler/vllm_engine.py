@@ -3,17 +3,18 @@
 servecal's own environment need not be able to run vLLM (on a CPU it has the GPU
 build of ``vllm`` without its dependencies), so the sweep runs in a subprocess,
 ``PYTHON -m servecal.integrations.vllm.calibration OUT``, in the Python that has
-vLLM (``--server-python``, default ``$SERVECAL_VLLM_CPU_PYTHON``, as ``servecal
-bench``). Parent and child share the calibration folder's contract
-(:mod:`.calibrate`): the plan and one shard per measured point in ``OUT/shards``
-(so ``--resume`` continues where a stop left off), then ``samples.parquet``,
-``samples.fingerprint.json`` and ``costtable.json`` written here. The child's progress
-comes on its stderr (``servecal-progress DONE TOTAL LABEL``); everything else it
-prints goes to ``OUT/engine.log``.
+vLLM (``--server-python``, else ``$SERVECAL_VLLM_CPU_PYTHON``, as ``servecal
+bench``, else the running Python when it has vLLM). Parent and child share the
+calibration folder's contract (:mod:`.calibrate`): the plan and one shard per
+measured point in ``OUT/shards`` (so ``--resume`` continues where a stop left
+off), then ``samples.parquet``, ``samples.fingerprint.json`` and ``costtable.json`` written
+here. The child's progress comes on its stderr (``servecal-progress DONE TOTAL
+LABEL``); everything else it prints goes to ``OUT/engine.log``.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import os
@@ -59,12 +60,33 @@ class EngineOptions:
     nice: int | None = None  # the engine's niceness (servecal.util.niceness); None: ours
 
 
+#: Exits 0 where vLLM imports and finds a device to run on (a GPU build installed
+#: without its dependencies, as servecal's own test environment has, finds none).
+_PROBE = "import sys; from vllm.platforms import current_platform as p; sys.exit(not p.device_type)"
+
+
+def vllm_here() -> bool:
+    """The running Python can run vLLM: it has the package, and vLLM finds a device
+    (asked in a child: importing vLLM takes seconds and is not undone)."""
+    if importlib.util.find_spec("vllm") is None:
+        return False
+    try:
+        probe = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
 def _python(opts: EngineOptions) -> str:
+    """The Python the driver runs in: ``--server-python``, else
+    ``$SERVECAL_VLLM_CPU_PYTHON``, else this one when it has vLLM."""
     python = opts.server_python or os.environ.get("SERVECAL_VLLM_CPU_PYTHON")
+    if not python and vllm_here():
+        return sys.executable
     if not python:
         raise InputError(
             "--engine vllm needs the Python that has vLLM: --server-python PATH "
-            "(or SERVECAL_VLLM_CPU_PYTHON)"
+            "(or SERVECAL_VLLM_CPU_PYTHON), or run servecal from that Python"
         )
     found = shutil.which(python)
     if found is None:

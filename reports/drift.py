@@ -28,9 +28,17 @@ def online_validation(run: RunData) -> tuple[float, float]:
     """
     online = run.summary.get("online")
     if isinstance(online, dict) and "p99_coverage" in online:
-        return float(online.get("p50_mape", np.nan)), float(online["p99_coverage"])
+        # None: no step had a prediction (a live log's tail rows get theirs at the flush)
+        mape, cover = online.get("p50_mape"), online["p99_coverage"]
+        return (np.nan if mape is None else float(mape)), (
+            np.nan if cover is None else float(cover)
+        )
     it = run.iterations
     if not {"pred_p50_ms", "pred_p99_ms"} <= set(it.columns) or it.empty:
+        return np.nan, np.nan
+    # a live log's tail rows have no predictions yet (they are made at the flush)
+    it = it[np.isfinite(it["pred_p50_ms"].to_numpy(float))]
+    if it.empty:
         return np.nan, np.nan
     actual = it["duration_ms"].to_numpy(float)
     margin = it["margin_ms"].to_numpy(float) if "margin_ms" in it else 0.0

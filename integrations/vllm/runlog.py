@@ -17,13 +17,20 @@ length, and memory holds only those rows (plus the step end times that requests
 still running will read their token times from). A part is written under a
 hidden temporary name and renamed into place, so a part is whole or absent.
 
-**What a stop loses.** vLLM usually ends the engine process before the
-scheduler's ``shutdown()`` runs (an ``LLM(...)`` script's exit, the API server's
-default ``--shutdown-timeout 0``, a signal to the process group, ``SIGKILL``):
-whatever the stop, every step older than the last flush interval is on disk, and
-so is every request that finished before it. Requests still running at a hard
-stop have no row (their steps do). A ``shutdown()`` that does run writes
-everything, running requests included, and marks ``run.json`` closed.
+**What a stop loses: nothing served.** vLLM usually ends the engine process before
+the scheduler's ``shutdown()`` runs (an ``LLM(...)`` script's exit; the API server,
+on SIGTERM or SIGINT with its default ``--shutdown-timeout 0``, kills the engine's
+process tree 0 s after signalling it; ``SIGKILL``), and no signal handler or
+finaliser in the engine gets to run a flush before that kill. So every step, and
+every request's row when it finishes, is also appended to the table's *tail*
+(:mod:`servecal.costmodels.segment_tail`) in the serving loop, one ``write()``
+each, before vLLM sends that step's output: whatever stops the process after that,
+the kernel holds the row, and readers take the parts and then the tail. A flush
+moves the tail's rows into a part and starts a new tail. Tail rows carry no
+predictions and no joules (those are computed at the flush: NaN there). Requests
+still running at a hard stop have no row (their steps do). A ``shutdown()`` that
+does run writes everything, running requests included, into parts, removes the
+tails and marks ``run.json`` closed.
 
 **Energy.** With a meter (the device's cumulative counter, read every few steps:
 :mod:`.energy`), each step's ``energy_j`` is its share of the joules read, and
@@ -49,6 +56,7 @@ from typing import Any
 import numpy as np
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
+from servecal.costmodels.segment_tail import TailWriter
 from servecal.integrations.vllm.energy import UNAVAILABLE, StepEnergy
 from servecal.util.atomic import atomic_path
 from servecal.util.errors import InputError
@@ -158,6 +166,29 @@ def _append_request(rows: dict[str, list[Any]], t: _Track, ends: np.ndarray, bas
     )
 
 
+def _open_tails(folder: Path) -> tuple[TailWriter, TailWriter]:
+    """The tails of ``iterations.parquet`` (the step's fields and index, as floats)
+    and of ``requests.parquet`` (the finished request's row, as JSON)."""
+    from servecal.sched.result import REQUEST_COLUMNS, REQUEST_DTYPES
+
+    step_columns = (*STEP_FIELDS, "step")
+    steps = TailWriter(
+        folder / "iterations.parquet",
+        step_columns,
+        ["int64" if c in (*_INT_FIELDS, "step") else "float64" for c in step_columns],
+        key="step",
+        encoding="f8",
+    )
+    requests = TailWriter(
+        folder / "requests.parquet",
+        (*REQUEST_COLUMNS, "request_id"),
+        [np.dtype(REQUEST_DTYPES[c]).name for c in REQUEST_COLUMNS] + ["object"],
+        key="request_id",
+        encoding="json",
+    )
+    return steps, requests
+
+
 def _predicted(n: int, query: Callable[[], Any]) -> np.ndarray:
     """A prediction column; NaN where the table has no such answer (no P99, no margin)."""
     try:
@@ -199,7 +230,7 @@ class RunLog:
         self._ends: list[float] = []  # step end times (ms) from step ``_base`` on
         self._base = 0
         self._tracks: dict[str, _Track] = {}
-        self._done: list[_Track] = []  # finished since the last flush
+        self._done: list[dict[str, Any]] = []  # rows of the requests finished since
         self._next_rid = 0
         self._parts = 0
         self._lost_steps = 0
@@ -208,6 +239,10 @@ class RunLog:
         for name in ("iterations.parquet", "requests.parquet"):
             (self.folder / name).mkdir(parents=True, exist_ok=True)
         self._write_meta(closed=False)
+        # every row also goes to the kernel at once: what a stop cannot take back
+        self._step_tail, self._request_tail = _open_tails(self.folder)
+        self._tails_reported: list[TailWriter] = []
+        self._part_failed = False
         self._wake = threading.Event()
         self._stop = False
         self._thread = threading.Thread(
@@ -225,6 +260,7 @@ class RunLog:
             if self._energy is not None:
                 self._energy.step(row[1] / 1000.0)
             index = self._base + len(self._ends) - 1
+            self._step_tail.append_floats((*row, index))
             due = len(self._rows) >= self._flush_every
         if due:
             self._wake.set()
@@ -269,7 +305,24 @@ class RunLog:
                 t.streaks[-1][1] = last
             t.tokens_out = tokens_out
             t.done_ms = now_ms if tokens_out > 0 else math.nan  # aborted before any token
-            self._done.append(t)
+            row = self._request_row(t)
+            self._done.append(row)
+            self._request_tail.append_row(row)
+
+    def _request_row(self, t: _Track) -> dict[str, Any]:
+        """``t``'s row in ``requests.parquet`` (under the lock: it reads the step end
+        times of its streaks, all still kept)."""
+        spans = [(a, b) for a, b in t.streaks if b is not None and b >= a]
+        first = min((a for a, _ in spans), default=self._base)
+        last = max((b for _, b in spans), default=first - 1)
+        ends = np.asarray(self._ends[first - self._base : last + 1 - self._base], dtype=float)
+        from servecal.sched.result import REQUEST_COLUMNS
+
+        rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
+        _append_request(rows, t, ends, first)
+        row = {c: values[0] for c, values in rows.items()}
+        row["request_id"] = t.request_id
+        return row
 
     @property
     def steps(self) -> int:
@@ -302,6 +355,10 @@ class RunLog:
         self._thread.join(timeout=60)
         with self._write_lock:
             self._flush_locked(final=True)
+            for tail in (self._step_tail, self._request_tail):
+                # everything is in parts, unless a part could not be written: then
+                # the tails still hold what it would have
+                tail.close(remove=not self._part_failed)
             self._write_meta(closed=True)
             self._closed = True
 
@@ -310,37 +367,42 @@ class RunLog:
             rows, self._rows = self._rows, []
             joules = self._energy.drain() if self._energy is not None else None
             done, self._done = self._done, []
-            ends, base = self._ends, self._base
-            n_total = base + len(ends)
+            # the tails from here on hold what comes after these rows
+            old_tails = [t.rotate() for t, new in ((self._step_tail, rows),
+                                                   (self._request_tail, done)) if new]  # fmt: skip
+            base = self._base
+            n_total = base + len(self._ends)
             open_tracks = list(self._tracks.values())
             starts = [t.streaks[0][0] for t in open_tracks if t.streaks]
-        if final:  # running requests get a row too, their open streak ending now
-            done += [t.frozen(n_total - 1) for t in open_tracks]
-            self._write_empty_tables(not rows, not done, n_total, base)
+            if final:  # running requests get a row too, their open streak ending now
+                done += [self._request_row(t.frozen(n_total - 1)) for t in open_tracks]
+        if final:
+            self._write_empty_tables(not rows, not done, n_total)
         if not rows and not done:
             return
-        ends_array = np.asarray(ends[: n_total - base], dtype=float)
         try:
             if rows:
                 self._append_steps(rows, n_total - len(rows), joules)
             if done:
-                self._append_requests(done, ends_array, base)
+                self._append_requests(done)
         except Exception:
-            self._lost_steps += len(rows)
+            self._lost_steps += len(rows)  # from the parts: the old tails still hold them
+            self._part_failed = True
             raise
+        for path in old_tails:  # their rows are in parts now
+            path.unlink(missing_ok=True)
+        self._report_tail_errors()
         self.flushes += 1
         self._trim_ends(min([*starts, n_total]), base)
 
-    def _write_empty_tables(
-        self, no_steps: bool, no_requests: bool, n_total: int, base: int
-    ) -> None:
+    def _write_empty_tables(self, no_steps: bool, no_requests: bool, n_total: int) -> None:
         """A closed log has both tables, even when one stayed empty."""
         from servecal.costmodels.segments import parts
 
         if no_steps and not parts(self.folder / "iterations.parquet"):
             self._append_steps([], n_total, [] if self._energy is not None else None)
         if no_requests and not parts(self.folder / "requests.parquet"):
-            self._append_requests([], np.zeros(0), base)
+            self._append_requests([])
 
     def _trim_ends(self, oldest: int, base: int) -> None:
         """Drop the step end times no running request can still need (before ``oldest``)."""
@@ -349,6 +411,18 @@ class RunLog:
                 cut = oldest - self._base
                 self._ends = self._ends[cut:]
                 self._base += cut
+
+    def _report_tail_errors(self) -> None:
+        """One warning per tail that stopped writing (the parts still come)."""
+        for tail in (self._step_tail, self._request_tail):
+            if tail.error is not None and tail not in self._tails_reported:
+                self._tails_reported.append(tail)
+                log.warning(
+                    "servecal: the run folder's tail %s stopped (%s): a hard stop now "
+                    "loses up to one flush interval",
+                    tail.path,
+                    tail.error,
+                )
 
     def _next_part(self, kind: str) -> Path:
         return self.folder / kind / f"part-{self._parts:06d}.parquet"
@@ -377,15 +451,12 @@ class RunLog:
             write_parquet(ordered, tmp)
         self._parts += 1
 
-    def _append_requests(self, done: list[_Track], ends: np.ndarray, base: int) -> None:
+    def _append_requests(self, done: list[dict[str, Any]]) -> None:
         from servecal.sched.result import REQUEST_COLUMNS, request_columns
         from servecal.util.arrow_numpy import write_parquet
 
-        rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
-        for t in done:
-            _append_request(rows, t, ends, base)
-        cols = request_columns(rows)
-        cols["request_id"] = np.array([t.request_id for t in done], dtype=object)
+        cols = request_columns({c: [row[c] for row in done] for c in REQUEST_COLUMNS})
+        cols["request_id"] = np.array([row["request_id"] for row in done], dtype=object)
         with atomic_path(self._next_part("requests.parquet")) as tmp:
             write_parquet(cols, tmp)
         self._parts += 1

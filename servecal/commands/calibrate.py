@@ -58,7 +58,8 @@ def calibrate(
     server_python: str = typer.Option(
         None,
         "--server-python",
-        help="With --engine vllm: the Python that has vLLM [default: $SERVECAL_VLLM_CPU_PYTHON].",
+        help="With --engine vllm: the Python that has vLLM [default: $SERVECAL_VLLM_CPU_PYTHON, "
+        "else this Python when it has vLLM].",
     ),
     model_dir: Path = typer.Option(
         None,

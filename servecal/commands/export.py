@@ -17,10 +17,13 @@ def export(
     fmt: str = typer.Option(
         "parquet",
         "--format",
-        help="parquet | csv (long form, one row per grid cell) | vllm-ascend "
-        "(profile_table.csv of its dynamic-batch scheduler) | llm-d-sim (latency knobs "
-        "of llm-d's inference simulator, fitted by least squares) | MODULE:FUNCTION "
-        "(servecal plugins exporter).",
+        help="parquet | csv (long form, one row per grid cell) | dynamo-mocker "
+        "(perf_data.npz of NVIDIA Dynamo's mocker, ai-dynamo 1.6.1) | aic-fpm "
+        "(fpm_forward_perf.parquet and its .metadata.json: aiconfigurator's whole-forward-"
+        "pass table) | llm-d-sim (latency knobs of llm-d's inference simulator v0.10.2, "
+        "fitted by least squares) | vllm-ascend (legacy: profile_table.csv of the dynamic-"
+        "batch scheduler of vllm-ascend <= 0.23, which later releases removed) | "
+        "MODULE:FUNCTION (servecal plugins exporter).",
     ),
     out: Path = typer.Option(..., "--out", help="File to write."),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
@@ -45,12 +48,30 @@ def export(
         min=1,
         help="vllm-ascend: write no chunk_size above vLLM's --max-num-batched-tokens.",
     ),
+    aic_system: str | None = typer.Option(
+        None,
+        "--aic-system",
+        help="aic-fpm: aiconfigurator's system name [default: from "
+        "the table's device, e.g. h100_sxm].",
+    ),
+    aic_version: str | None = typer.Option(
+        None,
+        "--aic-version",
+        help="aic-fpm: the vLLM version of the data folder [default: the table's engine version].",
+    ),
+    aic_model_path: str | None = typer.Option(
+        None,
+        "--aic-model-path",
+        help="aic-fpm: the Hugging Face model path aiconfigurator "
+        "matches exactly [default: the table's model name].",
+    ),
 ) -> None:
     """Write the table in another format; fitted formats print the fit's error
     (docs/export.md: each consumer, its version, what its format cannot express)."""
     from servecal.costmodels import CostTable
-    from servecal.costmodels.export import export_table
+    from servecal.costmodels.export import REQUIRED_SUFFIX, export_table
     from servecal.util.atomic import atomic_path, is_special
+    from servecal.util.errors import InputError
 
     writable_file(out)
     loaded = CostTable.load(table, allow_edited=allow_edited)
@@ -60,10 +81,16 @@ def export(
         "max_num_batched_tokens": max_num_batched_tokens,
         "decode_ctx": decode_ctx,
         "force": force,
+        "aic_system": aic_system,
+        "aic_version": aic_version,
+        "aic_model_path": aic_model_path,
     }
+    if is_special(out) and fmt == "aic-fpm":
+        raise InputError("--out: aic-fpm writes its metadata sidecar beside the file: give a path")
     if is_special(out):  # /dev/null, a pipe: written in place, no sidecar beside it
         with tempfile.TemporaryDirectory() as folder, atomic_path(out) as tmp:
-            staged = Path(folder) / f"export{out.suffix or '.' + fmt}"
+            suffix = REQUIRED_SUFFIX.get(fmt) or out.suffix or "." + fmt
+            staged = Path(folder) / f"export{suffix}"
             done = export_table(loaded, staged, fmt, **options)
             shutil.copyfile(staged, tmp)
     else:
@@ -76,5 +103,6 @@ def export(
 def register(app: typer.Typer) -> None:
     app.command(
         "export",
-        help="Export a cost table: long form (Parquet/CSV), vllm-ascend, or llm-d-sim.",
+        help="Export a cost table: long form (Parquet/CSV), dynamo-mocker, aic-fpm, "
+        "llm-d-sim, or vllm-ascend (legacy, <= 0.23).",
     )(export)

@@ -12,14 +12,16 @@ import pytest
 from typer.testing import CliRunner
 
 from servecal.cli import app
+from servecal.profiler import vllm_engine
 from servecal.profiler.shapes import ModelShape
-from servecal.profiler.vllm_engine import served_omp_env, shape_of_folder
+from servecal.profiler.vllm_engine import EngineOptions, served_omp_env, shape_of_folder
 
 runner = CliRunner()
 
 
 def _fails(args: list[str], match: str, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("SERVECAL_VLLM_CPU_PYTHON", raising=False)
+    monkeypatch.setattr(vllm_engine, "vllm_here", lambda: False)  # as where vLLM is not
     result = runner.invoke(app, ["calibrate", *args])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output
@@ -50,6 +52,18 @@ def test_bad_engine_options_are_one_line(
 ) -> None:
     _fails([*args, "--out", str(tmp_path / "cal")], match, monkeypatch)
     assert not (tmp_path / "cal" / "shards").exists()  # nothing half-written
+
+
+def test_the_driver_runs_in_this_python_when_it_has_vllm(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--server-python, else $SERVECAL_VLLM_CPU_PYTHON, else this Python if it has vLLM."""
+    monkeypatch.delenv("SERVECAL_VLLM_CPU_PYTHON", raising=False)
+    monkeypatch.setattr(vllm_engine, "vllm_here", lambda: True)
+    assert vllm_engine._python(EngineOptions()) == sys.executable
+    monkeypatch.setenv("SERVECAL_VLLM_CPU_PYTHON", "sh")
+    assert vllm_engine._python(EngineOptions()).endswith("/sh")
+    assert vllm_engine._python(EngineOptions(server_python="true")).endswith("/true")
 
 
 def test_a_model_dir_without_config_is_refused(

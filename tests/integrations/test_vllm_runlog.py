@@ -155,6 +155,105 @@ def test_sigkill_loses_nothing_older_than_one_flush_interval(tmp_path: Path) -> 
     assert not json.loads((folder / "run.json").read_text())["log"]["closed"]
 
 
+KILLED_BEFORE_ANY_FLUSH = textwrap.dedent(
+    """
+    import sys
+    sys.path.insert(0, {factory!r})
+    from tablefactory import small_table
+    from servecal.integrations.vllm.runlog import RunLog
+    sys.path.insert(0, {here!r})
+    from test_vllm_runlog import CONFIG, drive
+    log = RunLog({folder!r}, small_table(), dict(CONFIG), flush_every=10**9, flush_s=3600)
+    drive(log, {steps})
+    print("logged", log.steps, flush=True)
+    import time; time.sleep(600)
+    """
+)
+
+
+def test_sigkill_before_the_first_flush_keeps_every_step_and_request(tmp_path: Path) -> None:
+    """No part is ever written (the flush interval is an hour): the tail alone holds
+    the run, row for row what a closed log writes, predictions and joules aside."""
+    folder = tmp_path / "run"
+    code = KILLED_BEFORE_ANY_FLUSH.format(
+        factory=str(Path(__file__).parents[1] / "costmodels"),
+        here=str(Path(__file__).parent),
+        folder=str(folder),
+        steps=400,
+    )
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().split() == ["logged", "400"]
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait(timeout=60)
+    assert not parts(folder / "iterations.parquet")
+    it = read_table(folder / "iterations.parquet")
+    rq = read_table(folder / "requests.parquet")
+    closed = make_log(tmp_path / "closed", flush_every=10**9, flush_s=3600)
+    drive(closed, 400)
+    closed.close()
+    want_it = read_table(tmp_path / "closed" / "iterations.parquet")
+    want_rq = read_table(tmp_path / "closed" / "requests.parquet")
+    assert it["step"].tolist() == list(range(400))
+    for name in runlog.STEP_FIELDS:
+        np.testing.assert_array_equal(it[name].to_numpy(), want_it[name].to_numpy(), name)
+        assert it[name].dtype == want_it[name].dtype, name
+    finished = want_rq[want_rq["completion_ms"].notna()].reset_index(drop=True)
+    assert len(rq) == len(finished) == 40
+    for name in finished.columns:
+        np.testing.assert_array_equal(rq[name].to_numpy(), finished[name].to_numpy(), name)
+    # validate and report read such a folder (its steps have no predictions: NaN)
+    from typer.testing import CliRunner
+
+    from servecal.cli import app
+
+    table = tmp_path / "table.json"
+    small_table().save(table)
+    runner = CliRunner()
+    checked = runner.invoke(app, ["validate", str(table), str(folder)])
+    assert checked.exit_code in (0, 1, 2) and "Traceback" not in checked.output, checked.output
+    report = runner.invoke(app, ["report", str(folder), "--out", str(tmp_path / "rep")])
+    assert report.exit_code == 0, report.output
+
+
+def test_a_stop_between_a_part_and_its_tails_removal_counts_each_row_once(
+    tmp_path: Path,
+) -> None:
+    folder = tmp_path / "run"
+    log = make_log(folder, flush_every=10**9, flush_s=3600)
+    drive(log, 100)
+    saved = {p: p.read_bytes() for p in folder.glob("*.parquet/.tail-*")}
+    log.flush()  # the rows go into parts and their tails are removed ...
+    for path, data in saved.items():  # ... unless the stop came just before that
+        path.write_bytes(data)
+    drive(log, 50, start=10**6)
+    it = read_table(folder / "iterations.parquet")
+    assert it["step"].tolist() == list(range(150))
+    rq = read_table(folder / "requests.parquet")
+    assert rq["request_id"].is_unique and len(rq) == 10 + 5
+    log.close()
+    assert not list(folder.glob("*.parquet/.tail-*"))  # a closed folder is parts alone
+    assert read_table(folder / "iterations.parquet")["step"].tolist() == list(range(150))
+
+
+def test_a_tail_that_cannot_write_never_stops_the_serving_loop(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full disk under the tail: the serving loop's calls return as ever, one warning
+    says the tail stopped, and the parts still hold everything at the next flush."""
+    log = make_log(tmp_path / "run", flush_every=10**9, flush_s=3600)
+    os.close(log._step_tail._fd)  # every later write() fails, as on a full disk
+    drive(log, 100)
+    assert log._step_tail.error is not None
+    with caplog.at_level("WARNING"):
+        log.flush()
+    assert sum("tail" in r.getMessage() and "stopped" in r.getMessage()
+               for r in caplog.records) == 1  # fmt: skip
+    log.close()
+    assert read_table(tmp_path / "run" / "iterations.parquet")["step"].tolist() == list(range(100))
+
+
 def test_validate_and_report_read_a_live_folder_of_parts(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
