@@ -77,6 +77,7 @@ def import_profile(
     overhead_file: str | Path | None = None,
     fit_scales: bool = True,
     engine: str | None = None,
+    qk_norm: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
     chunks up to 16,384).
@@ -88,7 +89,8 @@ def import_profile(
     ``overhead_file``: host-overhead parameters (.json) or measured steps (.csv) to fit
     them on (``fit_scales=False``: the two kernel scales stay 1). ``engine``: ``graph`` or
     ``eager`` (:data:`ENGINES`; default eager with ``overhead_file``, else graph): the step
-    composition and, when ``comm`` is None, the all-reduce backend."""
+    composition and, when ``comm`` is None, the all-reduce backend. ``qk_norm``:
+    aiconfigurator, price Qwen3's per-head q and k norms too."""
     if kind not in IMPORTERS and ":" not in kind:
         raise InputError(f"unknown profile kind {kind!r}; choose {IMPORTERS.usages()}")
     if tp < 1:

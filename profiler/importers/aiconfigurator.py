@@ -71,6 +71,7 @@ class AiConfiguratorSource:
         comm: CommOptions | None = None,
         pointwise: bool = True,
         pointwise_device: str | None = None,
+        qk_norm: bool = False,
     ) -> None:
         folder = Path(path)
         folder = folder if folder.is_dir() else folder.parent
@@ -111,7 +112,7 @@ class AiConfiguratorSource:
                     f"{folder}: the GEMM table names no device; pass --pointwise-device "
                     "(or --no-pointwise)"
                 )
-            self.pointwise = PointwiseModel(shape, tp, device_key(name))
+            self.pointwise = PointwiseModel(shape, tp, device_key(name), qk_norm=qk_norm)
 
     def _heads_rows(self, frame: pd.DataFrame, kind: str) -> pd.DataFrame:
         """Rows for this model's heads per GPU; between two profiled query-head counts

@@ -106,10 +106,13 @@ class StepComposition:
         decode = source.decode_attention_ms(n, ctx) if n else 0.0
         parts = [source.prefill_attention_ms(c, p) for c, p in prefills if c > 0]
         prefill = sum(parts)
-        kernels = (1 if n else 0) + len(parts)
-        if self.attention == "varlen" and kernels > 1:
+        kernels = [decode, *parts] if n else parts
+        if self.attention == "varlen" and len(kernels) > 1:
+            # a part folded in saves one kernel's fixed cost, never more than the smallest
+            # part costs on its own: adding rows to a step never makes it cheaper
             launch = float(getattr(source, "attention_launch_ms", lambda: 0.0)())
-            prefill = max(prefill - (kernels - 1) * launch, 0.0)
+            saved = (len(kernels) - 1) * min(launch, *kernels)
+            prefill = max(prefill - saved, 0.0)
         return decode, prefill
 
 

@@ -56,6 +56,12 @@ def import_profile(
         "--no-pointwise",
         help="aiconfigurator: price norms, rotary, activation, adds and the KV-cache write at 0.",
     ),
+    qk_norm: bool = typer.Option(
+        False,
+        "--qk-norm",
+        help="aiconfigurator: the model normalises q and k per head (Qwen3): 2 more "
+        "pointwise kernels a layer.",
+    ),
     pointwise_device: str = typer.Option(
         None,
         help="Device whose memory bandwidth prices the pointwise kernels (a100-pcie-80gb, "
@@ -107,6 +113,7 @@ def import_profile(
         overhead_file=engine_overhead,
         fit_scales=not fixed_scales,
         engine=engine,
+        qk_norm=qk_norm,
     )
     write_samples(frame, out, provenance)
     typer.echo(
