@@ -78,6 +78,8 @@ def import_profile(
     fit_scales: bool = True,
     engine: str | None = None,
     qk_norm: bool = False,
+    weight_dtype: str = "bfloat16",
+    kv_dtype: str = "bfloat16",
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
     chunks up to 16,384).
@@ -90,7 +92,11 @@ def import_profile(
     them on (``fit_scales=False``: the two kernel scales stay 1). ``engine``: ``graph`` or
     ``eager`` (:data:`ENGINES`; default eager with ``overhead_file``, else graph): the step
     composition and, when ``comm`` is None, the all-reduce backend. ``qk_norm``:
-    aiconfigurator, price Qwen3's per-head q and k norms too."""
+    aiconfigurator, price Qwen3's per-head q and k norms too. ``weight_dtype`` /
+    ``kv_dtype``: aiconfigurator, read the GEMM rows of that weight dtype and the attention
+    rows of that KV-cache dtype (``fp8``); both are recorded in the fingerprint."""
+    if kind != "aiconfigurator" and (weight_dtype, kv_dtype) != ("bfloat16", "bfloat16"):
+        raise InputError("--dtype/--kv-dtype: only aiconfigurator profiles carry fp8 rows")
     if kind not in IMPORTERS and ":" not in kind:
         raise InputError(f"unknown profile kind {kind!r}; choose {IMPORTERS.usages()}")
     if tp < 1:
@@ -101,7 +107,10 @@ def import_profile(
     comm = comm or default_comm(kind, engine)
     log = ExtrapolationLog()
     if kind == "aiconfigurator":  # the one importer with pointwise options
-        source = AiConfiguratorSource(path, shape, tp, log, comm, pointwise, pointwise_device)
+        source = AiConfiguratorSource(
+            path, shape, tp, log, comm, pointwise, pointwise_device, qk_norm,
+            weight_dtype, kv_dtype,
+        )  # fmt: skip
     else:
         source = IMPORTERS.call(kind, path, shape, tp, log, comm)
     host: dict[str, Any] = {"engine_overhead": None}
@@ -134,7 +143,8 @@ def import_profile(
             "one flattened forward over n + c tokens (linear, pointwise, collectives, "
             f"embedding: one launch each); attention: {composition.attention}"
         ),
-        "dtype": "bfloat16",
+        "dtype": weight_dtype,
+        "kv_dtype": kv_dtype,
         "rows": "medians (rep 0): P50 only; the profile carries no tail",
         "grid": grid.to_dict(),
         "extrapolated_reads": log.count,

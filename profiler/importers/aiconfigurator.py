@@ -47,6 +47,24 @@ KINDS = {
 HEAD_COLUMNS = ("num_heads", "num_key_value_heads", "head_dim")
 
 
+#: Column naming each table's dtype, and what a table without it holds.
+DTYPE_COLUMNS = {"gemm": "gemm_dtype", "context": "kv_cache_dtype", "generation": "kv_cache_dtype"}
+DEFAULT_DTYPE = "bfloat16"
+
+
+def _of_dtype(frame: pd.DataFrame, folder: Path, kind: str, dtype: str) -> pd.DataFrame:
+    """The rows of ``dtype`` (weights for GEMMs, the KV cache for attention); a table
+    without the dtype column is bf16. One line when the profile has no such rows."""
+    column = DTYPE_COLUMNS[kind]
+    have = sorted(str(d) for d in frame[column].unique()) if column in frame else [DEFAULT_DTYPE]
+    if dtype not in have:
+        what = "weight" if kind == "gemm" else "KV-cache"
+        raise InputError(
+            f"{folder}: no {dtype} {kind} rows for the {what} dtype (profiled: {', '.join(have)})"
+        )
+    return frame[frame[column] == dtype] if column in frame else frame
+
+
 def _find(folder: Path, kind: str) -> pd.DataFrame:
     pattern, needed = KINDS[kind]
     matches = sorted(folder.glob(pattern))
@@ -72,6 +90,8 @@ class AiConfiguratorSource:
         pointwise: bool = True,
         pointwise_device: str | None = None,
         qk_norm: bool = False,
+        weight_dtype: str = DEFAULT_DTYPE,
+        kv_dtype: str = DEFAULT_DTYPE,
     ) -> None:
         folder = Path(path)
         folder = folder if folder.is_dir() else folder.parent
@@ -84,7 +104,8 @@ class AiConfiguratorSource:
         self.collective = collective.open_collective(
             collective.read_aiconfigurator, folder, tp, comm or CommOptions()
         )
-        gemm = _find(folder, "gemm")
+        self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        gemm = _of_dtype(_find(folder, "gemm"), folder, "gemm", weight_dtype)
         self._gemm, self.spikes = {}, 0
         for (n, k), g in gemm.groupby(["n", "k"]):
             series, dropped = Series.from_pairs(g["m"], g["latency"]).without_spikes()
@@ -92,13 +113,15 @@ class AiConfiguratorSource:
             self.spikes += dropped
         self._ns = sorted({n for n, _ in self._gemm})
         self._ks = sorted({k for _, k in self._gemm})
-        gen = self._heads_rows(_find(folder, "generation"), "generation")
+        gen = _of_dtype(_find(folder, "generation"), folder, "generation", kv_dtype)
+        gen = self._heads_rows(gen, "generation")
         self._gen = {
             float(s): Series.from_pairs(g["batch_size"], g["latency"])
             for s, g in gen.groupby("step")
         }
         self._steps = sorted(self._gen)
-        ctx = self._heads_rows(_find(folder, "context"), "context")
+        ctx = _of_dtype(_find(folder, "context"), folder, "context", kv_dtype)
+        ctx = self._heads_rows(ctx, "context")
         ctx = ctx[ctx["batch_size"] == 1]
         if ctx.empty:
             raise InputError(f"{folder}: no context-attention rows with batch_size 1")
@@ -222,6 +245,8 @@ class AiConfiguratorSource:
             "profile": "aiconfigurator per-layer operator tables (ms per layer)",
             "profile_path": str(self.folder),
             "gemm_spikes_dropped": self.spikes,
+            "dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
             "interpolation": "linear between profiled sizes (bilinear over GEMM n,k); "
             "proportional beyond the largest (prefill attention: as the length squared); "
             "clamped below the smallest",

@@ -56,6 +56,13 @@ def import_profile(
         "--no-pointwise",
         help="aiconfigurator: price norms, rotary, activation, adds and the KV-cache write at 0.",
     ),
+    dtype: str = typer.Option(
+        "bfloat16", help="aiconfigurator: weight dtype whose GEMM rows to read (bfloat16, fp8)."
+    ),
+    kv_dtype: str = typer.Option(
+        "bfloat16",
+        help="aiconfigurator: KV-cache dtype whose attention rows to read (bfloat16, fp8).",
+    ),
     qk_norm: bool = typer.Option(
         False,
         "--qk-norm",
@@ -114,6 +121,8 @@ def import_profile(
         fit_scales=not fixed_scales,
         engine=engine,
         qk_norm=qk_norm,
+        weight_dtype=dtype,
+        kv_dtype=kv_dtype,
     )
     write_samples(frame, out, provenance)
     typer.echo(
