@@ -6,6 +6,13 @@ Imports the same grid four times from aiconfigurator's H100 vLLM 0.24 operator t
 (small and large decode batches, short and long contexts, prefills).
 
     python benchmarks/fp8_ratios.py          # ~5 s
+    python benchmarks/fp8_ratios.py --aiconfigurator   # + aiconfigurator's own, ~30 s
+
+``--aiconfigurator`` also prints the same ratios from aiconfigurator's own step estimates
+(``aiconfigurator-core`` 0.12.0 from PyPI: ``EngineHandle.compile`` of
+``meta-llama/Meta-Llama-3.1-8B`` on ``h100_sxm``, vLLM 0.24.0, with ``gemm_quant_mode`` and
+``kvcache_quant_mode`` set; ``predict_decode_latency(bs, ctx, 2)`` and
+``predict_prefill_latency(1, tokens)`` at the same regimes' points).
 """
 
 from __future__ import annotations
@@ -57,6 +64,45 @@ def steps(weight: str, kv: str):
     return frame.sort_values(["n_decode", "chunk", "ctx", "prefix"]).reset_index(drop=True)
 
 
+#: The regimes' points for aiconfigurator: (decode batch, context) or (prefill tokens).
+AIC_POINTS = {
+    "decode, 1-8 requests, ctx 1,024": [("decode", b, 1024) for b in (1, 8)],
+    "decode, 1-8 requests, ctx 8,192": [("decode", b, 8192) for b in (1, 8)],
+    "decode, 128-256 requests, ctx 1,024": [("decode", b, 1024) for b in (128, 256)],
+    "decode, 128-256 requests, ctx 8,192": [("decode", b, 8192) for b in (128, 256)],
+    "prefill 512": [("prefill", 1, 512)],
+    "prefill 2,048-8,192": [("prefill", 1, n) for n in (2048, 8192)],
+}
+
+
+def aiconfigurator_ratios() -> dict[str, list[float]]:
+    """Per regime, aiconfigurator's fp8/bf16 step-time ratios (same three variants)."""
+    from aiconfigurator_core.sdk.engine import EngineHandle
+
+    def handle(weight: str, kv: str):
+        return EngineHandle.compile(
+            "meta-llama/Meta-Llama-3.1-8B", "h100_sxm", "vllm", backend_version="0.24.0",
+            tp_size=1, gemm_quant_mode=weight, kvcache_quant_mode=kv,
+        )  # fmt: skip
+
+    def times(h) -> dict[str, np.ndarray]:
+        out = {}
+        for name, points in AIC_POINTS.items():
+            out[name] = np.array([
+                h.predict_decode_latency(b, n, 2) if kind == "decode"
+                else h.predict_prefill_latency(b, n)
+                for kind, b, n in points
+            ])  # fmt: skip
+        return out
+
+    base = times(handle("bfloat16", "bfloat16"))
+    variants = [times(handle(w, k)) for w, k in VARIANTS]
+    return {name: [float(np.median(v[name] / base[name])) for v in variants] for name in AIC_POINTS}
+
+
+VARIANTS = (("fp8", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8"))
+
+
 def main() -> int:
     base = steps("bfloat16", "bfloat16")
     variants = {
@@ -70,6 +116,10 @@ def main() -> int:
             np.median(f.ms.to_numpy()[rows] / base.ms.to_numpy()[rows]) for f in variants.values()
         ]
         print(f"{name:<38} " + " ".join(f"{c:>15.3f}" for c in cells))
+    if "--aiconfigurator" in sys.argv[1:]:
+        print("\naiconfigurator's own estimates (aiconfigurator-core 0.12.0):")
+        for name, cells in aiconfigurator_ratios().items():
+            print(f"{name:<38} " + " ".join(f"{c:>15.3f}" for c in cells))
     return 0
 
 
