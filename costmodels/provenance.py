@@ -35,7 +35,7 @@ HASHED_FIELDS = ("axes", "between", "quantiles", "tail", "margin", "energy_j", "
 HASH_PREFIX = "sha256:"
 #: What identifies the device and model a table is valid for ("device" is the
 #: device's name: a table applies to every GPU of a kind, not to one serial number).
-FINGERPRINT_KEYS = ("device_name", "model", "model_hash", "dtype", "kv_layout", "tp")
+FINGERPRINT_KEYS = ("device_name", "model", "model_hash", "dtype", "kv_dtype", "kv_layout", "tp")
 
 
 class FingerprintMismatchWarning(UserWarning):

@@ -68,6 +68,7 @@ class CalibrateConfig:
     fit: bool = True
     kv_layout: str | None = None  # default "contiguous"; on resume, the plan's
     tp: int | None = None  # tensor-parallel degree, one process per rank; default 1
+    kv_dtype: str | None = None  # None / "auto": the model's dtype, the only one it stores
 
     def __post_init__(self) -> None:
         _check_tp(self.tp)
@@ -85,8 +86,31 @@ class CalibrateConfig:
             # more threads than cores time the scheduler, not the model (and huge counts
             # exhaust the process: torch crashes past a few thousand)
             raise InputError(f"--threads {self.threads}: this machine has {cores} cores")
-        if self.dtype is not None and self.dtype not in DTYPES:
-            raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        refuse_unrunnable_dtypes(self.dtype, self.kv_dtype)
+
+
+#: Quantised dtypes servecal prices from profiles but its timed model cannot run.
+QUANTISED = ("fp8", "fp8_e4m3", "fp8_e5m2", "int8", "int4", "nvfp4", "mxfp4")
+
+
+def refuse_unrunnable_dtypes(dtype: str | None, kv_dtype: str | None) -> None:
+    """One line for a ``--dtype`` / ``--kv-dtype`` the timed model cannot run: it multiplies
+    in float32, bfloat16 or float16 and stores its KV cache in that same dtype."""
+    if dtype in QUANTISED:
+        raise InputError(
+            f"--dtype {dtype}: the timed model runs float32, bfloat16 or float16 matrices; "
+            f"price {dtype} weights with `servecal import aiconfigurator --dtype {dtype}` or "
+            "time them in the engine that serves them (--engine vllm)"
+        )
+    if dtype is not None and dtype not in DTYPES:
+        raise InputError(f"--dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+    if kv_dtype in (None, "auto") or kv_dtype == dtype:
+        return
+    raise InputError(
+        f"--kv-dtype {kv_dtype}: the timed model stores its KV cache in its own dtype "
+        f"({dtype or 'the default'}); give --kv-dtype auto, or price an fp8 KV cache with "
+        "`servecal import aiconfigurator --kv-dtype fp8`"
+    )
 
 
 def _check_tp(tp: Any) -> None:

@@ -123,6 +123,7 @@ def fingerprint(
         "model_shape": model.shape.to_dict(),
         "model_hash": model.shape.hash,
         "dtype": str(model.dtype).removeprefix("torch."),
+        "kv_dtype": str(model.dtype).removeprefix("torch."),  # its KV pool's: the model's
         "attention_backend": backend,
         **parallelism(model),
         "layers_timed": scale.timed,

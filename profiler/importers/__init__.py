@@ -23,7 +23,7 @@ from servecal.profiler.design import IMPORT_GRID, Grid, Point, design_points
 from servecal.profiler.importer_registry import IMPORTERS
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.collective import CommOptions
-from servecal.profiler.importers.compose import compose, compose_row
+from servecal.profiler.importers.compose import StepComposition, compose, compose_row
 from servecal.profiler.importers.interp import ExtrapolationLog
 from servecal.profiler.importers.overhead import (
     HostOverhead,
@@ -38,6 +38,31 @@ from servecal.util.errors import InputError
 
 #: Names of the built-in importers (``servecal plugins importer`` lists them).
 SOURCES = IMPORTERS.names()
+#: How the engine runs a step (docs/profiler.md, "How a step is composed"): ``graph``
+#: (vLLM V1, SGLang, TensorRT-LLM: CUDA graphs, one varlen attention kernel, no host cost
+#: per request) or ``eager`` (vLLM V0, Sarathi-Serve, Splitwise's vLLM: a kernel per
+#: attention part, the host-overhead model of ``--engine-overhead``).
+ENGINES = ("graph", "eager")
+
+
+def step_rules(engine: str | None, overhead_file: Any) -> tuple[str, StepComposition]:
+    """The engine mode (default: eager when a host-overhead file is given, else graph) and
+    the step composition it implies."""
+    if engine is None:
+        engine = "eager" if overhead_file is not None else "graph"
+    if engine not in ENGINES:
+        raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+    if engine == "graph" and overhead_file is not None:
+        raise InputError("--engine-overhead models an eager engine's host time; use --engine eager")
+    return engine, StepComposition("varlen" if engine == "graph" else "separate")
+
+
+def default_comm(kind: str, engine: str) -> CommOptions:
+    """A graph engine's all-reduce: vLLM V1's (graph up to its capture size) where the
+    profile has both backends (aiconfigurator); otherwise the source's default."""
+    return (
+        CommOptions("vllm-v1") if engine == "graph" and kind == "aiconfigurator" else CommOptions()
+    )
 
 
 def import_profile(
@@ -51,6 +76,10 @@ def import_profile(
     pointwise_device: str | None = None,
     overhead_file: str | Path | None = None,
     fit_scales: bool = True,
+    engine: str | None = None,
+    qk_norm: bool = False,
+    weight_dtype: str = "bfloat16",
+    kv_dtype: str = "bfloat16",
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
     chunks up to 16,384).
@@ -60,29 +89,39 @@ def import_profile(
     an :class:`InputError` unless ``comm.enabled`` is False). ``pointwise`` /
     ``pointwise_device``: aiconfigurator only (Vidur measured its pointwise ops).
     ``overhead_file``: host-overhead parameters (.json) or measured steps (.csv) to fit
-    them on (``fit_scales=False``: the two kernel scales stay 1)."""
+    them on (``fit_scales=False``: the two kernel scales stay 1). ``engine``: ``graph`` or
+    ``eager`` (:data:`ENGINES`; default eager with ``overhead_file``, else graph): the step
+    composition and, when ``comm`` is None, the all-reduce backend. ``qk_norm``:
+    aiconfigurator, price Qwen3's per-head q and k norms too. ``weight_dtype`` /
+    ``kv_dtype``: aiconfigurator, read the GEMM rows of that weight dtype and the attention
+    rows of that KV-cache dtype (``fp8``); both are recorded in the fingerprint."""
+    if kind != "aiconfigurator" and (weight_dtype, kv_dtype) != ("bfloat16", "bfloat16"):
+        raise InputError("--dtype/--kv-dtype: only aiconfigurator profiles carry fp8 rows")
     if kind not in IMPORTERS and ":" not in kind:
         raise InputError(f"unknown profile kind {kind!r}; choose {IMPORTERS.usages()}")
     if tp < 1:
         raise InputError(f"--tp must be >= 1, got {tp}")
     if not Path(path).exists():
         raise InputError(f"{path}: no such file or folder")
+    engine, composition = step_rules(engine, overhead_file)
+    comm = comm or default_comm(kind, engine)
     log = ExtrapolationLog()
     if kind == "aiconfigurator":  # the one importer with pointwise options
         source = AiConfiguratorSource(
-            path, shape, tp, log, comm or CommOptions(), pointwise, pointwise_device
-        )
+            path, shape, tp, log, comm, pointwise, pointwise_device, qk_norm,
+            weight_dtype, kv_dtype,
+        )  # fmt: skip
     else:
-        source = IMPORTERS.call(kind, path, shape, tp, log, comm or CommOptions())
+        source = IMPORTERS.call(kind, path, shape, tp, log, comm)
     host: dict[str, Any] = {"engine_overhead": None}
     model = None
     if overhead_file is not None:  # read (and fit) first: a bad file fails before the grid
-        model, host = engine_overhead(Path(overhead_file), source, shape, fit_scales)
+        model, host = engine_overhead(Path(overhead_file), source, shape, fit_scales, composition)
         log.count = 0  # extrapolated_reads counts the grid's rows, not the fitted steps'
     grid = grid or IMPORT_GRID
     points = design_points(grid, np.random.default_rng(0))
     try:
-        frame = compose(source, shape, points)
+        frame = compose(source, shape, points, composition)
         source_provenance = source.provenance()
     except InputError:
         raise
@@ -99,7 +138,13 @@ def import_profile(
         "model_shape": shape.to_dict(),
         "model_hash": shape.hash,
         "tp": tp,
-        "dtype": "bfloat16",
+        "engine": engine,
+        "step_composition": (
+            "one flattened forward over n + c tokens (linear, pointwise, collectives, "
+            f"embedding: one launch each); attention: {composition.attention}"
+        ),
+        "dtype": weight_dtype,
+        "kv_dtype": kv_dtype,
         "rows": "medians (rep 0): P50 only; the profile carries no tail",
         "grid": grid.to_dict(),
         "extrapolated_reads": log.count,
@@ -120,7 +165,11 @@ def add_overhead(frame: pd.DataFrame, model: HostOverhead) -> pd.DataFrame:
 
 
 def engine_overhead(
-    path: Path, source: Any, shape: ModelShape, fit_scales: bool = True
+    path: Path,
+    source: Any,
+    shape: ModelShape,
+    fit_scales: bool = True,
+    composition: StepComposition | None = None,
 ) -> tuple[HostOverhead, dict[str, Any]]:
     """The overhead model from ``path`` (.json parameters, or .csv steps fitted against the
     composed GPU time of the same steps) and its provenance."""
@@ -136,7 +185,7 @@ def engine_overhead(
         Point(int(r.n_decode), int(r.chunk), int(r.ctx), int(r.prefix))
         for r in steps.itertuples(index=False)
     ]
-    rows = [compose_row(source, shape, p) for p in points]
+    rows = [compose_row(source, shape, p, composition) for p in points]
     gpu_ms = np.array([r["ms"] for r in rows])
     attention = np.array([r["op_attn_decode_ms"] + r["op_attn_prefill_ms"] for r in rows])
     n = requests_in_batch(steps["n_decode"], steps["chunk"])

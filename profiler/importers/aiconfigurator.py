@@ -47,6 +47,24 @@ KINDS = {
 HEAD_COLUMNS = ("num_heads", "num_key_value_heads", "head_dim")
 
 
+#: Column naming each table's dtype, and what a table without it holds.
+DTYPE_COLUMNS = {"gemm": "gemm_dtype", "context": "kv_cache_dtype", "generation": "kv_cache_dtype"}
+DEFAULT_DTYPE = "bfloat16"
+
+
+def _of_dtype(frame: pd.DataFrame, folder: Path, kind: str, dtype: str) -> pd.DataFrame:
+    """The rows of ``dtype`` (weights for GEMMs, the KV cache for attention); a table
+    without the dtype column is bf16. One line when the profile has no such rows."""
+    column = DTYPE_COLUMNS[kind]
+    have = sorted(str(d) for d in frame[column].unique()) if column in frame else [DEFAULT_DTYPE]
+    if dtype not in have:
+        what = "weight" if kind == "gemm" else "KV-cache"
+        raise InputError(
+            f"{folder}: no {dtype} {kind} rows for the {what} dtype (profiled: {', '.join(have)})"
+        )
+    return frame[frame[column] == dtype] if column in frame else frame
+
+
 def _find(folder: Path, kind: str) -> pd.DataFrame:
     pattern, needed = KINDS[kind]
     matches = sorted(folder.glob(pattern))
@@ -71,6 +89,9 @@ class AiConfiguratorSource:
         comm: CommOptions | None = None,
         pointwise: bool = True,
         pointwise_device: str | None = None,
+        qk_norm: bool = False,
+        weight_dtype: str = DEFAULT_DTYPE,
+        kv_dtype: str = DEFAULT_DTYPE,
     ) -> None:
         folder = Path(path)
         folder = folder if folder.is_dir() else folder.parent
@@ -83,20 +104,24 @@ class AiConfiguratorSource:
         self.collective = collective.open_collective(
             collective.read_aiconfigurator, folder, tp, comm or CommOptions()
         )
-        gemm = _find(folder, "gemm")
-        self._gemm = {
-            (float(n), float(k)): Series.from_pairs(g["m"], g["latency"])
-            for (n, k), g in gemm.groupby(["n", "k"])
-        }
+        self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        gemm = _of_dtype(_find(folder, "gemm"), folder, "gemm", weight_dtype)
+        self._gemm, self.spikes = {}, 0
+        for (n, k), g in gemm.groupby(["n", "k"]):
+            series, dropped = Series.from_pairs(g["m"], g["latency"]).without_spikes()
+            self._gemm[(float(n), float(k))] = series
+            self.spikes += dropped
         self._ns = sorted({n for n, _ in self._gemm})
         self._ks = sorted({k for _, k in self._gemm})
-        gen = self._heads_rows(_find(folder, "generation"), "generation")
+        gen = _of_dtype(_find(folder, "generation"), folder, "generation", kv_dtype)
+        gen = self._heads_rows(gen, "generation")
         self._gen = {
             float(s): Series.from_pairs(g["batch_size"], g["latency"])
             for s, g in gen.groupby("step")
         }
         self._steps = sorted(self._gen)
-        ctx = self._heads_rows(_find(folder, "context"), "context")
+        ctx = _of_dtype(_find(folder, "context"), folder, "context", kv_dtype)
+        ctx = self._heads_rows(ctx, "context")
         ctx = ctx[ctx["batch_size"] == 1]
         if ctx.empty:
             raise InputError(f"{folder}: no context-attention rows with batch_size 1")
@@ -110,7 +135,7 @@ class AiConfiguratorSource:
                     f"{folder}: the GEMM table names no device; pass --pointwise-device "
                     "(or --no-pointwise)"
                 )
-            self.pointwise = PointwiseModel(shape, tp, device_key(name))
+            self.pointwise = PointwiseModel(shape, tp, device_key(name), qk_norm=qk_norm)
 
     def _heads_rows(self, frame: pd.DataFrame, kind: str) -> pd.DataFrame:
         """Rows for this model's heads per GPU; between two profiled query-head counts
@@ -190,6 +215,12 @@ class AiConfiguratorSource:
             return self._prefill.ys[-1] * (equivalent / top) ** 2
         return self._prefill.at(equivalent, self.log)
 
+    def attention_launch_ms(self) -> float:
+        """Fixed cost of one attention kernel: prefill attention at its fastest profiled
+        prompt (11 µs a layer on the H100 tables, at 1 token), what a step saves for each
+        part a varlen kernel folds into one launch."""
+        return min(self._prefill.ys)
+
     def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
         if self.collective is None:
             return 0.0
@@ -213,6 +244,9 @@ class AiConfiguratorSource:
             "device_name": self.device,
             "profile": "aiconfigurator per-layer operator tables (ms per layer)",
             "profile_path": str(self.folder),
+            "gemm_spikes_dropped": self.spikes,
+            "dtype": self.weight_dtype,
+            "kv_dtype": self.kv_dtype,
             "interpolation": "linear between profiled sizes (bilinear over GEMM n,k); "
             "proportional beyond the largest (prefill attention: as the length squared); "
             "clamped below the smallest",

@@ -6,6 +6,7 @@ chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens:
     per layer = linear ops on T tokens (QKV, output, gate/up, down GEMMs; norms,
                 rope, activation, adds where the profile has them)
               + decode attention (n requests at ctx) + prefill attention (c after p)
+                − one attention kernel's fixed cost per part a varlen kernel folds in
     iteration = n_layers × per layer + embedding(T) + LM head(n + 1[c > 0] rows)
               + (2·n_layers + 1) all-reduces of T × hidden at TP > 1
                 (see :mod:`~servecal.profiler.importers.collective`)
@@ -13,15 +14,22 @@ chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens:
 Each source answers those operator questions from its tables; this module sums.
 The rows it returns are medians (``rep = 0``): the samples carry no tail.
 
+One flattened forward: every linear and pointwise kernel, collective and the embedding
+run once over all ``T`` tokens, whatever mix of decodes and prompts they are, and the step
+pays each launch once. Attention is the one part that sees the mix;
+:class:`StepComposition` says whether the engine runs it as one varlen kernel (vLLM V1,
+SGLang: one fixed kernel cost a step) or a kernel per part (eager engines).
+
 A table row has one prefill chunk. A step that carries several prompts (vLLM batches
 them up to its token budget) runs the linear layers, pointwise kernels and collectives
-on all their tokens at once but attention per prompt: :func:`compose_step` prices such
+on all their tokens at once and attention over each prompt's rows: :func:`compose_step` prices such
 a step directly from the source (``k`` prompts of ``c/k`` tokens do ``1/k`` of the
 causal work of one of ``c``).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pandas as pd
@@ -29,6 +37,7 @@ import pandas as pd
 from servecal.profiler.design import Point
 from servecal.profiler.importers.collective import allreduces_per_iteration
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 #: Per-iteration component columns written next to the contract columns (ms).
 PART_COLUMNS = (
@@ -67,36 +76,76 @@ class OperatorSource(Protocol):
     def provenance(self) -> dict[str, Any]: ...
 
 
-def compose_row(source: OperatorSource, shape: ModelShape, point: Point) -> dict[str, Any]:
+#: How an engine runs a step's attention: ``varlen``, one kernel over the decode and the
+#: prefill rows (vLLM V1's FlashAttention, SGLang, TensorRT-LLM), or ``separate``, a kernel
+#: for the decodes and one per prompt (eager engines: vLLM V0, Sarathi-Serve).
+ATTENTION_MODES = ("varlen", "separate")
+
+
+@dataclass(frozen=True)
+class StepComposition:
+    """How the parts of one step add up (see docs/profiler.md, "How a step is composed").
+
+    Linear, pointwise, collective and embedding work always run once over all the step's
+    tokens (one flattened forward, one launch each). ``attention`` says whether the decode
+    part and every prompt's part share one varlen kernel, so the step pays one kernel's
+    fixed cost (``source.attention_launch_ms()``) instead of one per part."""
+
+    attention: str = "varlen"
+
+    def __post_init__(self) -> None:
+        if self.attention not in ATTENTION_MODES:
+            raise InputError(
+                f"attention must be one of {', '.join(ATTENTION_MODES)}, got {self.attention!r}"
+            )
+
+    def attention_ms(
+        self, source: OperatorSource, n: int, ctx: int, prefills: list[tuple[int, int]]
+    ) -> tuple[float, float]:
+        """(decode part, prefill part) of one layer's attention."""
+        decode = source.decode_attention_ms(n, ctx) if n else 0.0
+        parts = [source.prefill_attention_ms(c, p) for c, p in prefills if c > 0]
+        prefill = sum(parts)
+        kernels = [decode, *parts] if n else parts
+        if self.attention == "varlen" and len(kernels) > 1:
+            # a part folded in saves one kernel's fixed cost, never more than the smallest
+            # part costs on its own: adding rows to a step never makes it cheaper
+            launch = float(getattr(source, "attention_launch_ms", lambda: 0.0)())
+            saved = (len(kernels) - 1) * min(launch, *kernels)
+            prefill = max(prefill - saved, 0.0)
+        return decode, prefill
+
+
+def compose_row(
+    source: OperatorSource,
+    shape: ModelShape,
+    point: Point,
+    composition: StepComposition | None = None,
+) -> dict[str, Any]:
     """One samples row (median, ``rep = 0``) with its per-component breakdown."""
-    n, c = point.n_decode, point.chunk
-    tokens = n + c
-    layers = shape.n_layers
-    linear, other = source.linear_ms(tokens)
-    parts = {
-        "op_linear_ms": layers * linear,
-        "op_other_ms": layers * other,
-        "op_attn_decode_ms": layers * source.decode_attention_ms(n, point.ctx) if n else 0.0,
-        "op_attn_prefill_ms": layers * source.prefill_attention_ms(c, point.prefix) if c else 0.0,
-        "op_comm_ms": allreduces_per_iteration(layers) * source.allreduce_ms(tokens, c == 0),
-        "op_embed_ms": source.embed_ms(tokens),
-        "op_head_ms": source.head_ms(n + (1 if c else 0)),
-    }
+    step = compose_step(
+        source, shape, point.n_decode, point.ctx, [(point.chunk, point.prefix)], composition
+    )
     return {
-        "n_decode": n,
-        "chunk": c,
+        "n_decode": point.n_decode,
+        "chunk": point.chunk,
         "ctx": point.ctx,
         "prefix": point.prefix,
-        "ms": sum(parts.values()),
+        "ms": step["ms"],
         "energy_j": None,
         "rep": 0,
-        **parts,
+        **{k: step[k] for k in PART_COLUMNS},
     }
 
 
-def compose(source: OperatorSource, shape: ModelShape, points: list[Point]) -> pd.DataFrame:
+def compose(
+    source: OperatorSource,
+    shape: ModelShape,
+    points: list[Point],
+    composition: StepComposition | None = None,
+) -> pd.DataFrame:
     """Samples rows for ``points`` (sorted), one median row each."""
-    return pd.DataFrame([compose_row(source, shape, p) for p in sorted(points)])
+    return pd.DataFrame([compose_row(source, shape, p, composition) for p in sorted(points)])
 
 
 def compose_step(
@@ -105,24 +154,26 @@ def compose_step(
     n_decode: int,
     ctx: int,
     prefills: list[tuple[int, int]],
+    composition: StepComposition | None = None,
 ) -> dict[str, Any]:
     """One step with ``n_decode`` decodes at ``ctx`` and several prefills ``(chunk,
-    prefix)``: linear work, collectives and embedding on every token, attention per prompt,
-    the LM head on one row per decode and per prompt."""
+    prefix)``: one flattened forward (linear work, pointwise kernels, collectives and
+    embedding once over every token), attention as ``composition`` says (default: one
+    varlen kernel), the LM head on one row per decode and per prompt."""
     chunks = [c for c, _ in prefills if c > 0]
     tokens = n_decode + sum(chunks)
     if tokens < 1:
         raise ValueError("a step needs n_decode + chunks >= 1")
     layers = shape.n_layers
     linear, other = source.linear_ms(tokens)
-    prefill_attention = sum(source.prefill_attention_ms(c, p) for c, p in prefills if c > 0)
+    decode, prefill = (composition or StepComposition()).attention_ms(
+        source, n_decode, ctx, prefills
+    )
     parts = {
         "op_linear_ms": layers * linear,
         "op_other_ms": layers * other,
-        "op_attn_decode_ms": layers * source.decode_attention_ms(n_decode, ctx)
-        if n_decode
-        else 0.0,
-        "op_attn_prefill_ms": layers * prefill_attention,
+        "op_attn_decode_ms": layers * decode,
+        "op_attn_prefill_ms": layers * prefill,
         "op_comm_ms": allreduces_per_iteration(layers) * source.allreduce_ms(tokens, not chunks),
         "op_embed_ms": source.embed_ms(tokens),
         "op_head_ms": source.head_ms(n_decode + len(chunks)),

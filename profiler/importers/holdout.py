@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 
 from servecal.profiler.design import Point
-from servecal.profiler.importers.compose import compose_row
+from servecal.profiler.importers.compose import StepComposition, compose_row
 from servecal.profiler.importers.overhead import (
     HostOverhead,
     fit_overhead,
@@ -26,10 +26,13 @@ from servecal.profiler.shapes import ModelShape
 
 
 def gpu_ms(source: Any, shape: ModelShape, steps: pd.DataFrame) -> np.ndarray:
-    """``[steps, 2]``: the composed (GPU-only) time of each step and its attention share."""
+    """``[steps, 2]``: the composed (GPU-only) time of each step and its attention share,
+    composed as an eager engine runs it (a kernel per attention part)."""
     out = []
+    eager = StepComposition("separate")
     for r in steps.itertuples(index=False):
-        row = compose_row(source, shape, Point(int(r.n_decode), int(r.chunk), int(r.ctx), 0))
+        point = Point(int(r.n_decode), int(r.chunk), int(r.ctx), 0)
+        row = compose_row(source, shape, point, eager)
         out.append((row["ms"], row["op_attn_decode_ms"] + row["op_attn_prefill_ms"]))
     return np.array(out)
 

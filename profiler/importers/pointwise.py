@@ -11,6 +11,10 @@ at TP ``N``; bf16, 2 bytes a value):
   cache: ``4·T·kv_heads·head_dim``;
 * SiLU-and-mul: reads ``T·2·I/N``, writes ``T·I/N``: ``3·T·I/N``.
 
+Qwen3 (and any model with ``qk_norm``) also RMS-normalises q and k per head before
+rotary: two more kernels (``qk_norm=True``, ``--qk-norm``), reading and writing
+``T·(q_heads + kv_heads)·head_dim`` values together.
+
 Each kernel costs ``launch_ms + bytes / bandwidth``. Bandwidths are the vendor
 datasheets' peak HBM figures (:data:`BANDWIDTH_GBPS`); the per-kernel fixed cost
 (:data:`LAUNCH_MS`) is the median of Vidur's A100 pointwise op times at one token
@@ -30,6 +34,8 @@ from servecal.util.errors import InputError
 BF16_BYTES = 2
 #: Pointwise kernels per layer (2 fused add+norm, rotary, KV-cache write, activation).
 KERNELS_PER_LAYER = 5
+#: Per-head q and k RMSNorm (Qwen3's ``q_norm``, ``k_norm``): one kernel each.
+QK_NORM_KERNELS = 2
 #: Fixed cost of one small pointwise kernel (ms): median of Vidur's A100 1-token op times.
 LAUNCH_MS = 0.005
 #: Peak HBM bandwidth (GB/s) by device, from the vendors' datasheets: NVIDIA A100
@@ -71,6 +77,11 @@ class PointwiseModel:
     tp: int
     device: str  # a BANDWIDTH_GBPS key
     launch_ms: float = LAUNCH_MS
+    qk_norm: bool = False  # q and k normalised per head (Qwen3): 2 more kernels
+
+    @property
+    def kernels(self) -> int:
+        return KERNELS_PER_LAYER + (QK_NORM_KERNELS if self.qk_norm else 0)
 
     @property
     def bandwidth_gbps(self) -> float:
@@ -85,18 +96,21 @@ class PointwiseModel:
         rotary = 2 * (q_heads + kv_heads) * s.head_dim
         kv_write = 4 * kv_heads * s.head_dim
         activation = 3 * s.intermediate // self.tp
-        return norms + rotary + kv_write + activation
+        qk_norm = 2 * (q_heads + kv_heads) * s.head_dim if self.qk_norm else 0
+        return norms + rotary + kv_write + activation + qk_norm
 
     def layer_ms(self, tokens: int) -> float:
         """All pointwise kernels of one layer on ``tokens`` tokens."""
         moved = tokens * self.values_per_token() * BF16_BYTES
-        return KERNELS_PER_LAYER * self.launch_ms + moved / (self.bandwidth_gbps * 1e6)
+        return self.kernels * self.launch_ms + moved / (self.bandwidth_gbps * 1e6)
 
     def provenance(self) -> dict[str, Any]:
         return {
             "pointwise_kernels": (
-                f"{KERNELS_PER_LAYER} per layer (2 fused add+RMSNorm, rotary, KV-cache write, "
-                "SiLU-and-mul): launch + bytes / bandwidth"
+                f"{self.kernels} per layer (2 fused add+RMSNorm, rotary, KV-cache write, "
+                "SiLU-and-mul"
+                + (", q and k per-head RMSNorm" if self.qk_norm else "")
+                + "): launch + bytes / bandwidth"
             ),
             "pointwise_device": self.device,
             "pointwise_bandwidth_gbps": self.bandwidth_gbps,

@@ -75,6 +75,63 @@ def silicon_decode_steps(
     return steps.sort_values(["tp", "ctx", "n_decode"]).reset_index(drop=True)
 
 
+#: Mixed steps are read from runs whose TPOT the prefills raise by at least this share
+#: between the long and the short output (below it the difference is noise, divided up).
+MIN_MIXED_SHARE = 0.10
+#: ... and whose TTFT moves by at most this factor between them (beyond: the KV cache ran
+#: out and requests queued, which no step model describes).
+MAX_TTFT_MOVE = 1.25
+
+
+def silicon_mixed_steps(
+    path: Path,
+    short: int = 128,
+    long: int = 1024,
+    min_share: float = MIN_MIXED_SHARE,
+) -> pd.DataFrame:
+    """Mixed steps (``batch_size - 1`` decodes + one ``isl`` prompt) read from two runs
+    of the same configuration that differ only in output length.
+
+    With concurrency ``B`` each request brings one ``isl``-token prefill per ``osl``
+    steps, so a step's mean is ``TPOT(osl) = D + (B/osl)·X`` (``D``: the decode step,
+    ``X``: what adding one prompt to it costs). Two output lengths give ``X =
+    (TPOT(short) - TPOT(long)) / (B·(1/short - 1/long))`` and the mixed step ``M = D + X
+    = TPOT(short) + (1 - B/short)·X``, at the short run's mean context ``isl + short/2``.
+    The decode step is taken as the same in both runs (the long run's is longer by its
+    larger context: this understates ``X`` slightly). Kept: configurations whose
+    ``TPOT(short)/TPOT(long) - 1 >= min_share`` and whose TTFT moves by at most
+    :data:`MAX_TTFT_MOVE` between the two (the KV cache held)."""
+    frame = read_profile_csv(path, (*SILICON_COLUMNS, *MEASURED))
+    frame = frame[frame["mode"] == "agg"]
+    keys = ["isl", "batch_size", "tp_size"]
+    a = frame[frame["osl"] == short].merge(
+        frame[frame["osl"] == long], on=keys, suffixes=("_s", "_l")
+    )
+    if a.empty:
+        raise InputError(f"{path}: needs aggregated rows at osl {short} and {long}")
+    a[keys] = a[keys].astype(int)
+    b = a["batch_size"].to_numpy(float)
+    t_s, t_l = a["silicon_tpot_ms_s"].to_numpy(float), a["silicon_tpot_ms_l"].to_numpy(float)
+    added = (t_s - t_l) / (b * (1 / short - 1 / long))
+    move = a["silicon_ttft_ms_l"] / a["silicon_ttft_ms_s"]
+    keep = (t_s / t_l - 1 >= min_share) & (move <= MAX_TTFT_MOVE) & (move >= 1 / MAX_TTFT_MOVE)
+    steps = pd.DataFrame(
+        {
+            "set": [f"isl {i}" for i in a["isl"]],
+            "config": [f"isl={r.isl} c={r.batch_size} tp={r.tp_size}" for r in a.itertuples()],
+            "n_decode": a["batch_size"] - 1,
+            "chunk": a["isl"],
+            "ctx": a["isl"] + short // 2,
+            "prefix": 0,
+            "ms": t_s + (1 - b / short) * added,
+            "tp": a["tp_size"],
+            "share": t_s / t_l - 1,
+            "ttft_move": move,
+        }
+    )[keep.to_numpy()]
+    return steps.sort_values(["tp", "chunk", "n_decode"]).reset_index(drop=True)
+
+
 def composed_decode_ms(
     sources: dict[int, Any], shape: ModelShape, steps: pd.DataFrame
 ) -> np.ndarray:

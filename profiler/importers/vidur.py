@@ -198,6 +198,10 @@ class VidurSource:
         x = np.array([1.0, chunk * (prefix + chunk / 2), chunk])
         return max(0.0, float(x @ (self.prefill_coef * self.prefill_scale)))
 
+    def attention_launch_ms(self) -> float:
+        """Fixed cost of one attention kernel: the prefill fit's intercept (>= 0)."""
+        return max(0.0, float(self.prefill_coef[0] * self.prefill_scale[0]))
+
     def allreduce_ms(self, tokens: int, decode_only: bool) -> float:
         if self.collective is None:
             return 0.0

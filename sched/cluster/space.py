@@ -184,7 +184,7 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
         size = _get(entry, "size", int, at)
         if size < 1:
             raise InputError(f"{at}.size = {size}: expected a TP size >= 1")
-        stray = set(entry) - {"size", "fleet", "truth", "predictor", "kv_tokens"}
+        stray = set(entry) - {"size", "fleet", "truth", "predictor", "kv_tokens", *KV_BUDGET}
         if stray:
             raise InputError(f"{at}: unknown key {sorted(stray)[0]!r}")
         if "fleet" in entry:
@@ -196,10 +196,36 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
                      "predictor": _predictor(_get(entry, "predictor", str, at), base, f"{at}.predictor"),  # noqa: E501
                      "kv_tokens": 500_000}  # fmt: skip
         kv = entry.get("kv_tokens", found["kv_tokens"])
+        if set(KV_BUDGET) & set(entry):
+            kv = _kv_from_memory(entry, size, at)
         if not isinstance(kv, int) or isinstance(kv, bool) or kv < 1:
             raise InputError(f"{at}.kv_tokens = {kv!r}: expected an integer >= 1")
         out.append(Hardware(name, size, price * size, found["truth"], found["predictor"], kv))
     return out
+
+
+#: A ``[[device.tp]]`` entry may give its KV budget as memory instead of ``kv_tokens``:
+#: ``kv_memory_gb`` per GPU, the ``model`` shape and the ``kv_dtype`` (default bfloat16).
+KV_BUDGET = ("kv_memory_gb", "kv_dtype", "model")
+
+
+def _kv_from_memory(entry: dict[str, Any], tp: int, at: str) -> int:
+    """KV tokens of an entry that gives ``kv_memory_gb`` and ``model`` (``kv_dtype``
+    optional): an fp8 KV cache holds twice the tokens a bf16 one does."""
+    from servecal.profiler.kvbudget import kv_tokens
+    from servecal.profiler.shapes import ModelShape
+
+    if "kv_tokens" in entry:
+        raise InputError(f"{at}: give kv_tokens or kv_memory_gb, not both")
+    memory = _get(entry, "kv_memory_gb", (int, float), at)
+    model = ModelShape.resolve(_get(entry, "model", str, at))
+    kv_dtype = entry.get("kv_dtype", "bfloat16")
+    if not isinstance(kv_dtype, str):
+        raise InputError(f"{at}.kv_dtype = {kv_dtype!r}: expected a string")
+    try:
+        return kv_tokens(model, memory, kv_dtype, tp)
+    except InputError as exc:
+        raise InputError(f"{at}: {exc}") from None
 
 
 def load_space(path: Path, trust: TableTrust = NO_TRUST) -> Space:

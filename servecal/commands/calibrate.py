@@ -32,6 +32,9 @@ def calibrate(
     grid: str = typer.Option(None, help="JSON/TOML file with n_decode, chunk, ctx, prefix lists."),
     layers: int = typer.Option(None, help="Layers to build and time (scaled to the model's)."),
     dtype: str = typer.Option(None, help="float32, bfloat16 or float16 (default: bf16 on CUDA)."),
+    kv_dtype: str = typer.Option(
+        None, help="KV-cache dtype: auto (the model's, the only one the timed model stores)."
+    ),
     threads: int = typer.Option(None, help="torch threads on CPU (default: half the cores)."),
     seed: int = typer.Option(0, min=0, help="Seed of the point order and weights."),
     block: int = typer.Option(
@@ -97,6 +100,7 @@ def calibrate(
         grid=grid,
         layers=layers,
         dtype=dtype,
+        kv_dtype=kv_dtype,
         threads=threads,
         seed=seed,
         block=block,

@@ -30,9 +30,17 @@ def import_profile(
     grid: str = typer.Option(
         None, help="JSON/TOML grid file (default: the import grid, chunks up to 16,384)."
     ),
+    engine: str = typer.Option(
+        None,
+        help="How the engine runs a step: graph (vLLM V1, SGLang, TensorRT-LLM: one varlen "
+        "attention kernel, CUDA-graph all-reduce) or eager (vLLM V0, Sarathi-Serve: a kernel "
+        "per attention part, host overhead from --engine-overhead). Default: eager with "
+        "--engine-overhead, else graph.",
+    ),
     comm_backend: str = typer.Option(
-        "auto",
-        help="aiconfigurator all-reduce backend: auto (CUDA graph for decode-only "
+        None,
+        help="aiconfigurator all-reduce backend (default: vllm-v1 for --engine graph, auto "
+        "for eager): auto (CUDA graph for decode-only "
         "iterations, eager when the iteration prefills), vllm-v1 (graph for every iteration "
         "up to --graph-max-tokens, as vLLM V1's piecewise graphs run mixed batches), "
         "graph or eager.",
@@ -47,6 +55,19 @@ def import_profile(
         False,
         "--no-pointwise",
         help="aiconfigurator: price norms, rotary, activation, adds and the KV-cache write at 0.",
+    ),
+    dtype: str = typer.Option(
+        "bfloat16", help="aiconfigurator: weight dtype whose GEMM rows to read (bfloat16, fp8)."
+    ),
+    kv_dtype: str = typer.Option(
+        "bfloat16",
+        help="aiconfigurator: KV-cache dtype whose attention rows to read (bfloat16, fp8).",
+    ),
+    qk_norm: bool = typer.Option(
+        False,
+        "--qk-norm",
+        help="aiconfigurator: the model normalises q and k per head (Qwen3): 2 more "
+        "pointwise kernels a layer.",
     ),
     pointwise_device: str = typer.Option(
         None,
@@ -72,6 +93,7 @@ def import_profile(
     """Import: compose per-operator medians into iteration samples (rep 0, P50 only)."""
     from servecal.costmodels.samples import write_samples
     from servecal.profiler.design import Grid
+    from servecal.profiler.importers import default_comm, step_rules
     from servecal.profiler.importers import import_profile as run
     from servecal.profiler.importers.collective import CommOptions
     from servecal.profiler.importers.overhead import PARAMETERS, HostOverhead
@@ -83,7 +105,9 @@ def import_profile(
             raise InputError("--overhead-out needs --engine-overhead")
         writable_file(overhead_out, "--overhead-out")
     shape = ModelShape.resolve(model)
-    comm = CommOptions(backend=comm_backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
+    engine, _ = step_rules(engine, engine_overhead)
+    backend = comm_backend or default_comm(kind, engine).backend
+    comm = CommOptions(backend=backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
     frame, provenance = run(
         kind,
         path,
@@ -95,11 +119,16 @@ def import_profile(
         pointwise_device=pointwise_device,
         overhead_file=engine_overhead,
         fit_scales=not fixed_scales,
+        engine=engine,
+        qk_norm=qk_norm,
+        weight_dtype=dtype,
+        kv_dtype=kv_dtype,
     )
     write_samples(frame, out, provenance)
     typer.echo(
         f"wrote {out}: {len(frame)} rows ({shape.name}, TP {tp}, {kind}; medians, rep 0; "
-        f"{provenance['extrapolated_reads']} reads beyond the profiled sizes)"
+        f"{provenance['extrapolated_reads']} reads beyond the profiled sizes; "
+        f"engine {engine}: attention {'varlen' if engine == 'graph' else 'separate'})"
     )
     if tp > 1:
         table = provenance["collective_table"] or "none"

@@ -88,9 +88,14 @@ def test_aiconfigurator_rows_are_hand_computed_sums():
     c = row(frame, 0, 512, 0, 768)
     assert c.op_attn_prefill_ms == pytest.approx(2 * ctx1[1024])
     # Mixed: 16 decodes at 255 + 32-token chunk = 48 tokens; head on 17 rows, between m=16 and 32.
+    # One flattened forward; attention one varlen kernel (a graph engine, the default): the
+    # prefill part less one kernel's fixed cost, the fastest profiled prompt's time.
     d = row(frame, 16, 32, 255, 0)
     head = g(gemm, 16, 16384, 4096) + (g(gemm, 32, 16384, 4096) - g(gemm, 16, 16384, 4096)) / 16
-    assert d.ms == pytest.approx(2 * (linear(48) + decode(16, 255) + ctx1[32]) + head)
+    launch = ctx1.min()
+    assert d.op_attn_prefill_ms == pytest.approx(2 * (ctx1[32] - launch))
+    assert d.ms == pytest.approx(2 * (linear(48) + decode(16, 255) + ctx1[32] - launch) + head)
+    assert prov["engine"] == "graph" and prov["step_composition"].endswith("varlen")
     assert (frame.rep == 0).all() and frame.energy_j.isna().all()
     assert "interpolation" in prov and prov["rows"].startswith("medians")
 
@@ -239,15 +244,15 @@ def test_tp4_70b_table_prices_a_64_decode_iteration_higher_by_its_allreduces(tmp
         assert gap == pytest.approx(expected, rel=1e-9)
     assert expected > 0.02 * without.predict(64, 0, 1023, 0, q=0.5)  # not negligible
     assert prov["collective_table"] == "a100_sxm_comm_vllm_0.14.0_custom_allreduce_perf_bf16.csv"
-    assert prov["collective_backend"].startswith("auto")
+    assert prov["collective_backend"].startswith("vllm-v1")  # a graph engine's, the default
     assert prov_none["collective_table"] is None and "--no-comm" in prov_none["collective_backend"]
     assert with_comm.tp == 4 and without.tp == 4
     assert with_comm.fingerprint["collective_table"] == prov["collective_table"]
 
 
 def test_an_iteration_that_prefills_reads_the_eager_allreduce_between_sizes():
-    frame, _ = import_profile(
-        "aiconfigurator", AIC70, ModelShape.from_name("llama-3-70b"), 4, GRID70
+    frame, _ = import_profile(  # an eager engine: its comm backend is auto
+        "aiconfigurator", AIC70, ModelShape.from_name("llama-3-70b"), 4, GRID70, engine="eager"
     )
     eager = allreduce_rows("vllm_eager").latency
     size = (64 + 128) * HIDDEN_70B  # 1572864 elements: between 2^20 and 2^21
@@ -289,7 +294,7 @@ def test_vllm_v1_backend_reads_the_graph_all_reduce_for_captured_mixed_batches()
     shape = ModelShape.from_name("llama-3-70b")
     grid = Grid(n_decode=(64,), chunk=(0, 128, 512), ctx=(1023,), prefix=(0,))
     v1, prov = import_profile("aiconfigurator", AIC70, shape, 4, grid, CommOptions("vllm-v1"))
-    auto, _ = import_profile("aiconfigurator", AIC70, shape, 4, grid)
+    auto, _ = import_profile("aiconfigurator", AIC70, shape, 4, grid, CommOptions("auto"))
     graph = allreduce_rows("vllm_graph").latency
     eager = allreduce_rows("vllm_eager").latency
     size = (64 + 128) * HIDDEN_70B  # 192 tokens <= 512: captured, graph all-reduce

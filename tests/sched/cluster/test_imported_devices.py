@@ -28,8 +28,10 @@ def test_the_shipped_table_is_the_fit_of_the_shipped_slice(tmp_path, gpu):
     cols = [samples[c].to_numpy() for c in ("n_decode", "chunk", "ctx", "prefix")]
     predicted = np.array([float(table.predict(*row, q=0.5)) for row in zip(*cols, strict=True)])
     error = np.abs(predicted / samples["ms"].to_numpy() - 1)
-    # the fit keeps most points exactly; it makes the table monotone, moving a few
-    assert np.median(error) < 1e-6 and (error < 1e-6).mean() > 0.9 and error.max() < 0.05
+    # the fit keeps most points exactly; it makes the table monotone, moving a few (12% on
+    # the H100: a varlen mixed step adds little attention to a decode step, so the GEMM
+    # table's wobble at 1-17 rows, 5.40 -> 5.37 ms, shows through along the chunk)
+    assert np.median(error) < 1e-6 and (error < 1e-6).mean() > 0.85 and error.max() < 0.05
     truth = pd.read_csv(DATA / f"imported_{gpu}x1" / "samples.csv")
     assert len(truth) > 3 * len(samples)  # the denser truth grid
 
