@@ -143,13 +143,23 @@ def _on_cluster(
     return run_cluster(spec, requests, rng, on_progress)
 
 
+def _on_disaggregated(
+    spec: Any, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+) -> RunResult:
+    from servecal.sched.cluster.disagg import run_disaggregated
+
+    return run_disaggregated(spec, requests, rng, on_progress)
+
+
 #: How each backend runs a spec's requests: ``(spec, requests, rng, on_progress)``;
-#: ``cluster``: replicas behind a router (:class:`servecal.sched.cluster.ClusterSpec`).
+#: ``cluster``: replicas behind a router (:class:`servecal.sched.cluster.ClusterSpec`);
+#: ``disaggregated``: prefill and decode pools (:class:`servecal.sched.cluster.disagg.DisaggSpec`).
 RUNNERS: dict[str, Callable[..., RunResult]] = {
     ENGINE: _on_engine,
     DRIVER: _on_driver,
     TORCH: _on_torch,
     "cluster": _on_cluster,
+    "disaggregated": _on_disaggregated,
 }
 
 
