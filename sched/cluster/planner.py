@@ -95,7 +95,7 @@ class Config:
     """One candidate: ``hardware``, ``policy``, ``router``; what its search found."""
 
     index: int
-    hardware: Hardware
+    hardware: Hardware  # or a disaggregated PoolPair (its count is in units)
     policy: PolicySpec
     router: PolicySpec
     search: ReplicaSearch
@@ -119,6 +119,10 @@ class Config:
 
 def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> ClusterSpec:
     h = config.hardware
+    if getattr(h, "mode", None) == "disaggregated":  # n units of a pool pair
+        from servecal.sched.cluster.disagg_space import disagg_spec
+
+        return disagg_spec(space, h, config.policy, config.router, n, rate)
     replica = ReplicaSpec(config.policy, h.truth, h.predictor, h.kv_capacity, h.name)
     return ClusterSpec(
         space.workload,
