@@ -57,6 +57,18 @@ class PoolPair:
         """``(prefill replicas, decode replicas)`` of ``units`` units."""
         return self.ratio[0] * units, self.ratio[1] * units
 
+    def dominates(self, other: Any) -> bool:
+        """Everything the same but a link at least as fast (more bandwidth, no more
+        latency), and not the same link: ``other`` then moves every KV no sooner, so a
+        count at which this pair misses the target is one ``other`` misses too (the
+        planner infers it instead of simulating it)."""
+        if not isinstance(other, PoolPair) or other.link == self.link:
+            return False
+        same = (self.prefill, self.decode, self.ratio, self.shape, self.layerwise) == (
+            other.prefill, other.decode, other.ratio, other.shape, other.layerwise)  # fmt: skip
+        return (same and self.link.gbytes_per_s >= other.link.gbytes_per_s
+                and self.link.latency_ms <= other.link.latency_ms)  # fmt: skip
+
     def describe(self) -> dict[str, Any]:
         return {"prefill": self.prefill.name, "decode": self.decode.name,
                 "ratio": list(self.ratio), "link": self.link.name,
@@ -119,7 +131,9 @@ def load_disaggregated(
     links = table.get("links", ["ib-ndr"])
     if not isinstance(links, list) or not links:
         raise InputError(f"{where}.links: expected a list of links")
-    chosen = tuple(link(v, f"{where}.links") for v in links)
+    # fastest first: a faster link's misses settle the slower links' (PoolPair.dominates)
+    chosen = tuple(sorted((link(v, f"{where}.links") for v in links),
+                          key=lambda lk: (-lk.gbytes_per_s, lk.latency_ms)))  # fmt: skip
     shape = model_shape(table.get("model", "llama-3-8b"), f"{where}.model")
     layerwise = table.get("layerwise", False)
     if not isinstance(layerwise, bool):

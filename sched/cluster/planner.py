@@ -103,6 +103,8 @@ class Config:
     max_goodput: float | None = None
     goodput_bound: str | None = None
     to_answer: int = 0  # simulations this config took before the answer was known
+    inferred: int = 0  # counts settled by a dominating sibling's miss, not simulated
+    dominators: list[Config] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -196,11 +198,25 @@ def _mean(values: list[Any]) -> float | None:
 
 
 def candidates(space: Space) -> list[Config]:
-    """Every configuration of ``space``, nothing measured yet."""
-    return [
+    """Every configuration of ``space``, nothing measured yet, each with the siblings
+    that dominate it (``hardware.dominates``: the same but a faster KV link)."""
+    configs = [
         Config(i, h, p, r, ReplicaSearch(*space.replicas))
         for i, (h, p, r) in enumerate(space.configs)
     ]
+    groups: dict[tuple[Any, ...], list[Config]] = {}
+    for c in configs:
+        if hasattr(c.hardware, "dominates"):
+            groups.setdefault((c.policy, c.router), []).append(c)
+    for group in groups.values():
+        for c in group:
+            c.dominators = [o for o in group if o.hardware.dominates(c.hardware)]
+    return configs
+
+
+def _settled(config: Config, n: int) -> bool:
+    """``n`` misses the target: a dominating sibling missed it at ``n`` or more."""
+    return any(o.search.failed >= n for o in config.dominators)
 
 
 def plan(
@@ -219,7 +235,7 @@ def plan(
     try:
         _search_counts(space, configs, runner, prune=True)
         for c in configs:
-            c.to_answer = c.search.probes
+            c.to_answer = c.search.probes - c.inferred
         if frontier:
             _search_counts(space, configs, runner, prune=False)
             _search_goodput(space, configs, runner, base_rate(space))
@@ -253,9 +269,14 @@ def _search_counts(space: Space, configs: list[Config], runner: _Runner, prune: 
         for c in configs:
             if not runner.room():
                 break
-            if c.index in busy:
-                continue
+            if c.index in busy or any(o.index in busy for o in c.dominators):
+                continue  # a dominating sibling's probe may settle this one's
             n = c.search.next_count(_cap(c, best), _guess(configs, c))
+            while n is not None and _settled(c, n):
+                c.search.record(n, False)
+                c.inferred += 1
+                c.probes.append({"replicas": n, "rate": space.rate, "inferred": True})
+                n = c.search.next_count(_cap(c, best), _guess(configs, c))
             if n is not None:
                 busy.add(c.index)
                 runner.submit((c.index, n), cluster_spec(space, c, n, space.rate))

@@ -131,7 +131,8 @@ def _row(space: Any, c: Any, pareto_ids: set[int]) -> dict[str, Any]:
         "max_goodput_bound": c.goodput_bound,
         "status": status,
         "simulations_to_answer": c.to_answer * len(space.seeds),
-        "simulations": sum(len(space.seeds) for _ in c.probes),
+        "simulations": sum(len(space.seeds) for p in c.probes if not p.get("inferred")),
+        "inferred": c.inferred,
         "probes": c.probes,
     }
 

@@ -152,3 +152,22 @@ def test_the_shipped_disaggregated_example_reads():
     # 2 TP sizes × 2 policies × 2 routers aggregated; 2 × 3 ratios × 2 links × 2 routers split
     assert len(space.configs) == 8 + 24 and len(pairs) == 24
     assert {p.link.name for p in pairs} == {"nvlink", "roce-100g"}
+
+
+def test_a_faster_links_miss_settles_the_slower_links_count_without_a_simulation(tmp_path):
+    from servecal.sched.cluster.planner import _settled, candidates
+
+    path = tmp_path / "plan.toml"
+    path.write_text(SMALL)
+    configs = candidates(load_space(path))
+    split = [c for c in configs if isinstance(c.hardware, PoolPair)]
+    fast = {c.hardware.ratio: c for c in split if c.hardware.link.name == "ib-ndr"}
+    slow = {c.hardware.ratio: c for c in split if c.hardware.link.name == "slow"}
+    # links are searched fastest first, and only the same pools, ratio, policy and
+    # router on a faster link dominate
+    assert all(configs.index(fast[r]) < configs.index(slow[r]) for r in fast)
+    assert [o.index for o in slow[(1, 2)].dominators] == [fast[(1, 2)].index]
+    assert fast[(1, 2)].dominators == []
+    fast[(1, 2)].search.record(3, False)
+    assert _settled(slow[(1, 2)], 3) and _settled(slow[(1, 2)], 2)
+    assert not _settled(slow[(1, 2)], 4) and not _settled(slow[(1, 1)], 1)
