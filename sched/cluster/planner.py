@@ -43,8 +43,10 @@ class ReplicaSearch:
     bound): ``next_count(cap)`` → run → ``record(count, met)``.
 
     Attainment does not fall as replicas are added, so: the first probe at ``guess``
-    (the count a sibling configuration on the same hardware needed, else ``lo``); on a
-    miss, double until a count meets the target; on a hit at the first probe, one below
+    (the count a sibling configuration on the same hardware needed, else ``lo``, or the
+    cost bound ``cap`` when a cheaper fleet is already known); on a miss, double until a
+    count meets the target (under a bound: go straight to the bound, where a miss ends
+    the search); on a hit at the first probe, one below
     it (a sibling's count is usually right or one off); then bisect. Small fleets are
     cheap to simulate, so the search climbs from below rather than starting at ``hi``.
     """
@@ -65,8 +67,11 @@ class ReplicaSearch:
         if self.passed is None:
             if top <= self.failed:
                 return None
+            bounded = top < self.hi  # a cheaper fleet is known: only a pass by ``top`` matters
             if self.probes == 0:
-                return max(self.lo, min(top, guess or self.lo))
+                return max(self.lo, min(top, guess or (top if bounded else self.lo)))
+            if bounded:  # one probe at the bound: a miss there ends the search
+                return top
             return min(top, max(self.failed + 1, 2 * self.failed))
         if self.passed > top:  # it meets the target, but no cheaper than the best found
             return None
