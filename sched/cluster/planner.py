@@ -9,7 +9,10 @@ rest: a configuration is only tried up to the replica count that would still cos
 more (``floor(best / price)``), so one that cannot beat it costs one simulation (at
 that count) and one already dearer costs none. Ties in cost are kept, so the answer
 (the cheapest, ties broken by configuration order) does not depend on which
-simulations finished first: a local pool and a Ray pool give the same answer.
+simulations finished first: a local pool and a Ray pool give the same answer. With
+disaggregated candidates each mode is bounded by its own cheapest, so the cheapest
+aggregated and the cheapest disaggregated fleet are both known; a configuration that
+misses at a count settles the same count of its siblings on slower links.
 
 The frontier (optional, and after the answer): the searches the bound cut short are
 finished without it, so every configuration has its smallest ``N`` whatever order
@@ -254,6 +257,20 @@ def best_cost(configs: list[Config]) -> float:
     return min((c.cost() for c in configs), default=math.inf)
 
 
+def mode(config: Config) -> str:
+    """``aggregated`` or ``disaggregated`` (a pool pair's configurations)."""
+    return getattr(config.hardware, "mode", "aggregated")
+
+
+def _best_by_mode(configs: list[Config]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for c in configs:
+        cost = c.cost()
+        if cost < best.get(mode(c), math.inf):
+            best[mode(c)] = cost
+    return best
+
+
 def _cap(config: Config, best: float) -> int:
     if math.isinf(best):
         return config.search.hi
@@ -270,18 +287,21 @@ def _guess(configs: list[Config], config: Config) -> int | None:
 def _search_counts(space: Space, configs: list[Config], runner: _Runner, prune: bool) -> None:
     busy: set[int] = set()
     while True:
-        best = best_cost(configs) if prune else math.inf
+        # each mode (aggregated, disaggregated) is bounded by its own cheapest, so the
+        # answer names the cheapest of each (a space of one mode: the plain bound)
+        best = _best_by_mode(configs) if prune else {}
         for c in configs:
             if not runner.room():
                 break
             if c.index in busy or any(o.index in busy for o in c.dominators):
                 continue  # a dominating sibling's probe may settle this one's
-            n = c.search.next_count(_cap(c, best), _guess(configs, c))
+            cap = _cap(c, best.get(mode(c), math.inf))
+            n = c.search.next_count(cap, _guess(configs, c))
             while n is not None and _settled(c, n):
                 c.search.record(n, False)
                 c.inferred += 1
                 c.probes.append({"replicas": n, "rate": space.rate, "inferred": True})
-                n = c.search.next_count(_cap(c, best), _guess(configs, c))
+                n = c.search.next_count(cap, _guess(configs, c))
             if n is not None:
                 busy.add(c.index)
                 runner.submit((c.index, n), cluster_spec(space, c, n, space.rate))
