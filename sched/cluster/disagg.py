@@ -197,36 +197,19 @@ def run_disaggregated(
     spec: DisaggSpec, requests: list[Request], rng: np.random.Generator, on_progress: Any
 ) -> RunResult:
     """The experiment layer's runner for ``backend = disaggregated``."""
-    from servecal.sched.cluster.cluster import _concat
     from servecal.sched.cluster.decode_pool import run_decode_pool
 
     prefill, prefill_runs = _prefill_pool(spec, requests, rng)
     done_at = dict(zip(prefill["rid"].tolist(), prefill["first_token_ms"].tolist(), strict=True))
-    by_rid = {r.rid: r for r in requests}
-    arrivals = []
-    for rid, t in done_at.items():
-        if math.isfinite(t):
-            req = by_rid[rid]
-            arrivals.append((t + transfer_ms(spec.shape, spec.link, req.prompt_tokens,
-                                             spec.layerwise), req))  # fmt: skip
-    arrivals.sort(key=lambda a: (a[0], a[1].rid))
+    arrivals = _decode_arrivals(spec, requests, done_at)
     decoders = _decode_replicas(spec, rng)
     chosen = run_decode_pool(arrivals, decoders, spec.decode_router.build(ROUTER))
-    rows = _request_rows(requests, prefill, decoders, dict(zip([a[1].rid for a in arrivals],
-                                                               chosen, strict=True)))  # fmt: skip
+    decode_of = dict(zip([a[1].rid for a in arrivals], chosen, strict=True))
+    rows = _request_rows(requests, prefill, decoders, decode_of)
     rows["kv_transfer_ms"] = np.asarray(
         [transfer_ms(spec.shape, spec.link, p, spec.layerwise) for p in rows["prompt_tokens"]]
     )
     rows["prefill_done_ms"] = np.asarray([done_at.get(int(r), math.nan) for r in rows["rid"]])
-    parts = [
-        dict(r.iteration_columns) for r in prefill_runs if len(r.iteration_columns["duration_ms"])
-    ]
-    parts += [d.iteration_columns() for d in decoders]
-    counts = [len(p["duration_ms"]) for p in parts]
-    iterations = _concat(parts)
-    owners = [i for i, r in enumerate(prefill_runs) if len(r.iteration_columns["duration_ms"])]
-    owners += [len(spec.prefill) + d.index for d in decoders]
-    iterations["replica"] = np.repeat(np.asarray(owners, dtype=np.int64), counts)
     counters = {
         "replicas": len(spec.prefill) + len(spec.decode),
         "prefill_replicas": len(spec.prefill),
@@ -235,11 +218,43 @@ def run_disaggregated(
     }
     return RunResult(
         request_columns=rows,
-        iteration_columns=iterations,
+        iteration_columns=_iterations(len(spec.prefill), prefill_runs, decoders),
         plan_calls=sum(r.plan_calls for r in prefill_runs),
         energy_source="none",
         counters=counters,
     )
+
+
+def _decode_arrivals(
+    spec: DisaggSpec, requests: list[Request], done_at: dict[int, float]
+) -> list[tuple[float, Request]]:
+    """``(when its KV lands on the decode side, request)`` for every prefilled request,
+    in that order."""
+    arrivals = []
+    for req in requests:
+        t = done_at.get(req.rid, math.nan)
+        if math.isfinite(t):
+            lands = t + transfer_ms(spec.shape, spec.link, req.prompt_tokens, spec.layerwise)
+            arrivals.append((lands, req))
+    arrivals.sort(key=lambda a: (a[0], a[1].rid))
+    return arrivals
+
+
+def _iterations(
+    n_prefill: int, prefill_runs: list[RunResult], decoders: list[Any]
+) -> dict[str, np.ndarray]:
+    """Every replica's iterations, each with its ``replica`` (prefill ``0..P-1``, decode
+    ``P..P+D-1``)."""
+    from servecal.sched.cluster.cluster import _concat
+
+    ran = [(i, dict(r.iteration_columns)) for i, r in enumerate(prefill_runs)
+           if len(r.iteration_columns["duration_ms"])]  # fmt: skip
+    ran += [(n_prefill + d.index, d.iteration_columns()) for d in decoders]
+    iterations = _concat([part for _, part in ran])
+    counts = [len(part["duration_ms"]) for _, part in ran]
+    owners = np.asarray([i for i, _ in ran], dtype=np.int64)
+    iterations["replica"] = np.repeat(owners, counts)
+    return iterations
 
 
 def _request_rows(
