@@ -78,7 +78,8 @@ def plan_command(
 
         atomic_write_bytes(out / "frontier.png", _figure(doc))
     if as_json:
-        typer.echo(json.dumps({"answer": doc["answer"], "rows": doc["rows"]}, default=float))
+        shown = {"answer": doc["answer"], "cheapest": doc["cheapest"], "rows": doc["rows"]}
+        typer.echo(json.dumps(shown, default=float))
         return
     _print(doc)
     typer.echo(f"plan.json{' and frontier.png' if frontier else ''}: {out}")

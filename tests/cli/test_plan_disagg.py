@@ -96,6 +96,7 @@ def test_json_rows_carry_the_mode(tmp_path):
     doc = json.loads(result.output)
     assert all(r["mode"] in ("aggregated", "disaggregated") for r in doc["rows"])
     assert any(r["mode"] == "disaggregated" for r in doc["rows"])
+    assert set(doc["cheapest"]) == {"aggregated", "disaggregated"}
 
 
 @pytest.fixture(scope="module")
