@@ -9,7 +9,10 @@ rest: a configuration is only tried up to the replica count that would still cos
 more (``floor(best / price)``), so one that cannot beat it costs one simulation (at
 that count) and one already dearer costs none. Ties in cost are kept, so the answer
 (the cheapest, ties broken by configuration order) does not depend on which
-simulations finished first: a local pool and a Ray pool give the same answer.
+simulations finished first: a local pool and a Ray pool give the same answer. With
+disaggregated candidates each mode is bounded by its own cheapest, so the cheapest
+aggregated and the cheapest disaggregated fleet are both known; a configuration that
+misses at a count settles the same count of its siblings on slower links.
 
 The frontier (optional, and after the answer): the searches the bound cut short are
 finished without it, so every configuration has its smallest ``N`` whatever order
@@ -43,8 +46,10 @@ class ReplicaSearch:
     bound): ``next_count(cap)`` → run → ``record(count, met)``.
 
     Attainment does not fall as replicas are added, so: the first probe at ``guess``
-    (the count a sibling configuration on the same hardware needed, else ``lo``); on a
-    miss, double until a count meets the target; on a hit at the first probe, one below
+    (the count a sibling configuration on the same hardware needed, else ``lo``, or the
+    cost bound ``cap`` when a cheaper fleet is already known); on a miss, double until a
+    count meets the target (under a bound: go straight to the bound, where a miss ends
+    the search); on a hit at the first probe, one below
     it (a sibling's count is usually right or one off); then bisect. Small fleets are
     cheap to simulate, so the search climbs from below rather than starting at ``hi``.
     """
@@ -65,8 +70,11 @@ class ReplicaSearch:
         if self.passed is None:
             if top <= self.failed:
                 return None
+            bounded = top < self.hi  # a cheaper fleet is known: only a pass by ``top`` matters
             if self.probes == 0:
-                return max(self.lo, min(top, guess or self.lo))
+                return max(self.lo, min(top, guess or (top if bounded else self.lo)))
+            if bounded:  # one probe at the bound: a miss there ends the search
+                return top
             return min(top, max(self.failed + 1, 2 * self.failed))
         if self.passed > top:  # it meets the target, but no cheaper than the best found
             return None
@@ -95,7 +103,7 @@ class Config:
     """One candidate: ``hardware``, ``policy``, ``router``; what its search found."""
 
     index: int
-    hardware: Hardware
+    hardware: Hardware  # or a disaggregated PoolPair (its count is in units)
     policy: PolicySpec
     router: PolicySpec
     search: ReplicaSearch
@@ -103,6 +111,8 @@ class Config:
     max_goodput: float | None = None
     goodput_bound: str | None = None
     to_answer: int = 0  # simulations this config took before the answer was known
+    inferred: int = 0  # counts settled by a dominating sibling's miss, not simulated
+    dominators: list[Config] = field(default_factory=list, repr=False, compare=False)
 
     @property
     def label(self) -> str:
@@ -119,6 +129,10 @@ class Config:
 
 def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> ClusterSpec:
     h = config.hardware
+    if getattr(h, "mode", None) == "disaggregated":  # n units of a pool pair
+        from servecal.sched.cluster.disagg_space import disagg_spec
+
+        return disagg_spec(space, h, config.policy, config.router, n, rate)
     replica = ReplicaSpec(config.policy, h.truth, h.predictor, h.kv_capacity, h.name)
     return ClusterSpec(
         space.workload,
@@ -193,11 +207,25 @@ def _mean(values: list[Any]) -> float | None:
 
 
 def candidates(space: Space) -> list[Config]:
-    """Every configuration of ``space``, nothing measured yet."""
-    return [
+    """Every configuration of ``space``, nothing measured yet, each with the siblings
+    that dominate it (``hardware.dominates``: the same but a faster KV link)."""
+    configs = [
         Config(i, h, p, r, ReplicaSearch(*space.replicas))
         for i, (h, p, r) in enumerate(space.configs)
     ]
+    groups: dict[tuple[Any, ...], list[Config]] = {}
+    for c in configs:
+        if hasattr(c.hardware, "dominates"):
+            groups.setdefault((c.policy, c.router), []).append(c)
+    for group in groups.values():
+        for c in group:
+            c.dominators = [o for o in group if o.hardware.dominates(c.hardware)]
+    return configs
+
+
+def _settled(config: Config, n: int) -> bool:
+    """``n`` misses the target: a dominating sibling missed it at ``n`` or more."""
+    return any(o.search.failed >= n for o in config.dominators)
 
 
 def plan(
@@ -216,7 +244,7 @@ def plan(
     try:
         _search_counts(space, configs, runner, prune=True)
         for c in configs:
-            c.to_answer = c.search.probes
+            c.to_answer = c.search.probes - c.inferred
         if frontier:
             _search_counts(space, configs, runner, prune=False)
             _search_goodput(space, configs, runner, base_rate(space))
@@ -228,6 +256,20 @@ def plan(
 
 def best_cost(configs: list[Config]) -> float:
     return min((c.cost() for c in configs), default=math.inf)
+
+
+def mode(config: Config) -> str:
+    """``aggregated`` or ``disaggregated`` (a pool pair's configurations)."""
+    return getattr(config.hardware, "mode", "aggregated")
+
+
+def _best_by_mode(configs: list[Config]) -> dict[str, float]:
+    best: dict[str, float] = {}
+    for c in configs:
+        cost = c.cost()
+        if cost < best.get(mode(c), math.inf):
+            best[mode(c)] = cost
+    return best
 
 
 def _cap(config: Config, best: float) -> int:
@@ -246,13 +288,21 @@ def _guess(configs: list[Config], config: Config) -> int | None:
 def _search_counts(space: Space, configs: list[Config], runner: _Runner, prune: bool) -> None:
     busy: set[int] = set()
     while True:
-        best = best_cost(configs) if prune else math.inf
+        # each mode (aggregated, disaggregated) is bounded by its own cheapest, so the
+        # answer names the cheapest of each (a space of one mode: the plain bound)
+        best = _best_by_mode(configs) if prune else {}
         for c in configs:
             if not runner.room():
                 break
-            if c.index in busy:
-                continue
-            n = c.search.next_count(_cap(c, best), _guess(configs, c))
+            if c.index in busy or any(o.index in busy for o in c.dominators):
+                continue  # a dominating sibling's probe may settle this one's
+            cap = _cap(c, best.get(mode(c), math.inf))
+            n = c.search.next_count(cap, _guess(configs, c))
+            while n is not None and _settled(c, n):
+                c.search.record(n, False)
+                c.inferred += 1
+                c.probes.append({"replicas": n, "rate": space.rate, "inferred": True})
+                n = c.search.next_count(cap, _guess(configs, c))
             if n is not None:
                 busy.add(c.index)
                 runner.submit((c.index, n), cluster_spec(space, c, n, space.rate))

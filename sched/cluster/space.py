@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from servecal.costmodels.provenance import NO_TRUST, TableTrust
-from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
+from servecal.sched.policies.registry import DRIVER, ENGINE, ROUTER, PolicySpec
 from servecal.util.errors import InputError
 
 DATA = Path(__file__).resolve().parents[1] / "data"
@@ -78,11 +78,21 @@ class Space:
     hardware: tuple[Hardware, ...]
     #: The command's table flags (how far its cost tables are trusted; not the question).
     trust: TableTrust = field(default=NO_TRUST, compare=False)
+    #: disaggregated candidates (:mod:`.disagg_space`): pool pairs and prefill policies
+    disaggregated: tuple[Any, ...] = ()
+    prefill_policies: tuple[PolicySpec, ...] = ()
 
     @property
-    def configs(self) -> list[tuple[Hardware, PolicySpec, PolicySpec]]:
-        """Every (hardware, policy, router), the cheapest replica first."""
+    def configs(self) -> list[tuple[Any, PolicySpec, PolicySpec]]:
+        """Every (hardware, policy, router), then every (pool pair, prefill policy,
+        router), the cheapest replica (or unit) first."""
+        combos: list[tuple[Any, PolicySpec, PolicySpec]]
         combos = [(h, p, r) for h in self.hardware for p in self.policies for r in self.routers]
+        if self.disaggregated:
+            from servecal.sched.cluster.disagg_space import routable
+
+            combos += [(h, p, r) for h in self.disaggregated for p in self.prefill_policies
+                       for r in self.routers if routable(p, r)]  # fmt: skip
         return sorted(combos, key=lambda c: c[0].price_per_hour)
 
 
@@ -238,7 +248,7 @@ def load_space(path: Path, trust: TableTrust = NO_TRUST) -> Space:
     for section in ("workload", "search"):
         if not isinstance(doc.get(section), dict):
             raise InputError(f"{path}: missing the [{section}] table")
-    stray = set(doc) - {"workload", "target", "search", "device"}
+    stray = set(doc) - {"workload", "target", "search", "device", "disaggregated"}
     if stray:
         raise InputError(f"{path}: unknown table [{sorted(stray)[0]}]")
     workload = _workload(doc["workload"], base)
@@ -251,8 +261,22 @@ def load_space(path: Path, trust: TableTrust = NO_TRUST) -> Space:
         raise InputError(f"{path}: need at least one [[device]] table")
     hardware = tuple(h for i, d in enumerate(devices) for h in _hardware(d, i, base))
     _check_models(hardware, trust)
+    split: dict[str, Any] = {}
+    if "disaggregated" in doc:
+        from servecal.sched.cluster.disagg_space import load_disaggregated
+
+        pairs, prefill = load_disaggregated(doc["disaggregated"], hardware, _prefill_policy)
+        split = {"disaggregated": pairs, "prefill_policies": prefill}
     return Space(**workload, target=float(target), replicas=replicas, policies=policies,
-                 routers=routers, hardware=hardware, trust=trust)  # fmt: skip
+                 routers=routers, hardware=hardware, trust=trust, **split)  # fmt: skip
+
+
+def _prefill_policy(name: Any, where: str) -> PolicySpec:
+    """A prefill pool's policy: an engine policy, or a driver one (FlowPrefill)."""
+    try:
+        return _policy(name, ENGINE, where)
+    except InputError:
+        return _policy(name, DRIVER, where)
 
 
 def _workload(w: dict[str, Any], base: Path) -> dict[str, Any]:

@@ -144,8 +144,17 @@ def _on_cluster(
     return run_cluster(spec, requests, rng, on_progress)
 
 
+def _on_disaggregated(
+    spec: Any, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+) -> RunResult:
+    from servecal.sched.cluster.disagg import run_disaggregated
+
+    return run_disaggregated(spec, requests, rng, on_progress)
+
+
 #: How each backend runs a spec's requests: ``(spec, requests, rng, on_progress)``;
-#: ``cluster``: replicas behind a router (:class:`servecal.sched.cluster.ClusterSpec`).
+#: ``cluster``: replicas behind a router (:class:`servecal.sched.cluster.ClusterSpec`);
+#: ``disaggregated``: prefill and decode pools (:class:`servecal.sched.cluster.disagg.DisaggSpec`).
 RUNNERS = Registry(
     "run backend",
     "--backend",
@@ -157,6 +166,7 @@ RUNNERS.add(ENGINE, "servecal.sched.experiment.run:_on_engine", "the iteration e
 RUNNERS.add(DRIVER, "servecal.sched.experiment.run:_on_driver", "FlowPrefill's operator-level driver on a simulated executor")  # noqa: E501
 RUNNERS.add(TORCH, "servecal.sched.experiment.run:_on_torch", "the iteration engine running real forward passes (--predictor TABLE)")  # noqa: E501
 RUNNERS.add("cluster", "servecal.sched.experiment.run:_on_cluster", "replicas behind a router (servecal plan)")  # noqa: E501
+RUNNERS.add("disaggregated", "servecal.sched.experiment.run:_on_disaggregated", "prefill and decode pools with the KV moved between them (servecal plan)")  # noqa: E501
 # fmt: on
 
 

@@ -78,7 +78,8 @@ def plan_command(
 
         atomic_write_bytes(out / "frontier.png", _figure(doc))
     if as_json:
-        typer.echo(json.dumps({"answer": doc["answer"], "rows": doc["rows"]}, default=float))
+        shown = {"answer": doc["answer"], "cheapest": doc["cheapest"], "rows": doc["rows"]}
+        typer.echo(json.dumps(shown, default=float))
         return
     _print(doc)
     typer.echo(f"plan.json{' and frontier.png' if frontier else ''}: {out}")
@@ -109,10 +110,18 @@ def _row(space: Any, c: Any, pareto_ids: set[int]) -> dict[str, Any]:
         status = "not within the replica range"
     else:
         status = "frontier" if c.index in pareto_ids else "meets the target"
+    h = c.hardware
+    mode = getattr(h, "mode", "aggregated")
+    split = {} if mode == "aggregated" else {**h.describe(), "units": c.replicas}
+    if split and c.replicas is not None:
+        split["prefill_replicas"], split["decode_replicas"] = h.fleet(c.replicas)
     return {
         "config": c.label,
-        "device": c.hardware.device,
-        "tp": c.hardware.tp,
+        "mode": mode,
+        "hardware": h.name,
+        "device": getattr(h, "device", None),
+        "tp": getattr(h, "tp", None),
+        **split,
         "policy": c.policy.label,
         "router": c.router.label,
         "price_per_replica_hour": c.hardware.price_per_hour,
@@ -123,7 +132,8 @@ def _row(space: Any, c: Any, pareto_ids: set[int]) -> dict[str, Any]:
         "max_goodput_bound": c.goodput_bound,
         "status": status,
         "simulations_to_answer": c.to_answer * len(space.seeds),
-        "simulations": sum(len(space.seeds) for _ in c.probes),
+        "simulations": sum(len(space.seeds) for p in c.probes if not p.get("inferred")),
+        "inferred": c.inferred,
         "probes": c.probes,
     }
 
@@ -152,10 +162,12 @@ def _document(space: Any, configs: list[Any], wall_s: float, pool: str) -> dict[
             "policies": [p.label for p in space.policies],
             "routers": [r.label for r in space.routers],
             "hardware": [asdict(h) for h in space.hardware],
+            "disaggregated": [p.describe() for p in space.disaggregated],
         },
         "answer": None
         if best is None
         else {k: v for k, v in by_label[best.label].items() if k != "probes"},  # fmt: skip
+        "cheapest": _cheapest_by_mode(rows),
         "frontier": [by_label[c.label]["config"] for c in front],
         "simulations_to_answer": sum(r["simulations_to_answer"] for r in rows),
         "simulations": sum(r["simulations"] for r in rows),
@@ -163,6 +175,42 @@ def _document(space: Any, configs: list[Any], wall_s: float, pool: str) -> dict[
         "pool": pool,
         "rows": rows,
     }
+
+
+def _cheapest_by_mode(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The cheapest row meeting the target of each mode (rows are by cost already)."""
+    out: dict[str, Any] = {}
+    for r in rows:
+        if r["cost_per_hour"] is not None and r["mode"] not in out:
+            out[r["mode"]] = {k: v for k, v in r.items() if k != "probes"}
+    return out
+
+
+def _fleet(r: dict[str, Any]) -> str:
+    from servecal.commands._runs import fmt
+
+    if r["mode"] == "aggregated" or r["replicas"] is None:
+        return fmt(r["replicas"])
+    return f"{r['prefill_replicas']}P+{r['decode_replicas']}D"
+
+
+def _print_modes(doc: dict[str, Any]) -> None:
+    """The cheapest aggregated and disaggregated fleets, and which wins by how much."""
+    best = doc.get("cheapest", {})
+    if not doc["question"].get("disaggregated"):
+        return
+    for mode in ("aggregated", "disaggregated"):
+        r = best.get(mode)
+        if r is None:
+            typer.echo(f"cheapest {mode}: none meets the target in the replica range")
+        else:
+            good = 100 * r["attainment"]
+            typer.echo(f"cheapest {mode}: {_fleet(r)} × {r['config']}: "
+                       f"${r['cost_per_hour']:.2f}/hour, {good:.1f}% good")  # fmt: skip
+    if len(best) == 2:
+        a, d = best["aggregated"]["cost_per_hour"], best["disaggregated"]["cost_per_hour"]
+        win, lose = ("aggregated", d / a) if a <= d else ("disaggregated", a / d)
+        typer.echo(f"{win} wins: the other costs {lose:.2f}× as much")
 
 
 def _print(doc: dict[str, Any]) -> None:
@@ -179,7 +227,7 @@ def _print(doc: dict[str, Any]) -> None:
         mg_text = "-" if mg is None else (f"> {mg:.4g}" if r["max_goodput_bound"] == "above_cap"
                                           else f"{mg:.4g}")  # fmt: skip
         mark = "*" if r["status"] == "frontier" else ""
-        lines.append([f"{r['device']}x{r['tp']}", r["policy"], r["router"], fmt(r["replicas"]),
+        lines.append([r["hardware"], r["policy"], r["router"], _fleet(r),
                       fmt(r["cost_per_hour"]), fmt(att, 3), mg_text, mark,
                       str(r["simulations"])])  # fmt: skip
     _table(
@@ -188,6 +236,7 @@ def _print(doc: dict[str, Any]) -> None:
          "front", "sims"],
         lines,
     )  # fmt: skip
+    _print_modes(doc)
     a = doc["answer"]
     n, total = doc["simulations_to_answer"], doc["simulations"]
     took = (f"{n} simulation{'' if n == 1 else 's'} to the answer, {total} in all, "
@@ -196,7 +245,7 @@ def _print(doc: dict[str, Any]) -> None:
         typer.echo(f"no configuration meets the target within {q['replicas']} replicas ({took})")
         return
     typer.echo(
-        f"cheapest: {a['replicas']} × {a['config']}: ${a['cost_per_hour']:.2f}/hour, "
+        f"cheapest: {_fleet(a)} × {a['config']}: ${a['cost_per_hour']:.2f}/hour, "
         f"{100 * a['attainment']:.1f}% good at {rate} ({took})"
     )
 
@@ -223,11 +272,12 @@ def _figure(doc: dict[str, Any]) -> bytes:
     rows = [r for r in doc["rows"] if r["max_goodput"] is not None]
     fig, axes = new_figure(width=7.0, height=4.2)
     ax = axes[0][0]
-    colours = colour_map([f"{r['device']}x{r['tp']}" for r in rows])
+    colours = colour_map([_family(r) for r in rows])
     for key, colour in colours.items():
-        mine = [r for r in rows if f"{r['device']}x{r['tp']}" == key]
+        mine = [r for r in rows if _family(r) == key]
         ax.scatter([r["cost_per_hour"] for r in mine], [r["max_goodput"] for r in mine],
-                   color=colour, label=key, s=24)  # fmt: skip
+                   color=colour, label=key, s=24,
+                   marker="o" if mine[0]["mode"] == "aggregated" else "^")  # fmt: skip
     front = sorted((r for r in rows if r["status"] == "frontier"), key=lambda r: r["cost_per_hour"])
     ax.step([r["cost_per_hour"] for r in front], [r["max_goodput"] for r in front], where="post",
             color="black", linewidth=1, label="frontier")  # fmt: skip
@@ -239,6 +289,13 @@ def _figure(doc: dict[str, Any]) -> bytes:
     ax.set_title("cost against max goodput, each config at its fewest replicas")
     ax.legend(fontsize=7)
     return to_png(fig)
+
+
+def _family(r: dict[str, Any]) -> str:
+    """A figure's colour: the device×TP, or a disaggregated pair's pools and link."""
+    if r["mode"] == "aggregated":
+        return r["hardware"]
+    return f"P {r['prefill']} / D {r['decode']} · {r['link']}"
 
 
 def register(app: typer.Typer) -> None:

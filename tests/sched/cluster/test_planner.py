@@ -35,7 +35,11 @@ def test_a_right_guess_costs_two_simulations(needed):
 
 def test_the_cost_bound_stops_a_search_that_cannot_win():
     s, seen = _search(9, cap=5)
-    assert s.passed is None and seen[-1] == 5 and len(seen) == 4  # 1, 2, 4, 5
+    assert s.passed is None and seen == [5]  # one simulation, at the bound
+    s, seen = _search(4, cap=5)  # it can win: bisect below the bound
+    assert s.passed == 4 and seen[0] == 5 and len(seen) <= 4
+    s, seen = _search(9, cap=5, guess=2)  # a sibling's count first, then the bound
+    assert s.passed is None and seen == [2, 5]
     bounded = ReplicaSearch(1, 16)
     bounded.record(8, True)  # it meets the target at 8 ...
     assert bounded.next_count(cap=6) is None  # ... but 8 costs more than the best fleet
