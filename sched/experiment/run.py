@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -21,6 +21,9 @@ from servecal.sched.experiment.spec import TORCH, RunSpec
 from servecal.sched.policies.registry import DRIVER, ENGINE
 from servecal.sched.request import Request
 from servecal.sched.result import RunResult
+
+if TYPE_CHECKING:
+    from servecal.sched.prefix_cache import PrefixCacheConfig
 
 #: What seed ``k``'s streams are, as written to each run folder.
 STREAMS = "SeedSequence(seed).spawn(2): workload, executor"
@@ -85,6 +88,17 @@ def _simulated_executor(spec: RunSpec, rng: np.random.Generator, requests: list[
     return PricedExecutor(executor, load_power_model(spec.power))
 
 
+def prefix_cache_config(spec: RunSpec, requests: list[Request]) -> PrefixCacheConfig | None:
+    """The engine's prefix cache for ``spec.prefix_cache`` (``auto``: on when some
+    request carries block ids, with their block size)."""
+    from servecal.sched.prefix_cache import PrefixCacheConfig
+
+    with_ids = next((r for r in requests if r.block_ids), None)
+    if spec.prefix_cache == "off" or (spec.prefix_cache == "auto" and with_ids is None):
+        return None
+    return PrefixCacheConfig(block_size=512 if with_ids is None else with_ids.block_size)
+
+
 def _on_engine(
     spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
 ) -> RunResult:
@@ -96,7 +110,9 @@ def _on_engine(
         spec.policy.build(ENGINE),
         predictor,
         _simulated_executor(spec, rng, requests),
-        EngineConfig(kv_capacity=spec.kv_capacity),
+        EngineConfig(
+            kv_capacity=spec.kv_capacity, prefix_cache=prefix_cache_config(spec, requests)
+        ),
         observers=observers,
         policy_name=spec.policy.label,
     )

@@ -22,6 +22,9 @@ BACKENDS = (ENGINE, DRIVER, TORCH)
 #: ``colocated``: decodes share the device, good = TTFT and TPOT met; ``prefill``: a
 #: prefill-only instance (requests leave with their first token), good = TTFT met.
 SETTINGS = ("colocated", "prefill")
+#: ``--prefix-cache``: ``auto`` (on when the workload's requests carry prefix identity),
+#: ``on`` or ``off`` (every prompt prefilled whole, as before the cache existed).
+PREFIX_CACHE_MODES = ("auto", "on", "off")
 
 #: Offered load (req/s) when none is given, per (workload, setting): the operating
 #: points derived in docs/engine.md (the engine study) and docs/flowprefill.md
@@ -101,6 +104,8 @@ class RunSpec:
       ``driver``/``torch``: that backend's options (``None`` for the others).
     * ``monitor``: attach the drift monitor; ``adaptive_margin``: plan with margins
       it adapts online.
+    * ``prefix_cache``: ``auto|on|off``, the engine's KV block cache of prompt
+      prefixes (docs/prefix_cache.md); ``auto`` is on when requests carry block ids.
     """
 
     workload: str
@@ -123,8 +128,10 @@ class RunSpec:
     adaptive_margin: bool = False
     driver: DriverOptions | None = None
     torch: TorchOptions | None = field(default=None)
+    prefix_cache: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_prefix_cache(self.prefix_cache)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {'|'.join(BACKENDS)}, got {self.backend!r}")
         if self.setting not in SETTINGS:
@@ -171,6 +178,11 @@ class RunSpec:
         doc["policy_options"] = self.policy.resolve().describe()
         doc["seeds"] = list(self.seeds)
         return doc
+
+
+def _check_prefix_cache(mode: str) -> None:
+    if mode not in PREFIX_CACHE_MODES:
+        raise ValueError(f"--prefix-cache must be one of {'|'.join(PREFIX_CACHE_MODES)}")
 
 
 def choose_backend(policy: PolicySpec, setting: str, requested: str | None = None) -> str:

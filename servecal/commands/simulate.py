@@ -21,6 +21,7 @@ from servecal.commands._runs import (
     POLICY_OPT_HELP,
     POWER_HELP,
     PREDICTOR_HELP,
+    PREFIX_CACHE_HELP,
     TRUTH_HELP,
 )
 
@@ -41,6 +42,8 @@ SUMMARY_KEYS = (
     "iterations",
     "recomputes",
     "parks",
+    "prefix_hit_share",
+    "kv_evictions",
     "decision_us_median",
     "online",
     "wakeups",
@@ -76,6 +79,7 @@ def simulate_command(
     power: str = typer.Option(None, help=POWER_HELP),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
+    prefix_cache: str = typer.Option("auto", "--prefix-cache", help=PREFIX_CACHE_HELP),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
@@ -144,6 +148,7 @@ def simulate_command(
         predictor=predictor,
         kv_tokens=kv_tokens,
         slo_classes=slo_classes,
+        prefix_cache=prefix_cache,
         drift=drift,
         power=power,
         monitor=monitor,
