@@ -286,8 +286,9 @@ class Engine:
             self._observe(idx, start, n_decode, chunk, ctx, prefix, duration, energy)
         s.kv_used += n_decode + chunk
         s.kv_ready += n_decode
-        if self.prefix_cache is not None:
-            self.prefix_cache.fit(s.kv_capacity - s.kv_used)
+        cache = self.prefix_cache
+        if cache is not None and cache.cached_tokens > s.kv_capacity - s.kv_used:
+            cache.fit(s.kv_capacity - s.kv_used)  # the iteration's new KV takes cached room
         for live in starting:
             self._start_streak(live, idx, live.tokens_out + 1)
         for live, tokens in chunks:

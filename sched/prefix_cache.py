@@ -54,9 +54,19 @@ class PrefixCache:
     """Blocks by key with reference counts and an LRU list of the unreferenced ones.
 
     Counters (read by the result builder): ``evictions`` (blocks evicted),
-    ``revived`` (unreferenced blocks a request referenced again)."""
+    ``revived`` (unreferenced blocks a request referenced again); ``cached_tokens``:
+    tokens in unreferenced (evictable) blocks, an attribute the engine reads every
+    iteration."""
 
-    __slots__ = ("block_size", "max_cached_blocks", "_refs", "_lru", "evictions", "revived")
+    __slots__ = (
+        "block_size",
+        "max_cached_blocks",
+        "_refs",
+        "_lru",
+        "evictions",
+        "revived",
+        "cached_tokens",
+    )
 
     def __init__(self, config: PrefixCacheConfig) -> None:
         self.block_size = config.block_size
@@ -66,11 +76,7 @@ class PrefixCache:
         self._lru: OrderedDict[int, None] = OrderedDict()  # unreferenced, oldest first
         self.evictions = 0
         self.revived = 0
-
-    @property
-    def cached_tokens(self) -> int:
-        """Tokens in unreferenced (evictable) blocks."""
-        return len(self._lru) * self.block_size
+        self.cached_tokens = 0
 
     def __contains__(self, key: int) -> bool:
         return key in self._refs
@@ -104,6 +110,7 @@ class PrefixCache:
                     self.revived += 1
                     taken += 1
                 refs[key] = count + 1
+        self.cached_tokens = len(lru) * self.block_size
         return taken
 
     def release(self, keys: Sequence[int]) -> int:
@@ -117,6 +124,7 @@ class PrefixCache:
             if count == 0:
                 lru[key] = None
                 freed += 1
+        self.cached_tokens = len(lru) * self.block_size
         return freed
 
     def fit(self, free_tokens: int) -> None:
@@ -130,6 +138,7 @@ class PrefixCache:
             key, _ = lru.popitem(last=False)
             del refs[key]
             self.evictions += 1
+        self.cached_tokens = len(lru) * self.block_size
 
 
 def cacheable_blocks(prompt_tokens: int, target: int, n_ids: int, block_size: int) -> int:
