@@ -126,6 +126,10 @@ def _on_driver(
     from servecal.sched.flowprefill.driver import DriverConfig, OperatorDriver
     from servecal.sched.flowprefill.operators import OperatorModel
 
+    if spec.prefix_cache == "on":
+        from servecal.util.errors import InputError
+
+        raise InputError("--prefix-cache on: the prefix cache is the iteration engine's only")
     options = spec.driver or DriverOptions()
     driver = OperatorDriver(
         requests,

@@ -158,3 +158,15 @@ def test_hit_share_equals_the_unbounded_share_with_room_and_falls_as_capacity_sh
     assert roomy == pytest.approx(hit / total)
     small = _hit_share(reqs, kv=60_000)
     assert small < roomy
+
+
+def test_sorted_f_counts_shared_blocks_once_and_never_overfills():
+    from servecal.sched.sortedf.online import SortedFOnline
+
+    reqs = load_trace(MOONCAKE, 4.0, 50.0, None, np.random.default_rng(0), n_requests=60)
+    eng = cached_engine(reqs, policy=SortedFOnline(), kv=120_000)
+    while eng.step():
+        assert eng.state.kv_used <= eng.state.kv_capacity
+    result = eng.result()
+    assert result.request_columns["cached_tokens"].sum() > 0
+    assert result.recomputes == 0  # its admissions foresee the peak, shared blocks included
