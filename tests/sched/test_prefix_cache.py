@@ -170,3 +170,34 @@ def test_sorted_f_counts_shared_blocks_once_and_never_overfills():
     result = eng.result()
     assert result.request_columns["cached_tokens"].sum() > 0
     assert result.recomputes == 0  # its admissions foresee the peak, shared blocks included
+
+
+# -- the shared-prefix generator -------------------------------------------------------
+def test_shared_prefix_turns_extend_their_session_under_the_class_system_prompt():
+    from servecal.sched.workloads import generate
+    from servecal.sched.workloads.shared_prefix import SharedPrefix
+
+    rng = np.random.default_rng
+    base = generate("multislo", 10.0, 300, tpot_slo_ms=50.0, rng=rng(0))
+    shared = generate("multislo+prefix", 10.0, 300, tpot_slo_ms=50.0, rng=rng(0))
+    assert [r.arrival_ms for r in shared] == [r.arrival_ms for r in base]
+    assert [r.output_tokens for r in shared] == [r.output_tokens for r in base]
+    assert all(s.prompt_tokens >= b.prompt_tokens for s, b in zip(shared, base, strict=True))
+    sys_blocks = SharedPrefix().system_prompt_tokens // 512
+    by_class: dict[str, set] = {}
+    for r in shared:
+        assert len(r.block_ids) == -(-r.prompt_tokens // 512)
+        by_class.setdefault(r.slo_class, set()).add(r.block_ids[:sys_blocks])
+    assert all(len(heads) == 1 for heads in by_class.values())  # one system prompt a class
+    assert len({heads.pop() for heads in by_class.values()}) == len(by_class)
+    # some turn extends an earlier one: its blocks start with all of that turn's full ones
+    extends = sum(
+        1
+        for i, r in enumerate(shared)
+        for e in shared[max(0, i - 40) : i]
+        if len(e.block_ids) > sys_blocks + 1
+        and r.block_ids[: len(e.block_ids) - 1] == e.block_ids[:-1]
+    )
+    assert extends > 0
+    hit, total = unbounded_hit_tokens(shared)
+    assert hit / total > 0.3
