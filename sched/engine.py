@@ -83,7 +83,7 @@ ROW_COLUMNS = (
 ITERATION_COLUMNS = (*ROW_COLUMNS[:7], "pred_p50_ms", "pred_p99_ms", "margin_ms", *ROW_COLUMNS[7:])
 
 
-def _block_keys(requests: list[Request], config: PrefixCacheConfig) -> dict[int, tuple[int, ...]]:
+def block_keys(requests: list[Request], config: PrefixCacheConfig) -> dict[int, tuple[int, ...]]:
     """Chained keys of each request's full prompt blocks (requests with identity only)."""
     keys = {}
     for req in requests:
@@ -177,7 +177,7 @@ class Engine:
         self._admits = 0
         cache_config = self._config.prefix_cache
         self.prefix_cache = None if cache_config is None else PrefixCache(cache_config)
-        self._keys = {} if cache_config is None else _block_keys(pending, cache_config)
+        self._keys = {} if cache_config is None else block_keys(pending, cache_config)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunResult:

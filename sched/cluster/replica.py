@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from servecal.sched.engine import Engine, EngineConfig
+from servecal.sched.engine import Engine, EngineConfig, block_keys
+from servecal.sched.prefix_cache import PrefixCacheConfig
 from servecal.sched.request import Request
 
 
@@ -40,6 +41,9 @@ class ReplicaEngine(Engine):
         if pending and request.arrival_ms < pending[-1].arrival_ms:
             raise ValueError("requests must be routed in arrival order")
         pending.append(request)
+        config = self._config.prefix_cache
+        if config is not None and request.block_ids:
+            self._keys.update(block_keys([request], config))
 
     def has_work(self) -> bool:
         """Something runs, waits, or is routed here and not yet admitted."""
@@ -149,14 +153,16 @@ def replica_engine(
     kv_capacity: int,
     policy_name: str,
     observers: tuple[Any, ...] = (),
+    prefix_cache: PrefixCacheConfig | None = None,
 ) -> ReplicaEngine:
-    """An empty replica engine (requests come from the router)."""
+    """An empty replica engine (requests come from the router), with its own prefix
+    cache when ``prefix_cache`` is given."""
     return ReplicaEngine(
         [],
         policy,
         predictor,
         executor,
-        EngineConfig(kv_capacity=kv_capacity),
+        EngineConfig(kv_capacity=kv_capacity, prefix_cache=prefix_cache),
         observers=observers,
         policy_name=policy_name,
     )

@@ -88,9 +88,9 @@ def _simulated_executor(spec: RunSpec, rng: np.random.Generator, requests: list[
     return PricedExecutor(executor, load_power_model(spec.power))
 
 
-def prefix_cache_config(spec: RunSpec, requests: list[Request]) -> PrefixCacheConfig | None:
-    """The engine's prefix cache for ``spec.prefix_cache`` (``auto``: on when some
-    request carries block ids, with their block size)."""
+def prefix_cache_config(spec: Any, requests: list[Request]) -> PrefixCacheConfig | None:
+    """The engine's prefix cache for ``spec.prefix_cache`` (a run's or a cluster's;
+    ``auto``: on when some request carries block ids, with their block size)."""
     from servecal.sched.prefix_cache import PrefixCacheConfig
 
     with_ids = next((r for r in requests if r.block_ids), None)

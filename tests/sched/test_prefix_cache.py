@@ -201,3 +201,38 @@ def test_shared_prefix_turns_extend_their_session_under_the_class_system_prompt(
     assert extends > 0
     hit, total = unbounded_hit_tokens(shared)
     assert hit / total > 0.3
+
+
+# -- cache-aware routing -------------------------------------------------------------
+def _cluster_spec(router, n=2, **kw):
+    from servecal.sched.cluster.spec import ClusterSpec, ReplicaSpec
+
+    replica = ReplicaSpec(PolicySpec.parse("sloweave"))
+    return ClusterSpec(f"trace:{MOONCAKE}", (replica,) * n, PolicySpec.parse(router),
+                       tpot_slo_ms=50.0, rate=3.0, n_requests=120, **kw)  # fmt: skip
+
+
+def test_a_one_replica_cluster_with_its_cache_is_the_cached_engine():
+    spec = RunSpec(workload=f"trace:{MOONCAKE}", policy=PolicySpec.parse("sloweave"),
+                   tpot_slo_ms=50.0, rate=3.0, n_requests=120)  # fmt: skip
+    single = run(spec, 0)
+    cluster = run(_cluster_spec("round-robin", n=1), 0)
+    np.testing.assert_array_equal(
+        cluster.request_columns["cached_tokens"], single.request_columns["cached_tokens"]
+    )
+    assert cluster.counters["kv_evictions"] == single.counters["kv_evictions"]
+
+
+def test_prefix_affinity_serves_more_from_cache_than_round_robin():
+    from servecal.sched.cluster.spec import ClusterSpec, ReplicaSpec
+
+    shares = {}
+    for router in ("round-robin", "prefix-affinity"):
+        replicas = (ReplicaSpec(PolicySpec.parse("sloweave")),) * 4
+        spec = ClusterSpec("chat+prefix", replicas, PolicySpec.parse(router),
+                           tpot_slo_ms=50.0, rate=40.0, n_requests=400)  # fmt: skip
+        result = run(spec, 0)
+        shares[router] = summarize(result.request_columns, result.iteration_columns)[
+            "prefix_hit_share"
+        ]
+    assert shares["prefix-affinity"] > shares["round-robin"] > 0
