@@ -453,6 +453,7 @@ class Engine:
             return  # memory is short: compute it all rather than pin blocks
         s.kv_used += cache.reference(keys[:n]) * block
         live.serve_cached(n * block)
+        s.prefix_served += n * block
 
     def _share_prompt(self, live: LiveRequest) -> None:
         """Its prefill is done: its full prompt blocks join the cache, referenced by it."""
@@ -484,6 +485,7 @@ class Engine:
         """Drop the cached blocks waiting requests pinned; True if any were."""
         pinned = [live for live in self.state.waiting.values() if live.shared_tokens]
         for live in pinned:
+            self.state.prefix_served -= live.prefilled  # waiting: its prefilled is the hit
             self._unshare(live)
             live.drop_cached()
         return bool(pinned)

@@ -129,6 +129,7 @@ def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> Cl
         n_requests=space.n_requests,
         seeds=space.seeds,
         slo_classes=space.slo_classes,
+        prefix_cache=space.prefix_cache,
     )
 
 

@@ -48,26 +48,41 @@ class PrefixAffinity:
     chunk: int = 512
     quantile: float = 0.99
     use_margin: bool = True
+    ttft_share: float = 1.0
     _latency: PredictedLatency = field(init=False, repr=False)
     _sent: dict[int, int] = field(default_factory=dict, init=False, repr=False)
 
     def __post_init__(self) -> None:
+        if not 0 < self.ttft_share <= 1:
+            raise ValueError("ttft_share must be in (0, 1]")
         self._latency = PredictedLatency(self.chunk, self.quantile, self.use_margin)
 
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
         keys = _keys(request)
-        chosen = self._affine(request, keys, replicas) if keys else None
+        least = min(replicas, key=_BY_TOKENS)
+        chosen = self._affine(request, keys, replicas, least) if keys else None
         if chosen is None:
-            chosen = min(replicas, key=_BY_TOKENS)
+            chosen = least
         for key in keys:
             self._sent[key] = chosen.index
         return chosen.index
 
+    def _predict(self, request: Request, replica: Replica, blocks: int) -> tuple[float, float]:
+        """Predicted (TTFT, TPOT) of ``request`` on ``replica`` with ``blocks`` cached."""
+        rest = max(1, request.prompt_tokens - blocks * request.block_size)
+        return self._latency.predict(replace(request, prompt_tokens=rest), replica)
+
     def _affine(
-        self, request: Request, keys: tuple[int, ...], replicas: Sequence[Replica]
+        self,
+        request: Request,
+        keys: tuple[int, ...],
+        replicas: Sequence[Replica],
+        least: Replica,
     ) -> Replica | None:
         """The replica holding the longest run of ``keys`` (ties: the least loaded) if it
-        is predicted to meet the TTFT SLO, else None."""
+        is predicted to meet its TPOT SLO and its TTFT SLO (``ttft_share`` of it), the
+        latter no later than the least loaded replica would with what that one holds;
+        else None."""
         best: Any = None
         best_key: tuple[int, tuple[int, int, int]] | None = None
         for r in replicas:
@@ -75,12 +90,13 @@ class PrefixAffinity:
             key = (-n, _BY_TOKENS(r))
             if n and (best_key is None or key < best_key):
                 best, best_key = r, key
-        if best is None or best_key is None:
+        if best is None or best_key is None or best is least:
             return None
-        cached = -best_key[0] * request.block_size
-        rest = replace(request, prompt_tokens=max(1, request.prompt_tokens - cached))
-        ttft, _ = self._latency.predict(rest, best)
-        return best if ttft <= request.ttft_slo_ms else None
+        ttft, tpot = self._predict(request, best, -best_key[0])
+        if ttft > self.ttft_share * request.ttft_slo_ms or tpot > request.tpot_slo_ms:
+            return None
+        there, _ = self._predict(request, least, _held_run(keys, least, self._sent))
+        return best if ttft <= there else None
 
 
 def _keys(request: Request) -> tuple[int, ...]:

@@ -65,7 +65,8 @@ class Replica:
     ``index``, ``name`` (its device label), ``predictor`` (its cost table), ``engine``;
     load, as of the replica's last step or routed request: ``outstanding`` (routed and
     not finished or rejected), ``queued_prompt_tokens`` (prompt tokens routed and not
-    yet prefilled; recompute preemptions re-prefill and are not counted), ``steps``
+    yet prefilled or served by its prefix cache; recompute preemptions re-prefill and
+    are not counted), ``steps``
     (iterations run: a router may cache what it derived from a replica while this
     and ``outstanding`` stay put); read from the engine: ``n_decode``, ``ctx_mean``,
     ``now_ms``, ``kv_capacity``, ``kv_used``.
@@ -102,7 +103,9 @@ class Replica:
             self._prefilled += sum(r[3] for r in rows[self.steps :])
             self.steps = len(rows)
         self.outstanding = len(s.running) + len(s.waiting) + len(s.requests) - engine._next
-        self.queued_prompt_tokens = max(0, self._routed_prompt - self._prefilled)
+        # prompt tokens a prefix cache served are never prefilled: not queued either
+        served = self._prefilled + s.prefix_served
+        self.queued_prompt_tokens = max(0, self._routed_prompt - served)
 
     def advance_to(self, t_ms: float) -> None:
         """Run iterations that start before ``t_ms`` (an arrival then sees this state)."""
