@@ -236,3 +236,29 @@ def test_prefix_affinity_serves_more_from_cache_than_round_robin():
             "prefix_hit_share"
         ]
     assert shares["prefix-affinity"] > shares["round-robin"] > 0
+
+
+# -- the command line ------------------------------------------------------------------
+def test_simulate_on_a_mooncake_trace_reports_the_hit_share_and_evictions(tmp_path):
+    import json
+
+    from typer.testing import CliRunner
+
+    from servecal.cli import app
+
+    shipped = (
+        Path(__file__).resolve().parents[2] / "sched/data/mooncake/conversation_head2000.jsonl"
+    )
+    base = ["simulate", "--workload", f"trace:{shipped}", "--policy", "sloweave",
+            "--tpot-slo", "50", "--seeds", "1", "--requests", "40", "--json"]  # fmt: skip
+    runner = CliRunner()
+    on = runner.invoke(app, [*base, "--out", str(tmp_path / "on")])
+    assert on.exit_code == 0, on.output
+    doc = json.loads(on.stdout)
+    assert doc["prefix_hit_share"] > 0 and "kv_evictions" in doc
+    run_json = json.loads((tmp_path / "on" / "seed-0" / "run.json").read_text())
+    assert run_json["summary"]["prefix_hit_share"] == doc["prefix_hit_share"]
+    assert run_json["config"]["prefix_cache"] == "auto"
+    off = runner.invoke(app, [*base, "--out", str(tmp_path / "off"), "--prefix-cache", "off"])
+    assert off.exit_code == 0, off.output
+    assert "prefix_hit_share" not in json.loads(off.stdout)
