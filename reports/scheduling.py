@@ -258,6 +258,27 @@ def _events_table(cs: Sequence[Cell]) -> Table:
     )  # fmt: skip
 
 
+def _prefix_cache_table(cs: Sequence[Cell]) -> Table | None:
+    """Prefix-hit share and KV evictions of the runs with a prefix cache; None if none."""
+    cached = [c for c in cs if not math.isnan(c.get("prefix_hit_share"))]
+    if not cached:
+        return None
+    rows = tuple(
+        (fmt(c.tpot_slo_ms), c.workload, c.policy, _pm(c, "prefix_hit_share", percent=True),
+         fmt(c.get("kv_evictions")))
+        for c in cached
+    )  # fmt: skip
+    return Table(
+        "Prefix cache",
+        ("TPOT target (ms)", "workload", "policy", "prompt tokens from cache",
+         "KV blocks evicted (mean/seed)"),
+        rows,
+        "Prompt tokens the engine's prefix cache served (each request's first prefill) over "
+        "all prompt tokens; evicted blocks are recomputed by the next request that needs "
+        "them (docs/prefix_cache.md).",
+    )  # fmt: skip
+
+
 def scheduling_section(runs: Sequence[RunData]) -> Section:
     """The Scheduling section over every run given."""
     if not runs:
@@ -284,4 +305,7 @@ def scheduling_section(runs: Sequence[RunData]) -> Section:
     if timeline is not None:
         blocks.append(timeline)
     blocks.append(_events_table(cs))
+    cache = _prefix_cache_table(cs)
+    if cache is not None:
+        blocks.append(cache)
     return Section("scheduling", "Scheduling", tuple(blocks))

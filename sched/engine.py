@@ -36,6 +36,7 @@ from servecal.sched.observe import IterationRecord, Observer
 from servecal.sched.plan import DECODE_ONLY, Plan, PlanError
 from servecal.sched.plan_check import check_plan
 from servecal.sched.policy import Policy
+from servecal.sched.prefix_cache import PrefixCache, PrefixCacheConfig, cacheable_blocks, chain_keys
 from servecal.sched.request import Request
 from servecal.sched.state import EngineState
 from servecal.sched.view import EngineView
@@ -48,10 +49,13 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class EngineConfig:
     """``kv_capacity``: ``M`` in tokens (default ≈ an 8B model's KV on an 80 GB GPU at
-    128 KiB/token). ``horizon_ms``: stop the run then (``None``: when all are done)."""
+    128 KiB/token). ``horizon_ms``: stop the run then (``None``: when all are done).
+    ``prefix_cache``: a KV block cache of prompt prefixes (docs/prefix_cache.md) for
+    requests that carry ``block_ids``; ``None``: every prompt is prefilled whole."""
 
     kv_capacity: int = 500_000
     horizon_ms: float | None = None
+    prefix_cache: PrefixCacheConfig | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1:
@@ -77,6 +81,23 @@ ROW_COLUMNS = (
 #: Iteration columns of the frame, in order (observers may add more): the recorded
 #: fields with the logged predictions after ``prefix``.
 ITERATION_COLUMNS = (*ROW_COLUMNS[:7], "pred_p50_ms", "pred_p99_ms", "margin_ms", *ROW_COLUMNS[7:])
+
+
+def block_keys(requests: list[Request], config: PrefixCacheConfig) -> dict[int, tuple[int, ...]]:
+    """Chained keys of each request's full prompt blocks (requests with identity only)."""
+    keys = {}
+    for req in requests:
+        if not req.block_ids:
+            continue
+        if req.block_size != config.block_size:
+            raise InputError(
+                f"request {req.rid}: block size {req.block_size} != the prefix cache's "
+                f"{config.block_size}"
+            )
+        full = min(len(req.block_ids), req.prompt_tokens // config.block_size)
+        if full:
+            keys[req.rid] = chain_keys(req.block_ids, full)
+    return keys
 
 
 def _prune_top(heap: list[tuple[float, int, int]], ready: dict[int, LiveRequest]) -> None:
@@ -154,6 +175,9 @@ class Engine:
         self._finish_at: dict[int, list[LiveRequest]] = {}  # iteration -> completions
         self._stale = False  # a deadline heap may have a stale entry on top
         self._admits = 0
+        cache_config = self._config.prefix_cache
+        self.prefix_cache = None if cache_config is None else PrefixCache(cache_config)
+        self._keys = {} if cache_config is None else block_keys(pending, cache_config)
 
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunResult:
@@ -208,6 +232,8 @@ class Engine:
                 continue
             s.waiting[req.rid] = live
             s.arrived.append(req.rid)
+            if self._keys and req.rid in self._keys:
+                self._lookup(live)
 
     # -- plan execution ---------------------------------------------------------------
     def fail(self, what: str) -> PlanError:
@@ -260,6 +286,9 @@ class Engine:
             self._observe(idx, start, n_decode, chunk, ctx, prefix, duration, energy)
         s.kv_used += n_decode + chunk
         s.kv_ready += n_decode
+        cache = self.prefix_cache
+        if cache is not None and cache.cached_tokens > s.kv_capacity - s.kv_used:
+            cache.fit(s.kv_capacity - s.kv_used)  # the iteration's new KV takes cached room
         for live in starting:
             self._start_streak(live, idx, live.tokens_out + 1)
         for live, tokens in chunks:
@@ -280,6 +309,8 @@ class Engine:
         if self._next < len(s.requests):
             s.now_ms = max(s.now_ms, s.requests[self._next].arrival_ms)
             return True
+        if self.prefix_cache is not None and self._unpin_waiting():
+            return True  # waiting requests' cached blocks held the room the queue needs
         if s.running:  # nothing will arrive: free memory the vLLM way
             self._preempt(next(reversed(s.running.values())))
             return True
@@ -288,7 +319,10 @@ class Engine:
     def _apply_side_orders(self, plan: Plan) -> None:
         s = self.state
         for rid in plan.reject:
-            s.waiting.pop(rid).reject()
+            live = s.waiting.pop(rid)
+            if live.shared_tokens:
+                self._unshare(live)
+            live.reject()
         for rid in plan.preempt:
             self._preempt(s.running[rid])
         for rid in plan.park:
@@ -354,6 +388,8 @@ class Engine:
         s.n_ready += 1
         s.kv_ready += live.prefilled
         s.prefilled.append(live.rid)
+        if self._keys and live.rid in self._keys:
+            self._share_prompt(live)
         self._start_streak(live, idx, live.tokens_out + 1)
 
     def _leave_ready(self, live: LiveRequest) -> int:
@@ -371,6 +407,8 @@ class Engine:
     def _finish(self, live: LiveRequest, now: float) -> None:
         s = self.state
         s.kv_used -= self._leave_ready(live)
+        if live.shared_tokens:
+            self._unshare(live)
         del s.running[live.rid]
         live.finish(now)
         s.finished.append(live.rid)
@@ -383,12 +421,74 @@ class Engine:
         else:
             s.kv_used -= live.prefilled
             del s.prefilling[live.rid]
+        if live.shared_tokens:
+            self._unshare(live)
         del s.running[live.rid]
         live.recompute()
         s.recomputes += 1
         s.waiting[live.rid] = live
         s.waiting.move_to_end(live.rid, last=False)
         self._stale = True
+        if self._keys and live.rid in self._keys:
+            self._lookup(live)
+
+    # -- prefix cache (docs/prefix_cache.md) -------------------------------------------
+    # KV accounting with a cache: kv_used = each running request's KV outside the cache
+    # blocks it references (kv_tokens - shared_tokens) + every referenced block once.
+    # Unreferenced blocks sit in the free KV and are evicted when it is needed.
+    def _lookup(self, live: LiveRequest) -> None:
+        """A waiting request's prefill starts at its longest cached prefix (whole blocks,
+        one token always computed); those blocks are referenced (pinned) from now on,
+        unless pinning them would leave no room to compute the rest."""
+        s, cache = self.state, self.prefix_cache
+        assert cache is not None
+        keys = self._keys[live.rid]
+        block = cache.block_size
+        limit = cacheable_blocks(live.prompt_tokens, live.prefill_target, len(keys), block)
+        n, unreferenced = cache.match(keys, limit)
+        if n == 0:
+            return
+        rest = live.prefill_target - n * block
+        if s.kv_used + unreferenced * block + rest + s.n_ready > s.kv_capacity:
+            return  # memory is short: compute it all rather than pin blocks
+        s.kv_used += cache.reference(keys[:n]) * block
+        live.serve_cached(n * block)
+        s.prefix_served += n * block
+
+    def _share_prompt(self, live: LiveRequest) -> None:
+        """Its prefill is done: its full prompt blocks join the cache, referenced by it."""
+        s, cache = self.state, self.prefix_cache
+        assert cache is not None
+        keys = self._keys[live.rid]
+        block = cache.block_size
+        have = live.shared_tokens // block
+        if have >= len(keys):
+            return
+        taken = cache.reference(keys[have:])
+        s.kv_used += (taken - (len(keys) - have)) * block  # a duplicate block is held once
+        live.share(len(keys) * block)
+
+    def _unshare(self, live: LiveRequest) -> None:
+        """It leaves (finished, preempted, rejected): its blocks lose a reference; the
+        engine already freed its kv_tokens, of which shared_tokens were the cache's."""
+        s, cache = self.state, self.prefix_cache
+        assert cache is not None
+        shared = live.shared_tokens
+        freed = cache.release(self._keys[live.rid][: shared // cache.block_size])
+        if live.phase != Phase.WAITING:
+            s.kv_used += shared  # the caller subtracted it with kv_tokens
+        s.kv_used -= freed * cache.block_size
+        live.share(0)
+        cache.fit(s.kv_capacity - s.kv_used)
+
+    def _unpin_waiting(self) -> bool:
+        """Drop the cached blocks waiting requests pinned; True if any were."""
+        pinned = [live for live in self.state.waiting.values() if live.shared_tokens]
+        for live in pinned:
+            self.state.prefix_served -= live.prefilled  # waiting: its prefilled is the hit
+            self._unshare(live)
+            live.drop_cached()
+        return bool(pinned)
 
     # -- deadline heaps (read by EngineState.earliest_deadline_ms) --------------------
     def _prune_deadlines(self) -> None:

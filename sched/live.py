@@ -79,6 +79,10 @@ class RequestView(Protocol):
     @property
     def completion_ms(self) -> float: ...
     @property
+    def cached_tokens(self) -> int: ...
+    @property
+    def shared_tokens(self) -> int: ...
+    @property
     def recomputes(self) -> int: ...
     @property
     def parks(self) -> int: ...
@@ -123,6 +127,8 @@ class LiveRequest:
         "_parked",
         "_exception",
         "_hv",
+        "_cached",
+        "_shared",
     )
 
     def __init__(self, request: Request, clock: Clock) -> None:
@@ -147,6 +153,8 @@ class LiveRequest:
         self._parked = False
         self._exception = False
         self._hv = 0  # version for lazy deletion from the engine's deadline heaps
+        self._cached = 0  # prompt tokens the prefix cache served its first prefill
+        self._shared = 0  # KV tokens in cache blocks it references (counted once, by the cache)
 
     # -- read-only view -------------------------------------------------------------
     @property
@@ -226,6 +234,18 @@ class LiveRequest:
         return self._done_ms
 
     @property
+    def cached_tokens(self) -> int:
+        """Prompt tokens the prefix cache served its first prefill (which starts there;
+        0 without a cache or a hit). They are in :attr:`prefilled` from the start."""
+        return self._cached
+
+    @property
+    def shared_tokens(self) -> int:
+        """Of its KV, the tokens in cache blocks it references: the cache counts them
+        once however many requests share them."""
+        return self._shared
+
+    @property
     def recomputes(self) -> int:
         """Times it was preempted by recompute (KV freed, prefill redone)."""
         return self._recomputes
@@ -286,6 +306,23 @@ class LiveRequest:
     def mark_exception(self) -> None:
         """A plan knowingly broke one of its deadlines."""
         self._exception = True
+
+    def serve_cached(self, tokens: int) -> None:
+        """Waiting: its first ``tokens`` prefill tokens come from the prefix cache."""
+        self._prefilled = tokens
+        self._shared = tokens
+        if not self._recomputes:
+            self._cached = tokens
+
+    def share(self, tokens: int) -> None:
+        """The first ``tokens`` of its KV are (now) cache blocks it references."""
+        self._shared = tokens
+
+    def drop_cached(self) -> None:
+        """Waiting: its cached prefix is given up; it prefills from token 0."""
+        self._prefilled = 0
+        if not self._recomputes:
+            self._cached = 0
 
     def add_prefill(self, tokens: int) -> bool:
         """``tokens`` more prompt tokens are in KV; True once the prefill is complete."""

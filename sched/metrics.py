@@ -277,11 +277,22 @@ def summarize(
         "decision_us_median": float(np.median(decision)) if decision.size else None,
         "online": _online(iterations),
     }
+    summary.update(_prefix_cache(requests))
     if "slo_class" in requests and len(_groups(requests["slo_class"])) > 1:
         summary["by_class"] = _by_class(requests, out, window_s)
     if len(_groups(_num(requests, "tpot_slo_ms"))) > 1:
         summary["by_tpot_slo"] = _by_tpot_slo(requests, out, window_s)
     return summary
+
+
+def _prefix_cache(requests: Frame) -> dict[str, Any]:
+    """``prefix_hit_share`` (prompt tokens the prefix cache served / prompt tokens) of
+    a run with a prefix cache (its ``cached_tokens`` column); nothing otherwise."""
+    if "cached_tokens" not in requests:
+        return {}
+    prompt = float(np.nansum(_num(requests, "prompt_tokens")))
+    cached = float(np.nansum(_num(requests, "cached_tokens")))
+    return {"prefix_hit_share": cached / prompt if prompt else None}
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:

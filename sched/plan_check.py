@@ -75,7 +75,7 @@ def _check_side_orders(
         live = running.get(rid)
         if live is None:
             raise fail(f"preempts request {rid}, which is not running")
-        freed += live.kv_tokens
+        freed += live.kv_tokens - live.shared_tokens  # shared blocks may stay referenced
         skipped_ready += live.phase == Phase.READY
     for rid in plan.park:
         live = running.get(rid)

@@ -16,6 +16,11 @@ class Request:
     ``tpot_slo_ms`` is the per-token deadline ``D_i`` of SLOWeave (docs/spec.md §1);
     ``ttft_slo_ms`` bounds arrival → first output token. ``slo_class`` names the
     class a multi-SLO workload drew it from (``"default"`` otherwise).
+
+    ``block_ids`` is the prompt's prefix identity (docs/prefix_cache.md): one id per
+    ``block_size`` prompt tokens (the last block may be partial), as in Mooncake's
+    traces: two requests whose leading ids agree share that prompt prefix, so a
+    prefix cache can serve it. Empty (the default): no identity, never a cache hit.
     """
 
     rid: int
@@ -25,6 +30,8 @@ class Request:
     ttft_slo_ms: float = math.inf
     tpot_slo_ms: float = math.inf
     slo_class: str = "default"
+    block_ids: tuple[int, ...] = ()
+    block_size: int = 512
 
     def __post_init__(self) -> None:
         if self.prompt_tokens < 1:
@@ -35,3 +42,5 @@ class Request:
             raise ValueError(f"request {self.rid}: arrival_ms must be >= 0")
         if not (self.ttft_slo_ms > 0 and self.tpot_slo_ms > 0):
             raise ValueError(f"request {self.rid}: SLOs must be > 0")
+        if self.block_size < 1:
+            raise ValueError(f"request {self.rid}: block_size must be >= 1")

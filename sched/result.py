@@ -263,6 +263,15 @@ def build_result(engine: Engine) -> RunResult:
     beyond = beyond_grid_counts(engine.predictor)  # before the log's own predictions
     iterations = _iterations(engine)
     requests = request_columns(_request_rows(engine))
+    counters: dict[str, Any] = {} if beyond is None else {"beyond_grid": beyond}
+    cache = engine.prefix_cache
+    if cache is not None:  # only then: a run without a cache keeps today's columns
+        live = engine.state.live
+        requests["cached_tokens"] = np.array(
+            [x.cached_tokens if (x := live.get(r.rid)) else 0 for r in engine.state.requests],
+            dtype=np.int64,
+        )
+        counters["kv_evictions"] = cache.evictions
     summaries: dict[str, Any] = {}
     for obs in engine.observers:
         summary = getattr(obs, "summary", None)
@@ -274,7 +283,7 @@ def build_result(engine: Engine) -> RunResult:
         plan_calls=engine.state.plan_calls,
         energy_source=getattr(engine.executor, "energy_source", "none"),
         observers=summaries,
-        counters={} if beyond is None else {"beyond_grid": beyond},
+        counters=counters,
     )
 
 

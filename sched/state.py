@@ -29,6 +29,8 @@ class EngineState:
       ready requests), ``n_ready``; ``clock`` (iteration end times);
     * ``arrived``, ``prefilled``, ``finished``: ids since the previous plan;
     * ``recomputes`` (recompute preemptions so far), ``plan_calls``;
+      ``prefix_served``: prefill tokens the prefix cache served so far (queued
+      requests' pinned hits included);
     * ``sync_heap`` / ``lag_heap``: next-token deadlines of the ready requests that
       decoded in the last iteration (``(D_i, rid, version)``: their ``ℓ_i`` is its
       end) and of the others (``(d_i, rid, version)``). The engine drops stale
@@ -53,6 +55,7 @@ class EngineState:
         "prefilled",
         "finished",
         "recomputes",
+        "prefix_served",
         "plan_calls",
         "sync_heap",
         "lag_heap",
@@ -76,6 +79,7 @@ class EngineState:
         self.prefilled: list[int] = []
         self.finished: list[int] = []
         self.recomputes = 0
+        self.prefix_served = 0
         self.plan_calls = 0
         self.sync_heap: list[tuple[float, int, int]] = []
         self.lag_heap: list[tuple[float, int, int]] = []

@@ -138,6 +138,9 @@ def merged_result(results: Sequence[RunResult], route_ns: Sequence[int] = ()) ->
         "replica_requests_min": min(counts),
         "replica_requests_max": max(counts),
     }
+    evictions = [r.counters["kv_evictions"] for r in results if "kv_evictions" in r.counters]
+    if evictions:  # replicas with a prefix cache
+        counters["kv_evictions"] = sum(evictions)
     return RunResult(
         request_columns=requests,
         iteration_columns=iterations,

@@ -144,6 +144,7 @@ def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> Cl
         seeds=space.seeds,
         slo_classes=space.slo_classes,
         trust=space.trust,
+        prefix_cache=space.prefix_cache,
     )
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from servecal.sched.engine import Engine, EngineConfig
+from servecal.sched.engine import Engine, EngineConfig, block_keys
+from servecal.sched.prefix_cache import PrefixCacheConfig
 from servecal.sched.request import Request
 
 
@@ -40,6 +41,9 @@ class ReplicaEngine(Engine):
         if pending and request.arrival_ms < pending[-1].arrival_ms:
             raise ValueError("requests must be routed in arrival order")
         pending.append(request)
+        config = self._config.prefix_cache
+        if config is not None and request.block_ids:
+            self._keys.update(block_keys([request], config))
 
     def has_work(self) -> bool:
         """Something runs, waits, or is routed here and not yet admitted."""
@@ -61,7 +65,8 @@ class Replica:
     ``index``, ``name`` (its device label), ``predictor`` (its cost table), ``engine``;
     load, as of the replica's last step or routed request: ``outstanding`` (routed and
     not finished or rejected), ``queued_prompt_tokens`` (prompt tokens routed and not
-    yet prefilled; recompute preemptions re-prefill and are not counted), ``steps``
+    yet prefilled or served by its prefix cache; recompute preemptions re-prefill and
+    are not counted), ``steps``
     (iterations run: a router may cache what it derived from a replica while this
     and ``outstanding`` stay put); read from the engine: ``n_decode``, ``ctx_mean``,
     ``now_ms``, ``kv_capacity``, ``kv_used``.
@@ -98,7 +103,9 @@ class Replica:
             self._prefilled += sum(r[3] for r in rows[self.steps :])
             self.steps = len(rows)
         self.outstanding = len(s.running) + len(s.waiting) + len(s.requests) - engine._next
-        self.queued_prompt_tokens = max(0, self._routed_prompt - self._prefilled)
+        # prompt tokens a prefix cache served are never prefilled: not queued either
+        served = self._prefilled + s.prefix_served
+        self.queued_prompt_tokens = max(0, self._routed_prompt - served)
 
     def advance_to(self, t_ms: float) -> None:
         """Run iterations that start before ``t_ms`` (an arrival then sees this state)."""
@@ -149,14 +156,16 @@ def replica_engine(
     kv_capacity: int,
     policy_name: str,
     observers: tuple[Any, ...] = (),
+    prefix_cache: PrefixCacheConfig | None = None,
 ) -> ReplicaEngine:
-    """An empty replica engine (requests come from the router)."""
+    """An empty replica engine (requests come from the router), with its own prefix
+    cache when ``prefix_cache`` is given."""
     return ReplicaEngine(
         [],
         policy,
         predictor,
         executor,
-        EngineConfig(kv_capacity=kv_capacity),
+        EngineConfig(kv_capacity=kv_capacity, prefix_cache=prefix_cache),
         observers=observers,
         policy_name=policy_name,
     )

@@ -81,6 +81,7 @@ class Space:
     #: disaggregated candidates (:mod:`.disagg_space`): pool pairs and prefill policies
     disaggregated: tuple[Any, ...] = ()
     prefill_policies: tuple[PolicySpec, ...] = ()
+    prefix_cache: str = "auto"  # [workload] prefix_cache: auto|on|off (docs/prefix_cache.md)
 
     @property
     def configs(self) -> list[tuple[Any, PolicySpec, PolicySpec]]:
@@ -292,11 +293,15 @@ def _workload(w: dict[str, Any], base: Path) -> dict[str, Any]:
     slo_classes = w.get("slo_classes")
     if slo_classes is not None and not isinstance(slo_classes, str):
         raise InputError(f"workload.slo_classes = {slo_classes!r}: expected a workload name")
-    stray = set(w) - {"trace", "name", "rate", "requests", "tpot_slo_ms", "seeds", "slo_classes"}
+    stray = set(w) - {"trace", "name", "rate", "requests", "tpot_slo_ms", "seeds", "slo_classes",
+                      "prefix_cache"}  # fmt: skip
     if stray:
         raise InputError(f"[workload]: unknown key {sorted(stray)[0]!r}")
+    cache = w.get("prefix_cache", "auto")
+    if cache not in ("auto", "on", "off"):
+        raise InputError(f"workload.prefix_cache = {cache!r}: expected auto, on or off")
     return {"workload": workload, "rate": rate, "n_requests": n, "tpot_slo_ms": tpot,
-            "slo_classes": slo_classes, "seeds": tuple(seeds)}  # fmt: skip
+            "slo_classes": slo_classes, "seeds": tuple(seeds), "prefix_cache": cache}  # fmt: skip
 
 
 def _workload_source(w: dict[str, Any], base: Path) -> tuple[str, float | None]:

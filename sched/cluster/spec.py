@@ -22,7 +22,7 @@ import numpy as np
 
 from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.sched.experiment.models import DEFAULT_PREDICTOR, DEFAULT_TRUTH
-from servecal.sched.experiment.spec import SETTINGS
+from servecal.sched.experiment.spec import PREFIX_CACHE_MODES, SETTINGS
 from servecal.sched.policies.registry import ENGINE, ROUTER, PolicySpec
 from servecal.sched.request import Request
 from servecal.sched.result import RunResult
@@ -54,7 +54,8 @@ class ClusterSpec:
     ``replicas``; ``router`` (a registry name such as ``round-robin`` or
     ``module:Class``, with options); ``groups``: SLO-class routing, ``(tier, replica
     indices)`` pairs (``()``: every request may go anywhere). The workload fields mean
-    what they mean on :class:`~servecal.sched.experiment.spec.RunSpec`.
+    what they mean on :class:`~servecal.sched.experiment.spec.RunSpec`, and so does
+    ``prefix_cache`` (each replica has its own cache).
     """
 
     workload: str
@@ -71,8 +72,11 @@ class ClusterSpec:
     ttft_scale: float = 1.0
     #: The command's table flags: whether a table loads, never what a run computes.
     trust: TableTrust = field(default=NO_TRUST, compare=False)
+    prefix_cache: str = "auto"
 
     def __post_init__(self) -> None:
+        if self.prefix_cache not in PREFIX_CACHE_MODES:
+            raise ValueError(f"prefix_cache must be one of {'|'.join(PREFIX_CACHE_MODES)}")
         if not self.replicas:
             raise ValueError("a cluster needs at least one replica")
         if self.setting != "colocated":
@@ -139,8 +143,11 @@ def replica_rng(rng: np.random.Generator, i: int) -> np.random.Generator:
     )
 
 
-def build_cluster(spec: ClusterSpec, rng: np.random.Generator) -> tuple[list[Any], Any]:
-    """``(replicas, router)`` for one run of ``spec``."""
+def build_cluster(
+    spec: ClusterSpec, rng: np.random.Generator, prefix_cache: Any = None
+) -> tuple[list[Any], Any]:
+    """``(replicas, router)`` for one run of ``spec`` (each replica with its own prefix
+    cache of config ``prefix_cache``, when given)."""
     from servecal.sched.cluster.replica import Replica, replica_engine
     from servecal.sched.experiment.models import load_predictor, load_truth
 
@@ -152,6 +159,7 @@ def build_cluster(spec: ClusterSpec, rng: np.random.Generator) -> tuple[list[Any
             load_truth(r.truth).executor(replica_rng(rng, i), None),
             r.kv_capacity,
             r.policy.label,
+            prefix_cache=prefix_cache,
         )
         replicas.append(Replica(i, r.name, engine))
     return replicas, spec.router.build(ROUTER)
@@ -162,6 +170,7 @@ def run_cluster(
 ) -> RunResult:
     """The experiment layer's runner for ``backend = cluster``."""
     from servecal.sched.cluster.cluster import Cluster
+    from servecal.sched.experiment.run import prefix_cache_config
 
-    replicas, router = build_cluster(spec, rng)
+    replicas, router = build_cluster(spec, rng, prefix_cache_config(spec, requests))
     return Cluster(requests, replicas, router, dict(spec.groups)).run()

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,6 +22,9 @@ from servecal.sched.experiment.spec import TORCH, RunSpec
 from servecal.sched.policies.registry import DRIVER, ENGINE
 from servecal.sched.request import Request
 from servecal.sched.result import RunResult
+
+if TYPE_CHECKING:
+    from servecal.sched.prefix_cache import PrefixCacheConfig
 
 #: What seed ``k``'s streams are, as written to each run folder.
 STREAMS = "SeedSequence(seed).spawn(2): workload, executor"
@@ -86,6 +89,17 @@ def _simulated_executor(spec: RunSpec, rng: np.random.Generator, requests: list[
     return PricedExecutor(executor, load_power_model(spec.power))
 
 
+def prefix_cache_config(spec: Any, requests: list[Request]) -> PrefixCacheConfig | None:
+    """The engine's prefix cache for ``spec.prefix_cache`` (a run's or a cluster's;
+    ``auto``: on when some request carries block ids, with their block size)."""
+    from servecal.sched.prefix_cache import PrefixCacheConfig
+
+    with_ids = next((r for r in requests if r.block_ids), None)
+    if spec.prefix_cache == "off" or (spec.prefix_cache == "auto" and with_ids is None):
+        return None
+    return PrefixCacheConfig(block_size=512 if with_ids is None else with_ids.block_size)
+
+
 def _on_engine(
     spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
 ) -> RunResult:
@@ -97,7 +111,9 @@ def _on_engine(
         spec.policy.build(ENGINE),
         predictor,
         _simulated_executor(spec, rng, requests),
-        EngineConfig(kv_capacity=spec.kv_capacity),
+        EngineConfig(
+            kv_capacity=spec.kv_capacity, prefix_cache=prefix_cache_config(spec, requests)
+        ),
         observers=observers,
         policy_name=spec.policy.label,
     )
@@ -111,6 +127,10 @@ def _on_driver(
     from servecal.sched.flowprefill.driver import DriverConfig, OperatorDriver
     from servecal.sched.flowprefill.operators import OperatorModel
 
+    if spec.prefix_cache == "on":
+        from servecal.util.errors import InputError
+
+        raise InputError("--prefix-cache on: the prefix cache is the iteration engine's only")
     options = spec.driver or DriverOptions()
     driver = OperatorDriver(
         requests,

@@ -23,6 +23,9 @@ BACKENDS = (ENGINE, DRIVER, TORCH)
 #: ``colocated``: decodes share the device, good = TTFT and TPOT met; ``prefill``: a
 #: prefill-only instance (requests leave with their first token), good = TTFT met.
 SETTINGS = ("colocated", "prefill")
+#: ``--prefix-cache``: ``auto`` (on when the workload's requests carry prefix identity),
+#: ``on`` or ``off`` (every prompt prefilled whole, as before the cache existed).
+PREFIX_CACHE_MODES = ("auto", "on", "off")
 
 #: Offered load (req/s) when none is given, per (workload, setting): the operating
 #: points derived in docs/engine.md (the engine study) and docs/flowprefill.md
@@ -106,6 +109,8 @@ class RunSpec:
       table flags, :class:`~servecal.costmodels.provenance.TableTrust`); it decides
       whether a table loads, never what a run computes, so it is not part of the
       run's configuration (``describe``, equality).
+    * ``prefix_cache``: ``auto|on|off``, the engine's KV block cache of prompt
+      prefixes (docs/prefix_cache.md); ``auto`` is on when requests carry block ids.
     """
 
     workload: str
@@ -129,8 +134,10 @@ class RunSpec:
     driver: DriverOptions | None = None
     torch: TorchOptions | None = field(default=None)
     trust: TableTrust = field(default=NO_TRUST, compare=False)
+    prefix_cache: str = "auto"
 
     def __post_init__(self) -> None:
+        _check_prefix_cache(self.prefix_cache)
         if self.backend not in BACKENDS:
             raise ValueError(f"backend must be one of {'|'.join(BACKENDS)}, got {self.backend!r}")
         if self.setting not in SETTINGS:
@@ -178,6 +185,11 @@ class RunSpec:
         doc["policy_options"] = self.policy.resolve().describe()
         doc["seeds"] = list(self.seeds)
         return doc
+
+
+def _check_prefix_cache(mode: str) -> None:
+    if mode not in PREFIX_CACHE_MODES:
+        raise ValueError(f"--prefix-cache must be one of {'|'.join(PREFIX_CACHE_MODES)}")
 
 
 def choose_backend(policy: PolicySpec, setting: str, requested: str | None = None) -> str:

@@ -127,6 +127,7 @@ POLICIES.add_entry(PolicyEntry("flowprefill-nobatch", "FlowPrefill without SLO-a
 ROUTERS.add_entry(PolicyEntry("round-robin", "router: replicas in turn", {ROUTER: f"{_R}:RoundRobin"}))  # noqa: E501
 ROUTERS.add_entry(PolicyEntry("least-requests", "router: the replica with the fewest outstanding requests", {ROUTER: f"{_R}:LeastRequests"}))  # noqa: E501
 ROUTERS.add_entry(PolicyEntry("least-tokens", "router: the replica with the fewest queued prompt tokens", {ROUTER: f"{_R}:LeastTokens"}))  # noqa: E501
+ROUTERS.add_entry(PolicyEntry("prefix-affinity", "router: the replica holding the longest run of the prompt's cached blocks, unless its predicted TTFT breaks the SLO", {ROUTER: "servecal.sched.cluster.prefix_router:PrefixAffinity"}))  # noqa: E501
 ROUTERS.add_entry(PolicyEntry("predicted-latency", "router: where the cost table's P99 + margin predicts TTFT and TPOT are met", {ROUTER: f"{_R}:PredictedLatency"}))  # noqa: E501
 # fmt: on
 #: Policy and router names share one namespace, looked up in this order.

@@ -17,6 +17,13 @@ iteration, ``d = 1..R``; a ready request holding ``h`` with ``R`` left holds
 reads ``output_tokens``), so its admissions never force a recompute preemption.
 Decisions are about tokens and memory; iteration times, and so every latency the
 engine reports in ms, come from the engine's executor (the cost table).
+
+With the engine's prefix cache (docs/prefix_cache.md) a request's KV is its own
+tokens plus cache blocks it shares: ``s`` and the held tokens are its own
+(``shared_tokens`` left out) and, in the admission test, the blocks referenced now
+are a fixed reservation taken off ``M`` (counted once; conservative: a block is not
+foreseen to be freed). Phase 1's order is still formed on ``M``.
+Without a cache both are zero and this is the policy above.
 """
 
 from __future__ import annotations
@@ -50,7 +57,7 @@ class SortedFOnline:
             raise ValueError(f"unknown solver {self.solver!r}; choose from {', '.join(SOLVERS)}")
 
     def _replan(self, waiting: list[RequestView], memory: int) -> None:
-        s = np.array([w.prefill_target for w in waiting], dtype=np.int64)
+        s = np.array([w.prefill_target - w.shared_tokens for w in waiting], dtype=np.int64)
         o = np.array([max(1, _to_produce(w)) for w in waiting], dtype=np.int64)
         # Phase 1 on s - 1 so that a batch's check matches the engine's P - 1 + d.
         batches = form_batches(np.maximum(s - 1, 0), o, memory, self.solver)
@@ -59,21 +66,24 @@ class SortedFOnline:
         self.replans += 1
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
-        memory = view.kv_capacity
-        waiting = list(view.waiting)
-        queued = set(self._order)
-        if view.new_arrivals or any(w.rid not in queued for w in waiting):
-            self._replan(waiting, memory)
         held: list[int] = []
         left: list[int] = []
         chunks: list[tuple[int, int]] = []
+        own_now = 0  # KV the running requests hold outside shared cache blocks
         for live in view.running:
+            own_now += live.kv_tokens - live.shared_tokens
             if live.is_ready:
-                held.append(live.kv_tokens)
+                held.append(live.kv_tokens - live.shared_tokens)
             else:  # a prefill in progress: finish it now, it was admitted already
-                held.append(live.prefill_target - 1)
+                held.append(live.prefill_target - 1 - live.shared_tokens)
                 chunks.append((live.rid, live.remaining_prefill))
             left.append(max(1, _to_produce(live)))
+        # the prefix cache's referenced blocks, counted once (0 without a cache)
+        memory = view.kv_capacity - (view.kv_used - own_now)
+        waiting = list(view.waiting)
+        queued = set(self._order)
+        if view.new_arrivals or any(w.rid not in queued for w in waiting):
+            self._replan(waiting, view.kv_capacity)  # the order: on M, as it always was
         h = np.asarray(held, dtype=np.int64)
         r = np.asarray(left, dtype=np.int64)
         waiting_ids = {w.rid for w in waiting}
@@ -81,7 +91,7 @@ class SortedFOnline:
         admitted = 0
         for rid in self._order:
             live = view.get(rid)
-            h2 = np.append(h, live.prefill_target - 1)
+            h2 = np.append(h, live.prefill_target - 1 - live.shared_tokens)
             r2 = np.append(r, max(1, _to_produce(live)))
             if future_peak(h2, r2) > memory:
                 break

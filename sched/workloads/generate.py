@@ -28,7 +28,8 @@ class TraceWorkload:
 
 
 def parse_workload(spec: str) -> WorkloadSpec | TraceWorkload:
-    """``chat|mixed|long|bursty|…`` (any key of ``WORKLOADS``) or ``trace:PATH``.
+    """``chat|mixed|long|bursty|…`` (any key of ``WORKLOADS``, with ``+prefix`` for its
+    shared-prefix variant: :mod:`.shared_prefix`) or ``trace:PATH``.
 
     Raises :class:`InputError` (one line) for an unknown name or a missing trace file.
     """
@@ -38,10 +39,11 @@ def parse_workload(spec: str) -> WorkloadSpec | TraceWorkload:
         if not (path.is_file() or (path / "requests.parquet").exists()):  # or a run folder
             raise InputError(f"workload {spec}: trace file {path} not found")
         return TraceWorkload(path)
-    if spec in WORKLOADS:
-        return WORKLOADS[spec]
+    base = spec.removesuffix("+prefix")  # the shared-prefix variant draws the base
+    if base in WORKLOADS:
+        return WORKLOADS[base]
     names = "|".join(WORKLOADS)
-    raise InputError(f"unknown workload {spec!r}: expected {names} or trace:PATH")
+    raise InputError(f"unknown workload {spec!r}: expected {names}[+prefix] or trace:PATH")
 
 
 def draw_requests(
@@ -90,6 +92,13 @@ def generate(
     ``slo_classes`` (``--slo-classes``, trace replay only) names a workload whose
     classes are stamped onto the trace's requests by share, e.g. ``multislo``.
     """
+    from servecal.sched.workloads.shared_prefix import SHARED_SUFFIX, with_shared_prefixes
+
+    if name.strip().endswith(SHARED_SUFFIX) and not name.startswith(TRACE_PREFIX):
+        base = name.strip()[: -len(SHARED_SUFFIX)]
+        drawn = generate(base, rate, n_requests, duration_s, tpot_slo_ms=tpot_slo_ms, rng=rng)
+        limit = parse_workload(base).context_limit  # type: ignore[union-attr]
+        return with_shared_prefixes(drawn, rng, context_limit=limit)
     workload = parse_workload(name)
     if isinstance(workload, TraceWorkload):
         from servecal.sched.workloads.trace import load_trace

@@ -7,7 +7,11 @@ Accepted columns (first match wins):
 * a servecal run folder (its ``requests.parquet``: ``prompt_tokens, output_tokens,
   arrival_ms``), e.g. a ``servecal bench`` run on a real server, to simulate the
   same arrivals;
-* Vidur's processed traces: ``num_prefill_tokens, num_decode_tokens`` (lengths only).
+* Vidur's processed traces: ``num_prefill_tokens, num_decode_tokens`` (lengths only);
+* Mooncake's JSONL traces (``.jsonl``): one object a line with ``timestamp`` (ms),
+  ``input_length``, ``output_length`` and ``hash_ids``, the prompt's 512-token KV
+  blocks as ids: the requests carry them as their prefix identity
+  (:attr:`Request.block_ids`, docs/prefix_cache.md).
 
 Arrivals start at 0 ms. With a target ``rate`` every inter-arrival gap is scaled by
 the same factor, so the trace's burst structure is kept and only its mean rate
@@ -16,6 +20,7 @@ changes; a file without arrival times gets Poisson arrivals at ``rate``.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +40,42 @@ _FORMATS = (
     ("prompt_tokens", "output_tokens", "arrival_ms", "ms"),  # a run folder's requests
     ("prompt_tokens", "output_tokens", "arrival_s", "seconds"),
     ("num_prefill_tokens", "num_decode_tokens", None, None),
+    ("input_length", "output_length", "timestamp", "ms"),  # Mooncake JSONL
 )
+
+#: Tokens per ``hash_ids`` block in Mooncake's traces.
+MOONCAKE_BLOCK_SIZE = 512
+
+
+def _read_jsonl(path: Path) -> Any:
+    """A Mooncake JSONL trace as a table (``hash_ids`` a list column)."""
+    import json
+
+    import pyarrow as pa
+
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for line_no, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                rows.append(
+                    {
+                        "timestamp": row["timestamp"],
+                        "input_length": row["input_length"],
+                        "output_length": row["output_length"],
+                        "hash_ids": [int(b) for b in row.get("hash_ids", [])],
+                    }
+                )
+            except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                raise InputError(
+                    f"{path}: line {line_no}: not a Mooncake trace row ({exc})"
+                ) from None
+    try:
+        return pa.Table.from_pylist(rows) if rows else pa.table({"input_length": []})
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise InputError(f"{path}: cannot read as a trace ({exc})") from None
 
 
 def _read_table(path: Path) -> Any:
@@ -55,6 +95,8 @@ def _read_table(path: Path) -> Any:
             raise InputError(f"{path}: cannot read as a trace ({exc})") from None
     if not path.is_file():
         raise InputError(f"{path}: trace file not found")
+    if path.suffix == ".jsonl":
+        return _read_jsonl(path)
     try:
         if path.suffix == ".parquet":
             return read_parquet(path)
@@ -217,7 +259,9 @@ def load_trace(
     ``slo_classes`` (a tuple, or a workload name such as ``multislo``) stamps a class
     on each request, drawn by share with ``rng``, that brings its own TTFT rule and
     TPOT SLO (``tpot_slo_ms`` fills classes without one); the trace's lengths are kept.
-    Prompt + output is clipped to ``context_limit``. Bad files raise :class:`InputError`.
+    Prompt + output is clipped to ``context_limit`` (not a Mooncake trace's: its
+    long-context prompts are kept whole, or their blocks would be cut). Bad files
+    raise :class:`InputError`.
     """
     path = Path(path)
     if isinstance(slo_classes, str):
@@ -236,12 +280,40 @@ def load_trace(
             raise InputError(f"{path}: trace has no arrival times; give a rate")
         order = np.arange(table.num_rows)[:n_requests]
         arrival_ms = PoissonArrivals().times_ms(rate, rng, n_requests=order.size)
+    if prompt_col == "input_length":  # Mooncake: long-context prompts, kept whole
+        context_limit = max(context_limit, int((prompt + output).max()))
     prompt, output = clip_to_context(prompt[order], output[order], context_limit)
 
+    blocks = _block_ids(table, order)
     if duration_s is not None:
         keep = arrival_ms <= duration_s * 1000.0
         arrival_ms, prompt, output = arrival_ms[keep], prompt[keep], output[keep]
+        if blocks is not None:
+            blocks = [b for b, k in zip(blocks, keep, strict=True) if k]
         if arrival_ms.size == 0:
             raise InputError(f"{path}: no arrivals within the first {duration_s} s")
     ttft, tpot, names = _slos(prompt, tpot_slo_ms, ttft_slo_ms, slo_classes, rng)
-    return build_requests(arrival_ms, prompt, output, ttft, tpot, names)
+    requests = build_requests(arrival_ms, prompt, output, ttft, tpot, names)
+    if blocks is None:
+        return requests
+    return with_block_ids(requests, blocks, MOONCAKE_BLOCK_SIZE)
+
+
+def _block_ids(table: Any, order: np.ndarray) -> list[list[int]] | None:
+    """Each kept row's ``hash_ids`` (in ``order``), or None for a trace without them."""
+    if "hash_ids" not in table.column_names:
+        return None
+    ids = table.column("hash_ids").to_pylist()
+    return [ids[i] or [] for i in order]
+
+
+def with_block_ids(
+    requests: list[Request], blocks: list[list[int]], block_size: int
+) -> list[Request]:
+    """``requests`` carrying prefix identity: each request's ids, cut to the blocks its
+    (possibly clipped) prompt still covers."""
+    out = []
+    for req, ids in zip(requests, blocks, strict=True):
+        covered = -(-req.prompt_tokens // block_size)
+        out.append(replace(req, block_ids=tuple(ids[:covered]), block_size=block_size))
+    return out

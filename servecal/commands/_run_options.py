@@ -30,7 +30,13 @@ from servecal.commands._common import (
     STRICT_HELP,
     table_trust,
 )
-from servecal.commands._runs import FORCE_HELP, POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
+from servecal.commands._runs import (
+    FORCE_HELP,
+    POWER_HELP,
+    PREDICTOR_HELP,
+    PREFIX_CACHE_HELP,
+    TRUTH_HELP,
+)
 from servecal.costmodels.provenance import TableTrust
 from servecal.util.errors import InputError
 
@@ -55,6 +61,7 @@ class RunOptions:
     predictor: str | None = _flag(None, help=PREDICTOR_HELP)
     power: str | None = _flag(None, help=POWER_HELP)
     kv_tokens: int = _flag(500_000, min=1, help="KV capacity M in tokens.")
+    prefix_cache: str = _flag("auto", "--prefix-cache", help=PREFIX_CACHE_HELP)
     slo_classes: str | None = _flag(
         None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
     )
@@ -116,6 +123,7 @@ class RunOptions:
             else named("--predictor", self.predictor),
             "power": self.power,
             "kv_capacity": self.kv_tokens,
+            "prefix_cache": self.prefix_cache,
             "slo_classes": self.slo_classes,
             "trust": self.trust,
         }

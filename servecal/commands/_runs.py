@@ -23,6 +23,10 @@ PREDICTOR_HELP = (
     PREDICTORS.usages()
     + f" [default: {DEFAULT_PREDICTOR}; oracle warns: it is the truth's own formula]."
 )
+PREFIX_CACHE_HELP = (
+    "auto|on|off: the engine's KV block cache of prompt prefixes (docs/prefix_cache.md); "
+    "auto is on when the requests carry block ids (a Mooncake trace)."
+)
 POWER_HELP = (
     "Price every simulated iteration's energy with a power model: a100-llama3-8b or a "
     "JSON file (docs/energy.md); none: no energy [default: the truth's own]."

@@ -29,6 +29,8 @@ SUMMARY_KEYS = (
     "iterations",
     "recomputes",
     "parks",
+    "prefix_hit_share",
+    "kv_evictions",
     "decision_us_median",
     "online",
     "wakeups",

@@ -146,3 +146,26 @@ def test_seconds_arrivals_win_over_a_missing_ms_column(tmp_path: Path) -> None:
     path.write_text("prompt_tokens,output_tokens,arrival_s\n10,5,0\n20,6,1.5\n")
     reqs = load_trace(path, None, 50.0, None, _rng())
     assert [r.arrival_ms for r in reqs] == [0.0, 1500.0]
+
+
+MOONCAKE = DATA / "mooncake" / "conversation_head200.jsonl"  # first 200 lines, Mooncake
+
+
+def test_mooncake_rows_carry_their_block_ids_unclipped() -> None:
+    import json
+
+    raw = [json.loads(line) for line in MOONCAKE.read_text().splitlines()]
+    reqs = load_trace(MOONCAKE, None, 25.0, None, _rng())
+    assert len(reqs) == 200
+    assert [r.prompt_tokens for r in reqs] == [x["input_length"] for x in raw]  # > 8192 kept
+    assert [r.block_ids for r in reqs] == [tuple(x["hash_ids"]) for x in raw]
+    assert all(r.block_size == 512 for r in reqs)
+    np.testing.assert_allclose([r.arrival_ms for r in reqs], [x["timestamp"] for x in raw])
+
+
+def test_a_bad_mooncake_line_is_one_error(tmp_path: Path) -> None:
+    bad = tmp_path / "t.jsonl"
+    bad.write_text('{"timestamp": 0, "input_length": 10, "output_length": 2, "hash_ids": [0]}\n'
+                   '{"timestamp": 5, "input_length": 10}\n')  # fmt: skip
+    with pytest.raises(InputError, match="line 2"):
+        load_trace(bad, None, 25.0, None, _rng())
