@@ -25,16 +25,28 @@ exceedance fraction lies in [0, 1]; under "the mean exceedance rate is at most
 ``tail_ratio × tail_p0``" (2%), Bennett's inequality bounds the chance of the
 observed mean, whatever the correlation inside a cluster.
 
-Family: 3 global tests (slowdown, speedup, tail) share a third of α, the 2 × B
-region tests (slowdown and speedup per band or tail region, :class:`Bands`) the
-other two thirds (weighted Bonferroni): the probability that any test fires on a
-table that holds is ≤ α. The regions get the larger share because a drift is
-usually regional (long prefills, large batches): with the default 1%, a region
-of 12 grid points that all moved beyond the tolerance is reported, while the
-global tests keep needing only 10 points to speak at all.
+The point tests (:mod:`servecal.costmodels.drift.pointwise`) test each cluster on
+its own rows: a sign test per point and direction, Holm over the ``2 × points``
+of them. They see what the counts dilute: a drift on part of a band (every point
+with chunk ≥ 64 of a 16-128 grid), each point with enough repeats to reject alone.
 
-Stability: a row changes one cluster (its votes, its exceedance fraction, or
-removes it if it was its last row), so the global tests and its two bands' tests.
+Family: 3 global tests (slowdown, speedup, tail) share a sixth of α, the point
+tests another sixth, the 2 × B region tests (slowdown and speedup per band or
+tail region, :class:`Bands`) the other two thirds (weighted Bonferroni): the
+probability that any test fires on a table that holds is ≤ α. The regions get
+the larger share because a drift is usually regional (long prefills, large
+batches): with the default 1%, a region of 12 grid points that all moved beyond
+the tolerance is reported, while the global tests need 11 points to speak at all.
+
+Beyond the family: a table whose median shift lies beyond the tolerance, or
+whose coverage of ``P99 + δ`` lies below the tolerated ``1 − tail_ratio × tail_p0``
+(98%: the tail's tolerance, as ±5% is the median's), is never ``valid``. When no
+test rejects, that is ``undecided`` ("measure more"): the evidence is not there
+either way.
+
+Stability: a row changes one cluster (its votes, its exceedance fraction, its
+point tests, or removes it if it was its last row), so the global tests, its
+bands' tests and the point tests' first step.
 :func:`decide` re-evaluates the verdict for every *kind* of row of every cluster
 (at most 6: above / below / between the tolerance × beyond the bound or not),
 which covers every single-row removal exactly, in O(clusters).
@@ -50,6 +62,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from servecal.costmodels.drift.pointwise import PointTests, sign_p_values
 from servecal.costmodels.drift.regions import RegionGrid
 
 #: Verdicts; ``undecided``: the verdict hangs on a single row.
@@ -98,8 +111,13 @@ class GateConfig:
 
     @property
     def alpha_global(self) -> float:
-        """Level of each of the three global tests (a third of the bound)."""
-        return self.false_alarm / 3 / 3
+        """Level of each of the three global tests (a sixth of the bound)."""
+        return self.false_alarm / 6 / 3
+
+    @property
+    def alpha_points(self) -> float:
+        """Family-wise level of the per-point tests (a sixth of the bound, Holm)."""
+        return self.false_alarm / 6
 
     def alpha_band(self, bands: int) -> float:
         """Level of each of the 2 × ``bands`` region tests (two thirds of the bound)."""
@@ -345,6 +363,12 @@ class GateResult:
     factor: float
     stability: dict[str, Any]
     flips: tuple[int, ...] = ()  # one row per (cluster, kind of row) whose removal flips
+    #: per cluster (in ``cluster_of_row``'s numbering): Holm's slowed / sped-up points
+    slowed: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    sped_up: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    cluster_of_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cluster_median: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    coverage: float | None = None
 
 
 def decide(
@@ -378,36 +402,85 @@ def decide(
         )
     fam = _Family(config, family_bands.size, exceed is not None)
     state = _State.of(c, fam)
-    drifted = state.drifted()
+    points = PointTests.of(c.rows, c.above, c.below, config.alpha_points)
+    drifted = state.drifted() or points.rejects
     code = 4 * (log_ratio > config.tau_up) + 2 * (log_ratio < config.tau_down) + hits
     pair, first = np.unique(inverse * 8 + code, return_index=True)
-    flips = _single_row_flips(c, state, (pair // 8, pair % 8, first), drifted)
-    if flips:
-        verdict = "undecided"
-        reason = (
-            f"the verdict hangs on single rows: without row {flips[0]}"
-            + (f" (or {len(flips) - 1} other kinds of row)" if len(flips) > 1 else "")
-            + f" it would be {'valid' if drifted else 'drifted'}; measure more points"
-        )
-    elif drifted:
-        verdict, reason = "drifted", "a test of the family rejected at its share of the bound"
-    else:
-        verdict, reason = "valid", "no test of the family rejected"
+    flips = _single_row_flips(c, state, points, (pair // 8, pair % 8, first), drifted)
+    factor = math.exp(float(np.median(c.median)))
+    coverage = None if exceed is None else 1.0 - float(hits.mean())
+    verdict, reason = _verdict(flips, drifted, _unseen(factor, coverage, config))
+    slowed, sped_up = points.rejected()
+    tests = state.describe_global() + _describe_points(points, slowed, sped_up)
     return GateResult(
         verdict=verdict,
         drifted=drifted,
         reason=reason,
-        tests=state.describe_global(),
-        regions=state.describe_bands(family_bands),
+        tests=tests,
+        regions=state.describe_bands(family_bands, slowed | sped_up),
         clusters=c.size,
-        factor=math.exp(float(np.median(c.median))),
+        factor=factor,
         stability={
             "stable": not flips,
             "flipping_rows": flips[:SHOW_FLIPS],
             "method": "exact: each kind of row of each cluster removed in turn",
         },
         flips=tuple(flips),
+        slowed=slowed,
+        sped_up=sped_up,
+        cluster_of_row=inverse,
+        cluster_median=c.median,
+        coverage=coverage,
     )
+
+
+def _unseen(factor: float, coverage: float | None, config: GateConfig) -> str | None:
+    """What the numbers show beyond the promise when no test could confirm it, or None."""
+    seen = []
+    if abs(math.log(factor)) > config.tau_up:
+        seen.append(f"median shift ×{factor:.3f} beyond ±{config.min_shift:.0%}")
+    # the tail's tolerance, as ±min_shift is the median's: the promised exceedance
+    # (1%) times tail_ratio; a holding table's coverage on a finite set scatters
+    # around 99% (98.4-99.6% on 1,000 rows), so the promise itself is no threshold
+    if coverage is not None and coverage < 1 - config.tail_null:
+        seen.append(
+            f"coverage {coverage:.2%} below the tolerated {1 - config.tail_null:.0%} "
+            f"(promised {1 - config.tail_p0:.0%})"
+        )
+    return " and ".join(seen) or None
+
+
+def _verdict(flips: list[int], drifted: bool, unseen: str | None) -> tuple[str, str]:
+    """The verdict and why: never ``valid`` beside a shift or coverage beyond the promise."""
+    if flips:
+        return "undecided", (
+            f"the verdict hangs on single rows: without row {flips[0]}"
+            + (f" (or {len(flips) - 1} other kinds of row)" if len(flips) > 1 else "")
+            + f" it would be {'valid' if drifted else 'drifted'}; measure more points"
+        )
+    if drifted:
+        return "drifted", "a test of the family rejected at its share of the bound"
+    if unseen:
+        return "undecided", (
+            f"{unseen}, but no test rejects at the false-alarm bound: measure more "
+            "(more repeats per point, or more points)"
+        )
+    return "valid", "no test of the family rejected"
+
+
+def _describe_points(
+    points: PointTests, slowed: np.ndarray, sped_up: np.ndarray
+) -> list[dict[str, Any]]:
+    """The point tests as two rows of the test list: how many points Holm rejects."""
+    out = []
+    for name, p, hit in (("slowdown", points.p_up, slowed), ("speedup", points.p_down, sped_up)):
+        out.append(
+            {"test": name, "scope": "each point", "points": points.size,
+             "rejected_points": int(hit.sum()), "p_value": float(p.min()) if p.size else 1.0,
+             "critical": points.level, "alpha": points.alpha, "method": "sign test, Holm",
+             "rejected": bool(hit.any())}
+        )  # fmt: skip
+    return out
 
 
 @dataclass
@@ -471,8 +544,10 @@ class _State:
             )  # fmt: skip
         return out
 
-    def describe_bands(self, bands: Bands) -> list[dict[str, Any]]:
-        """Every band holding a checked point: its tests, size, coverage, shift."""
+    def describe_bands(self, bands: Bands, drifted_points: np.ndarray) -> list[dict[str, Any]]:
+        """Every band holding a checked point: its tests, size, coverage, shift, and how
+        many of its points the point tests rejected (a band whose own test holds but
+        that holds such points is ``partly drifted``, never ``ok``)."""
         c, a = self.c, self.fam.config.alpha_band(self.fam.bands)
         out = []
         for b in np.flatnonzero(self.b_g):
@@ -481,7 +556,8 @@ class _State:
             up, down = int(self.b_up[b]), int(self.b_down[b])
             crit = vote_critical(g, a)
             slow, fast = self.band[b]
-            status = "drift" if slow or fast else ("ok" if crit <= g else "too few points")
+            moved = int(drifted_points[mine].sum())
+            status = _band_status(slow or fast, moved, crit <= g)
             d = bands.describe(int(b))
             d.update(
                 {
@@ -501,6 +577,7 @@ class _State:
                     "critical": crit,
                     "alpha": a,
                     "p_value": min(vote_p_value(up, g), vote_p_value(down, g)),
+                    "drifted_points": moved,
                 }
             )
             out.append(d)
@@ -508,9 +585,18 @@ class _State:
         return out
 
 
+def _band_status(rejected: bool, drifted_points: int, can_reject: bool) -> str:
+    if rejected:
+        return "drift"
+    if drifted_points:
+        return "partly drifted"
+    return "ok" if can_reject else "too few points"
+
+
 def _single_row_flips(
     c: Clusters,
     s: _State,
+    points: PointTests,
     kinds: tuple[np.ndarray, np.ndarray, np.ndarray],
     drifted: bool,
 ) -> list[int]:
@@ -535,7 +621,9 @@ def _single_row_flips(
             gone, nf = 0, (h - ih) / (n - 1)
             nu, nd = int(2 * (a - ia) > n - 1), int(2 * (b - ib) > n - 1)
         du, dd = nu - int(s.up[g]), nd - int(s.down[g])
-        answer = any(
+        p_up, p_down = sign_p_values(np.array([a - ia, b - ib]), np.array([n - 1, n - 1]))
+        answer = points.rejects_without(int(g), float(p_up), float(p_down), bool(gone))
+        answer = answer or any(
             fam.global_rejects(g_all - gone, up_all + du, down_all + dd, tail_sum - s.frac[g] + nf)
         )
         mine = c.bands[g]
