@@ -612,7 +612,12 @@ def _single_row_flips(
     n_rejecting = int(band_rejects.sum())
     fam = s.fam
     flipped: list[int] = []
-    for g, code, row in zip(*kinds, strict=True):
+    # every kind's point p-values without one of its rows, at once (scipy per call is slow)
+    cl, kind = kinds[0], kinds[1]
+    rest = np.maximum(c.rows[cl] - 1, 0)
+    p_ups = sign_p_values(c.above[cl] - (kind >> 2 & 1), rest)
+    p_downs = sign_p_values(c.below[cl] - (kind >> 1 & 1), rest)
+    for g, code, row, p_up, p_down in zip(*kinds, p_ups, p_downs, strict=True):
         ia, ib, ih = code >> 2 & 1, code >> 1 & 1, code & 1
         n, a, b, h = int(c.rows[g]), int(c.above[g]), int(c.below[g]), int(c.hits[g])
         if n == 1:  # its last row: the cluster goes
@@ -621,7 +626,6 @@ def _single_row_flips(
             gone, nf = 0, (h - ih) / (n - 1)
             nu, nd = int(2 * (a - ia) > n - 1), int(2 * (b - ib) > n - 1)
         du, dd = nu - int(s.up[g]), nd - int(s.down[g])
-        p_up, p_down = sign_p_values(np.array([a - ia, b - ib]), np.array([n - 1, n - 1]))
         answer = points.rejects_without(int(g), float(p_up), float(p_down), bool(gone))
         answer = answer or any(
             fam.global_rejects(g_all - gone, up_all + du, down_all + dd, tail_sum - s.frac[g] + nf)

@@ -181,12 +181,7 @@ def replay(
     bands = Bands(config.grid, quarters=quarter is not None).of(n_dec, chunk, quarter)
     for reg in result.regions:
         reg["grid"] = _grid_span(predictor, sub, (bands == reg["index"]).any(axis=1))
-    rejected = {"slowdown": result.slowed, "speedup": result.sped_up}
-    found = point_regions(
-        sub, result.cluster_of_row, rejected, result.cluster_median, hit_rows, plural(unit)
-    )
-    for reg, mask in zip(found, [m for m in rejected.values() if m.any()], strict=True):
-        reg["grid"] = _grid_span(predictor, sub, mask[result.cluster_of_row])
+    found = _found_regions(predictor, sub, result, hit_rows, unit)
     doc: dict[str, Any] = {
         "verdict": result.verdict,
         "reason": result.reason,
@@ -213,6 +208,19 @@ def replay(
     doc["recalibrate"] = [reg["grid"] for reg in doc["regions"] if reg["status"] == "drift"]
     doc["recommendation"] = _recommend(doc)
     return doc
+
+
+def _found_regions(
+    predictor: Any, sub: pd.DataFrame, result: Any, hit: np.ndarray | None, unit: str
+) -> list[dict[str, Any]]:
+    """The regions the per-point tests found, each with the grid span to re-measure."""
+    rejected = {"slowdown": result.slowed, "speedup": result.sped_up}
+    found = point_regions(
+        sub, result.cluster_of_row, rejected, result.cluster_median, hit, plural(unit)
+    )
+    for reg, mask in zip(found, [m for m in rejected.values() if m.any()], strict=True):
+        reg["grid"] = _grid_span(predictor, sub, mask[result.cluster_of_row])
+    return found
 
 
 def _decide(
