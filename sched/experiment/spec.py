@@ -35,6 +35,10 @@ DEFAULT_RATES: dict[tuple[str, str], float] = {
     ("multislo", "prefill"): 90.0,
 }
 FALLBACK_RATE = 10.0
+#: Most requests one run holds: its per-request arrays (arrivals, lengths, results,
+#: a few hundred bytes a request) stay a few GB; an absurd ``--requests`` is refused
+#: before anything of its size is allocated.
+MAX_REQUESTS = 10_000_000
 
 
 def default_rate(workload: str, setting: str = "colocated") -> float | None:
@@ -137,6 +141,11 @@ class RunSpec:
             raise ValueError("rate must be > 0")
         if self.n_requests < 1:
             raise ValueError("n_requests must be >= 1")
+        if self.n_requests > MAX_REQUESTS:  # refused before any array of that size exists
+            raise ValueError(
+                f"--requests {self.n_requests:,}: more than one run holds "
+                f"(at most {MAX_REQUESTS:,}): split it into seeds or runs"
+            )
         if not self.seeds:
             raise ValueError("need at least one seed")
         if self.kv_capacity < 1:
