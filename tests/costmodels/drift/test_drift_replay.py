@@ -63,14 +63,15 @@ def test_one_region_slowed_is_named(table) -> None:
     assert [reg["axis"] for reg in moved] == ["points", "chunk"]
     found, band = moved
     assert found["extent"]["chunk"] == [1024, 2048]  # exactly the slowed points' edge
-    assert found["points"] == found["points_in_extent"] == 20  # every point in it moved
+    # the points that reject alone (beyond ±10% on their own 20 repeats) lie in it
+    assert 0 < found["points"] <= found["points_in_extent"] == 20
     assert band["region"] == "chunk 1024+"
     for reg in moved:
         assert reg["direction"] == "slowdown"
         assert reg["factor"] == pytest.approx(1.2, abs=0.03)
     grid = {"n_decode": [0, 64], "chunk": [1024, 2048], "ctx": [0, 512], "prefix": [0, 0]}
     assert r["recalibrate"] == [grid, grid]
-    assert r["recommendation"].startswith("recalibrate slowdown at 20 of the 20 grid points")
+    assert r["recommendation"].startswith("recalibrate slowdown at")
 
 
 def test_run_folder_is_checked_by_grid_box(table, tmp_path) -> None:
