@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import renamed_flag, user_errors, writable_file
+from servecal.commands._common import output_suffix, renamed_flag, user_errors, writable_file
 
 
 def parse_quantiles(text: str) -> list[float]:
@@ -59,7 +59,7 @@ def fit(
     family = renamed_flag(family, model, "--family", "--model") or "auto"
     fold_share = renamed_flag(fold_share, holdout, "--fold-share", "--holdout")
     fold_share = 0.2 if fold_share is None else fold_share
-    writable_file(out)
+    writable_file(output_suffix(out, (".json",), "a cost table"))
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)
     console = Console(stderr=True)
