@@ -139,13 +139,7 @@ class RunSpec:
             raise ValueError("rate is required for a synthetic workload")
         if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
             raise ValueError("rate must be > 0")
-        if self.n_requests < 1:
-            raise ValueError("n_requests must be >= 1")
-        if self.n_requests > MAX_REQUESTS:  # refused before any array of that size exists
-            raise ValueError(
-                f"--requests {self.n_requests:,}: more than one run holds "
-                f"(at most {MAX_REQUESTS:,}): split it into seeds or runs"
-            )
+        _check_requests(self.n_requests)
         if not self.seeds:
             raise ValueError("need at least one seed")
         if self.kv_capacity < 1:
@@ -219,3 +213,15 @@ def needs_tpot_target(workload: str, slo_classes: str | None) -> bool:
     else:
         classes = parsed.classes
     return any(c.tpot_slo_ms is None for c in classes)
+
+
+def _check_requests(n_requests: int) -> None:
+    """At least one request, and no more than one run holds: an absurd count is refused
+    before any array of its size exists."""
+    if n_requests < 1:
+        raise ValueError("n_requests must be >= 1")
+    if n_requests > MAX_REQUESTS:
+        raise ValueError(
+            f"--requests {n_requests:,}: more than one run holds "
+            f"(at most {MAX_REQUESTS:,}): split it into seeds or runs"
+        )
