@@ -218,18 +218,22 @@ def power(args, table, exact, noisy, points) -> None:  # noqa: ANN001
 
         run(f"sigma 0.30 + 5% stalls, 5 reps, x{factor:.2f}", args.power_sets, noisy_slowed)
 
-    named = [0]
+    named, edged = [0], [0]
 
     def one_band(i: int) -> dict:
         frame = calibration(np.random.default_rng(50_000 + i))
         frame.loc[frame["chunk"] >= 1024, "ms"] *= 1.2
         r = replay(table, frame)
-        moved = [reg["region"] for reg in r["regions"] if reg["status"] == "drift"]
+        bands = [r_ for r_ in r["regions"] if r_["axis"] != "points"]  # the fixed bands
+        moved = [reg["region"] for reg in bands if reg["status"] == "drift"]
         named[0] += moved == ["chunk 1024+"]
+        found = [reg for reg in r["regions"] if reg["axis"] == "points"]
+        edged[0] += bool(found) and found[0]["extent"]["chunk"] == [1024, 1024]
         return r
 
     run("band chunk 1024+ x1.20 (on grid, 96 pts x 20)", args.power_sets, one_band)
-    print(f"  ... named exactly the chunk 1024+ band in {named[0]} of {args.power_sets} sets")
+    print(f"  ... named exactly the chunk 1024+ band in {named[0]} of {args.power_sets} sets; "
+          f"found points' chunk extent exactly 1024 in {edged[0]}")  # fmt: skip
 
 
 #: Demo-sized calibrations (42 grid points): the tail region holds 2 of 7 values.
