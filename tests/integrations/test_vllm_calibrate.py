@@ -107,7 +107,7 @@ def test_the_engine_table_prices_the_served_steps(calibrated: Path, served: Path
     assert doc["median_ratio"] > 0, doc  # priced: a finite, positive cost per step
 
 
-def test_simulate_on_the_served_arrivals_predicts_the_runs_tpot(
+def test_simulate_on_the_served_arrivals_prices_every_request(
     calibrated: Path, served: Path
 ) -> None:
     out = calibrated.parent / "sim"
