@@ -104,7 +104,9 @@ def test_a_fit_that_makes_an_unloadable_table_writes_nothing(
 
 def test_import_never_overwrites_a_sidecar(tmp_path: Path) -> None:
     base = ["import", "aiconfigurator", str(AIC), "--model"]
-    refused([*base, "llama-3-8b", "--out", str(tmp_path / "fingerprint.json")], "sidecar")
+    # a .json name is refused by its suffix (a samples file is Parquet) before it can
+    # reach the sidecar: either way the sidecar is never overwritten
+    refused([*base, "llama-3-8b", "--out", str(tmp_path / "fingerprint.json")], ".parquet")
     assert not (tmp_path / "fingerprint.json").exists()
     first = runner.invoke(app, [*base, "llama-3-8b", "--out", str(tmp_path / "a.parquet")])
     assert first.exit_code == 0, first.output
