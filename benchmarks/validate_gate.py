@@ -18,6 +18,12 @@ repeats). Scenarios, each over many independent sample sets:
 * **power**: the off-grid sets slowed uniformly by ×1.06 … ×1.15; the noisy
   on-grid sets slowed ×1.10 and ×1.20; and one band (chunk ≥ 1024) slowed ×1.20
   (is the band named, and only it?);
+* **partial drift** (``--only partial``): the audit's case, on a CPU ``tiny``-sized
+  grid (chunks 16-128, 232 points x 20): every point with chunk >= 64 (40% of the
+  rows, all inside the ``chunk 1-255`` band with undrifted points) x1.15, on the exact
+  table at sigma 0.03 and 0.05 (is the found region's chunk extent 64-128?), with
+  the same grid's false alarms (same truth; null's edge); and on a table fitted per
+  set, validated against its calibration unchanged and slowed;
 * **regional drift** (``--only region``): every iteration with chunk ≥ 256, or with
   ≥ 32 decodes, ×1.15 slower, on the grid calibration, on off-grid sets, and on a
   demo-sized calibration (42 grid points × 10 repeats, the table exact) where the
@@ -145,7 +151,7 @@ def main() -> None:
     ap.add_argument("--sets", type=int, default=1000, help="sets per false-alarm scenario")
     ap.add_argument("--fits", type=int, default=200, help="calibrations fitted (own samples)")
     ap.add_argument("--power-sets", type=int, default=200, help="sets per power scenario")
-    ap.add_argument("--only", default="false,edge,power,region,stability",
+    ap.add_argument("--only", default="false,edge,power,region,partial,stability",
                     help="comma list of scenario groups to run")  # fmt: skip
     args = ap.parse_args()
     only = set(args.only.split(","))
@@ -186,6 +192,8 @@ def main() -> None:
         power(args, table, exact, noisy, points)
     if "region" in only:
         regional(args, table)
+    if "partial" in only:
+        partial(args)
     if "stability" in only:
         stability(table)
 
@@ -210,18 +218,22 @@ def power(args, table, exact, noisy, points) -> None:  # noqa: ANN001
 
         run(f"sigma 0.30 + 5% stalls, 5 reps, x{factor:.2f}", args.power_sets, noisy_slowed)
 
-    named = [0]
+    named, edged = [0], [0]
 
     def one_band(i: int) -> dict:
         frame = calibration(np.random.default_rng(50_000 + i))
         frame.loc[frame["chunk"] >= 1024, "ms"] *= 1.2
         r = replay(table, frame)
-        moved = [reg["region"] for reg in r["regions"] if reg["status"] == "drift"]
+        bands = [r_ for r_ in r["regions"] if r_["axis"] != "points"]  # the fixed bands
+        moved = [reg["region"] for reg in bands if reg["status"] == "drift"]
         named[0] += moved == ["chunk 1024+"]
+        found = [reg for reg in r["regions"] if reg["axis"] == "points"]
+        edged[0] += bool(found) and found[0]["extent"]["chunk"] == [1024, 1024]
         return r
 
     run("band chunk 1024+ x1.20 (on grid, 96 pts x 20)", args.power_sets, one_band)
-    print(f"  ... named exactly the chunk 1024+ band in {named[0]} of {args.power_sets} sets")
+    print(f"  ... named exactly the chunk 1024+ band in {named[0]} of {args.power_sets} sets; "
+          f"found points' chunk extent exactly 1024 in {edged[0]}")  # fmt: skip
 
 
 #: Demo-sized calibrations (42 grid points): the tail region holds 2 of 7 values.
@@ -280,6 +292,72 @@ def regional(args, table) -> None:  # noqa: ANN001
 
         run(f"42 pts x 10 ({axis} grid): same truth", args.sets, same)
         run(f"42 pts x 10 ({axis} grid): null's edge", args.sets, at_edge)
+
+
+#: A CPU ``tiny`` calibration's shape (``calibrate --device cpu --model tiny``: chunks
+#: 16-128 beside decode-only points): the audit's partial drift lies inside one band.
+CPU_AXES = {"n_decode": [0, 1, 2, 4, 8, 16], "chunk": [0, 16, 32, 64, 128],
+            "ctx": [16, 64, 128, 256], "prefix": [0, 32]}  # fmt: skip
+
+
+def partial(args) -> None:  # noqa: ANN001
+    """The audit's case: every point with chunk >= 64 (40% of the rows, all in the
+    ``chunk 1-255`` band with the undrifted ones) x1.15. Drifted? Is the found
+    region's chunk extent exactly 64-128? And the same grid's false alarms."""
+    print("\n# partial drift inside one band: CPU-sized grid (chunks 16-128), chunk >= 64 x1.15")
+    pts = grid_points(CPU_AXES["n_decode"], CPU_AXES["chunk"], CPU_AXES["ctx"],
+                      CPU_AXES["prefix"])  # fmt: skip
+    pts = pts[(pts["n_decode"] > 0) | (pts["chunk"] > 0)].reset_index(drop=True)
+
+    def found_edge(r: dict) -> bool:
+        found = [reg for reg in r["regions"] if reg["axis"] == "points"]
+        return bool(found) and found[0]["extent"]["chunk"] == [64, 128]
+
+    for sigma in (0.03, 0.05):
+        truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6, sigma=sigma)
+        exact = compile_predictor(ExactMedian(truth), CPU_AXES, quantiles=(0.5, 0.99))
+        edges = [0]
+
+        def slowed(
+            i: int, truth: SyntheticTruth = truth, exact: CostTable = exact, edges: list = edges
+        ) -> dict:
+            frame = truth.draw(pts, 20, np.random.default_rng(95_000 + i))
+            frame.loc[frame["chunk"] >= 64, "ms"] *= 1.15
+            r = replay(exact, frame)
+            edges[0] += found_edge(r)
+            return r
+
+        def same(i: int, truth: SyntheticTruth = truth, exact: CostTable = exact) -> dict:
+            return replay(exact, truth.draw(pts, 20, np.random.default_rng(96_000 + i)))
+
+        def at_edge(i: int, truth: SyntheticTruth = truth, exact: CostTable = exact) -> dict:
+            frame = truth.draw(pts, 20, np.random.default_rng(97_000 + i))
+            frame["ms"] *= (1 + TOLERANCE) / noise_median(truth)
+            return replay(exact, frame)
+
+        label = f"{len(pts)} pts x 20, sigma {sigma}"
+        run(f"{label}: chunk >= 64 x1.15", args.power_sets, slowed)
+        print(f"  ... found region's chunk extent exactly 64-128 in {edges[0]} of "
+              f"{args.power_sets} sets")  # fmt: skip
+        run(f"{label}: same truth", args.sets, same)
+        run(f"{label}: null's edge", args.sets, at_edge)
+
+    # the issue's own form: a table fitted on the calibration, validated against the
+    # calibration unchanged and with its upper chunk half slowed
+    truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6, sigma=0.03)
+    fitted: dict[int, tuple[CostTable, pd.DataFrame]] = {}  # one fit per set, both verdicts
+
+    def own(i: int, factor: float) -> dict:
+        if i not in fitted:
+            frame = truth.draw(pts, 20, np.random.default_rng(98_000 + i))
+            fitted[i] = (fit(frame, i), frame)
+        table, frame = fitted[i]
+        frame = frame.assign(ms=np.where(frame["chunk"] >= 64, frame["ms"] * factor, frame["ms"]))
+        return replay(table, frame)
+
+    label = f"own table (fit per set), {len(pts)} pts x 20, sigma 0.03"
+    run(f"{label}: unchanged", args.fits, lambda i: own(i, 1.0))
+    run(f"{label}: chunk >= 64 x1.15", args.fits, lambda i: own(i, 1.15))
 
 
 def stability(table: CostTable) -> None:

@@ -278,7 +278,10 @@ def _calibrate(
     if cfg.device == "auto":
         on_message(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
 
-    shape = ModelShape(**plan["shape"])
+    try:
+        shape = ModelShape(**plan["shape"])
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"{store.plan_path}: damaged plan, its shape: {exc}") from None
     points = [Point(*p) for p in plan["points"]]
     layout_name = plan.get("kv_layout", "contiguous")
     if layout_name not in available:
@@ -299,7 +302,12 @@ def _calibrate(
             group = ranks.enter_context(start_group(template, rank_devices(device, tp)))
             on_message(f"tensor parallel: {tp} ranks over {group.backend}, rank 0 times")
             collective, layout = group.collective, TensorParallelLayout(layout, group)
-        model = build_model(shape, device, dtype, layers, plan["seed"], collective)
+        try:
+            model = build_model(shape, device, dtype, layers, plan["seed"], collective)
+        except InputError:  # the shape does not fit: nothing measured, nothing to resume
+            if not cfg.resume:
+                store.discard_plan()
+            raise
         scale = LayerScale(layers, shape.n_layers)
         meter, notice = open_meter(device, devices=tp)
         if notice:

@@ -36,7 +36,9 @@ from torch import nn
 
 from servecal.profiler.collective import SINGLE_DEVICE, Collective
 from servecal.profiler.kv import DecodeGroup, IterationBatch, PrefillSegment
+from servecal.profiler.oom import is_out_of_memory
 from servecal.profiler.shapes import ModelShape
+from servecal.util.errors import InputError
 
 
 def _probe_gqa() -> bool:
@@ -368,13 +370,25 @@ def build_model(
         raise ValueError(f"n_layers must be in [1, {shape.n_layers}], got {n_layers}")
     dtype = default_dtype(device) if dtype is None else dtype
     # Built directly on the device in its dtype (a 70B layer does not fit a CPU detour).
-    model = Transformer(shape, n_layers, collective, device=device, dtype=dtype)
+    try:
+        model = Transformer(shape, n_layers, collective, device=device, dtype=dtype)
+    except (RuntimeError, MemoryError) as exc:
+        if not is_out_of_memory(exc):
+            raise
+        raise InputError(
+            f"model shape {shape.name!r}: {n_layers} layer(s) of it do not fit in {device}'s "
+            f"memory ({_first_line(exc)}); choose a smaller shape or fewer --layers"
+        ) from None
     gen = torch.Generator(device=device).manual_seed(seed)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if not name.endswith("norm.weight"):
                 param.normal_(0.0, 0.02, generator=gen)
     return model.eval().requires_grad_(False)
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0][:160] if str(exc).strip() else type(exc).__name__
 
 
 def _kv_heads_of_rank(shape: ModelShape, tp: int, rank: int) -> slice:

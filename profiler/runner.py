@@ -22,6 +22,7 @@ from servecal.profiler.design import Point
 from servecal.profiler.energy import EnergyMeter
 from servecal.profiler.kv import DecodeGroup, IterationBatch, KVPool, PrefillSegment
 from servecal.profiler.model import Transformer
+from servecal.profiler.oom import is_out_of_memory
 from servecal.profiler.timing import CpuClock, CudaClock, LayerScale, timed_iteration
 
 
@@ -116,19 +117,6 @@ class ContiguousLayout:
 
     def prepare(self, model: Transformer, point: Point) -> ContiguousPoint:
         return ContiguousPoint(model, *point_batch(model, point))
-
-
-def is_out_of_memory(exc: BaseException) -> bool:
-    """Whether ``exc`` says the device (or host) ran out of memory."""
-    if isinstance(exc, MemoryError):
-        return True
-    oom_type = getattr(torch.cuda, "OutOfMemoryError", None)
-    if oom_type is not None and isinstance(exc, oom_type):
-        return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and (
-        "out of memory" in text or "can't allocate memory" in text
-    )
 
 
 @dataclass

@@ -14,6 +14,7 @@ exactly the points without a shard, so none is lost or repeated.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 from collections.abc import Iterator
@@ -30,6 +31,11 @@ from servecal.util.folders import folder_lock
 
 PLAN_SCHEMA = "servecal.calibration-plan/1"
 _SHARD = re.compile(r"p(\d{5})\.(parquet|infeasible\.json)")
+
+
+#: Keys every plan holds (``kv_layout`` and ``tp`` have defaults: older plans lack them).
+PLAN_KEYS = ("device", "dtype", "grid", "layers_timed", "points", "repeats", "seed", "shape",
+             "warmup")  # fmt: skip
 
 
 class ShardStore:
@@ -66,7 +72,22 @@ class ShardStore:
             raise InputError(f"{self.plan_path}: unreadable plan ({type(exc).__name__})") from None
         if not isinstance(plan, dict) or plan.get("schema") != PLAN_SCHEMA:
             raise InputError(f"{self.plan_path}: not a {PLAN_SCHEMA} file")
+        missing = [k for k in PLAN_KEYS if k not in plan]
+        if missing:
+            raise InputError(
+                f"{self.plan_path}: damaged plan, missing {', '.join(missing)}; "
+                "start again with another --out (or remove the folder)"
+            )
+        if not isinstance(plan["shape"], dict) or not isinstance(plan["points"], list):
+            raise InputError(f"{self.plan_path}: damaged plan, 'shape' or 'points' malformed")
         return plan
+
+    def discard_plan(self) -> None:
+        """Remove a plan nothing was measured under (and ``shards/`` if then empty): a
+        run that could not start leaves no calibration to resume."""
+        self.plan_path.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.root.rmdir()
 
     def _path(self, index: int, kind: str) -> Path:
         return self.root / f"p{index:05d}.{kind}"

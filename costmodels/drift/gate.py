@@ -25,18 +25,35 @@ exceedance fraction lies in [0, 1]; under "the mean exceedance rate is at most
 ``tail_ratio × tail_p0``" (2%), Bennett's inequality bounds the chance of the
 observed mean, whatever the correlation inside a cluster.
 
-Family: 3 global tests (slowdown, speedup, tail) share a third of α, the 2 × B
-region tests (slowdown and speedup per band or tail region, :class:`Bands`) the
-other two thirds (weighted Bonferroni): the probability that any test fires on a
-table that holds is ≤ α. The regions get the larger share because a drift is
-usually regional (long prefills, large batches): with the default 1%, a region
-of 12 grid points that all moved beyond the tolerance is reported, while the
-global tests keep needing only 10 points to speak at all.
+The point tests (:mod:`servecal.costmodels.drift.pointwise`) test each cluster on
+its own rows: a sign test per point and direction against ``point_shift`` (±10%),
+Holm over the ``2 × points`` of them. Their tolerance is twice the counts': a
+table fitted on a grid is off by 5-13% at a few points *between* its grid values
+(model and interpolation error; benchmarks/validate_gate.py), which a point's own
+25 repeats would call drift at ±5%. They see what the counts dilute: a drift on
+part of a band (every point with chunk ≥ 64 of a 16-128 grid), each point with
+enough repeats to reject alone.
 
-Stability: a row changes one cluster (its votes, its exceedance fraction, or
-removes it if it was its last row), so the global tests and its two bands' tests.
+Family: 3 global tests (slowdown, speedup, tail) share a sixth of α, the point
+tests another sixth, the 2 × B region tests (slowdown and speedup per band or
+tail region, :class:`Bands`) the other two thirds (weighted Bonferroni): the
+probability that any test fires on a table that holds is ≤ α. The regions get
+the larger share because a drift is usually regional (long prefills, large
+batches): with the default 1%, a region of 12 grid points that all moved beyond
+the tolerance is reported, while the global tests need 11 points to speak at all.
+
+Beyond the family: a table whose median shift lies beyond the tolerance, or
+whose coverage of ``P99 + δ`` lies below the tolerated ``1 − tail_ratio × tail_p0``
+(98%: the tail's tolerance, as ±5% is the median's), is never ``valid``. When no
+test rejects, that is ``undecided`` ("measure more"): the evidence is not there
+either way.
+
+Stability: a row changes one cluster (its votes, its exceedance fraction, its
+point tests, or removes it if it was its last row), so the global tests, its
+bands' tests and the point tests' first step.
 :func:`decide` re-evaluates the verdict for every *kind* of row of every cluster
-(at most 6: above / below / between the tolerance × beyond the bound or not),
+(at most 10: far above / above / between / below / far below the tolerances ×
+beyond the bound or not),
 which covers every single-row removal exactly, in O(clusters).
 """
 
@@ -50,6 +67,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
+from servecal.costmodels.drift.pointwise import PointTests, sign_p_values
 from servecal.costmodels.drift.regions import RegionGrid
 
 #: Verdicts; ``undecided``: the verdict hangs on a single row.
@@ -69,6 +87,7 @@ class GateConfig:
     """
 
     min_shift: float = 0.05
+    point_shift: float = 0.10
     false_alarm: float = 0.01
     tail_p0: float = 0.01
     tail_ratio: float = 2.0
@@ -77,6 +96,8 @@ class GateConfig:
     def __post_init__(self) -> None:
         if not 0 < self.min_shift < 1:
             raise ValueError("min_shift must be in (0, 1)")
+        if not self.min_shift <= self.point_shift < 1:
+            raise ValueError("point_shift must be in [min_shift, 1)")
         if not 0 < self.false_alarm < 0.5:
             raise ValueError("false_alarm must be in (0, 0.5)")
         if not 0 < self.tail_p0 < 0.5:
@@ -93,13 +114,23 @@ class GateConfig:
         return math.log1p(-self.min_shift)
 
     @property
+    def point_tau(self) -> tuple[float, float]:
+        """The point tests' tolerance, up and down (log ratio)."""
+        return math.log1p(self.point_shift), math.log1p(-self.point_shift)
+
+    @property
     def tail_null(self) -> float:
         return self.tail_ratio * self.tail_p0
 
     @property
     def alpha_global(self) -> float:
-        """Level of each of the three global tests (a third of the bound)."""
-        return self.false_alarm / 3 / 3
+        """Level of each of the three global tests (a sixth of the bound)."""
+        return self.false_alarm / 6 / 3
+
+    @property
+    def alpha_points(self) -> float:
+        """Family-wise level of the per-point tests (a sixth of the bound, Holm)."""
+        return self.false_alarm / 6
 
     def alpha_band(self, bands: int) -> float:
         """Level of each of the 2 × ``bands`` region tests (two thirds of the bound)."""
@@ -263,6 +294,8 @@ class Clusters:
     rows: np.ndarray  # rows in the cluster
     above: np.ndarray  # rows with r > tau_up
     below: np.ndarray  # rows with r < tau_down
+    far_above: np.ndarray  # rows beyond the point tests' tolerance (point_shift)
+    far_below: np.ndarray
     hits: np.ndarray  # rows with actual > P99 + δ
     bands: np.ndarray  # (clusters, 2 or 3): its n_decode, chunk (and time) bands
     median: np.ndarray  # median of r
@@ -303,6 +336,8 @@ def clusters_of(
             rows=rows,
             above=count(log_ratio > config.tau_up),
             below=count(log_ratio < config.tau_down),
+            far_above=count(log_ratio > config.point_tau[0]),
+            far_below=count(log_ratio < config.point_tau[1]),
             hits=count(exceed),
             bands=of_cluster,
             median=median,
@@ -345,6 +380,12 @@ class GateResult:
     factor: float
     stability: dict[str, Any]
     flips: tuple[int, ...] = ()  # one row per (cluster, kind of row) whose removal flips
+    #: per cluster (in ``cluster_of_row``'s numbering): Holm's slowed / sped-up points
+    slowed: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    sped_up: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
+    cluster_of_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cluster_median: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    coverage: float | None = None
 
 
 def decide(
@@ -378,36 +419,85 @@ def decide(
         )
     fam = _Family(config, family_bands.size, exceed is not None)
     state = _State.of(c, fam)
-    drifted = state.drifted()
-    code = 4 * (log_ratio > config.tau_up) + 2 * (log_ratio < config.tau_down) + hits
-    pair, first = np.unique(inverse * 8 + code, return_index=True)
-    flips = _single_row_flips(c, state, (pair // 8, pair % 8, first), drifted)
-    if flips:
-        verdict = "undecided"
-        reason = (
-            f"the verdict hangs on single rows: without row {flips[0]}"
-            + (f" (or {len(flips) - 1} other kinds of row)" if len(flips) > 1 else "")
-            + f" it would be {'valid' if drifted else 'drifted'}; measure more points"
-        )
-    elif drifted:
-        verdict, reason = "drifted", "a test of the family rejected at its share of the bound"
-    else:
-        verdict, reason = "valid", "no test of the family rejected"
+    points = PointTests.of(c.rows, c.far_above, c.far_below, config.alpha_points)
+    drifted = state.drifted() or points.rejects
+    code = row_kinds(log_ratio, hits, config)
+    pair, first = np.unique(inverse * KINDS + code, return_index=True)
+    flips = _single_row_flips(c, state, points, (pair // KINDS, pair % KINDS, first), drifted)
+    factor = math.exp(float(np.median(c.median)))
+    coverage = None if exceed is None else 1.0 - float(hits.mean())
+    verdict, reason = _verdict(flips, drifted, _unseen(factor, coverage, config))
+    slowed, sped_up = points.rejected()
+    tests = state.describe_global() + _describe_points(points, slowed, sped_up)
     return GateResult(
         verdict=verdict,
         drifted=drifted,
         reason=reason,
-        tests=state.describe_global(),
-        regions=state.describe_bands(family_bands),
+        tests=tests,
+        regions=state.describe_bands(family_bands, slowed | sped_up),
         clusters=c.size,
-        factor=math.exp(float(np.median(c.median))),
+        factor=factor,
         stability={
             "stable": not flips,
             "flipping_rows": flips[:SHOW_FLIPS],
             "method": "exact: each kind of row of each cluster removed in turn",
         },
         flips=tuple(flips),
+        slowed=slowed,
+        sped_up=sped_up,
+        cluster_of_row=inverse,
+        cluster_median=c.median,
+        coverage=coverage,
     )
+
+
+def _unseen(factor: float, coverage: float | None, config: GateConfig) -> str | None:
+    """What the numbers show beyond the promise when no test could confirm it, or None."""
+    seen = []
+    if abs(math.log(factor)) > config.tau_up:
+        seen.append(f"median shift ×{factor:.3f} beyond ±{config.min_shift:.0%}")
+    # the tail's tolerance, as ±min_shift is the median's: the promised exceedance
+    # (1%) times tail_ratio; a holding table's coverage on a finite set scatters
+    # around 99% (98.4-99.6% on 1,000 rows), so the promise itself is no threshold
+    if coverage is not None and coverage < 1 - config.tail_null:
+        seen.append(
+            f"coverage {coverage:.2%} below the tolerated {1 - config.tail_null:.0%} "
+            f"(promised {1 - config.tail_p0:.0%})"
+        )
+    return " and ".join(seen) or None
+
+
+def _verdict(flips: list[int], drifted: bool, unseen: str | None) -> tuple[str, str]:
+    """The verdict and why: never ``valid`` beside a shift or coverage beyond the promise."""
+    if flips:
+        return "undecided", (
+            f"the verdict hangs on single rows: without row {flips[0]}"
+            + (f" (or {len(flips) - 1} other kinds of row)" if len(flips) > 1 else "")
+            + f" it would be {'valid' if drifted else 'drifted'}; measure more points"
+        )
+    if drifted:
+        return "drifted", "a test of the family rejected at its share of the bound"
+    if unseen:
+        return "undecided", (
+            f"{unseen}, but no test rejects at the false-alarm bound: measure more "
+            "(more repeats per point, or more points)"
+        )
+    return "valid", "no test of the family rejected"
+
+
+def _describe_points(
+    points: PointTests, slowed: np.ndarray, sped_up: np.ndarray
+) -> list[dict[str, Any]]:
+    """The point tests as two rows of the test list: how many points Holm rejects."""
+    out = []
+    for name, p, hit in (("slowdown", points.p_up, slowed), ("speedup", points.p_down, sped_up)):
+        out.append(
+            {"test": name, "scope": "each point", "points": points.size,
+             "rejected_points": int(hit.sum()), "p_value": float(p.min()) if p.size else 1.0,
+             "critical": points.level, "alpha": points.alpha, "method": "sign test, Holm",
+             "rejected": bool(hit.any())}
+        )  # fmt: skip
+    return out
 
 
 @dataclass
@@ -471,8 +561,10 @@ class _State:
             )  # fmt: skip
         return out
 
-    def describe_bands(self, bands: Bands) -> list[dict[str, Any]]:
-        """Every band holding a checked point: its tests, size, coverage, shift."""
+    def describe_bands(self, bands: Bands, drifted_points: np.ndarray) -> list[dict[str, Any]]:
+        """Every band holding a checked point: its tests, size, coverage, shift, and how
+        many of its points the point tests rejected (a band whose own test holds but
+        that holds such points is ``partly drifted``, never ``ok``)."""
         c, a = self.c, self.fam.config.alpha_band(self.fam.bands)
         out = []
         for b in np.flatnonzero(self.b_g):
@@ -481,7 +573,8 @@ class _State:
             up, down = int(self.b_up[b]), int(self.b_down[b])
             crit = vote_critical(g, a)
             slow, fast = self.band[b]
-            status = "drift" if slow or fast else ("ok" if crit <= g else "too few points")
+            moved = int(drifted_points[mine].sum())
+            status = _band_status(slow or fast, moved, crit <= g)
             d = bands.describe(int(b))
             d.update(
                 {
@@ -501,6 +594,7 @@ class _State:
                     "critical": crit,
                     "alpha": a,
                     "p_value": min(vote_p_value(up, g), vote_p_value(down, g)),
+                    "drifted_points": moved,
                 }
             )
             out.append(d)
@@ -508,16 +602,43 @@ class _State:
         return out
 
 
+def _band_status(rejected: bool, drifted_points: int, can_reject: bool) -> str:
+    if rejected:
+        return "drift"
+    if drifted_points:
+        return "partly drifted"
+    return "ok" if can_reject else "too few points"
+
+
+#: Kinds of row (:func:`row_kinds`): 2 bits for the point tests' tolerance, 3 for the rest.
+KINDS = 32
+
+
+def row_kinds(log_ratio: np.ndarray, hits: np.ndarray, config: GateConfig) -> np.ndarray:
+    """What a row's removal changes: ``16·far above + 8·far below + 4·above + 2·below +
+    hit`` (beyond the point tests' tolerance, beyond the counts' tolerance, beyond the
+    tail bound). Rows of one cluster and kind flip the verdict alike."""
+    up, down = config.point_tau
+    return (
+        16 * (log_ratio > up)
+        + 8 * (log_ratio < down)
+        + 4 * (log_ratio > config.tau_up)
+        + 2 * (log_ratio < config.tau_down)
+        + hits
+    )
+
+
 def _single_row_flips(
     c: Clusters,
     s: _State,
+    points: PointTests,
     kinds: tuple[np.ndarray, np.ndarray, np.ndarray],
     drifted: bool,
 ) -> list[int]:
     """Rows whose removal flips the verdict, one per (cluster, kind of row): exact.
 
     ``kinds``: for each (cluster, kind) pair present, the cluster, the kind code
-    ``4·above + 2·below + hit`` and one row of that kind. A removal changes one
+    (:func:`row_kinds`) and one row of that kind. A removal changes one
     cluster: the global tests and its bands' tests; every other band keeps its
     answer.
     """
@@ -526,7 +647,12 @@ def _single_row_flips(
     n_rejecting = int(band_rejects.sum())
     fam = s.fam
     flipped: list[int] = []
-    for g, code, row in zip(*kinds, strict=True):
+    # every kind's point p-values without one of its rows, at once (scipy per call is slow)
+    cl, kind = kinds[0], kinds[1]
+    rest = np.maximum(c.rows[cl] - 1, 0)
+    p_ups = sign_p_values(c.far_above[cl] - (kind >> 4 & 1), rest)
+    p_downs = sign_p_values(c.far_below[cl] - (kind >> 3 & 1), rest)
+    for g, code, row, p_up, p_down in zip(*kinds, p_ups, p_downs, strict=True):
         ia, ib, ih = code >> 2 & 1, code >> 1 & 1, code & 1
         n, a, b, h = int(c.rows[g]), int(c.above[g]), int(c.below[g]), int(c.hits[g])
         if n == 1:  # its last row: the cluster goes
@@ -535,7 +661,8 @@ def _single_row_flips(
             gone, nf = 0, (h - ih) / (n - 1)
             nu, nd = int(2 * (a - ia) > n - 1), int(2 * (b - ib) > n - 1)
         du, dd = nu - int(s.up[g]), nd - int(s.down[g])
-        answer = any(
+        answer = points.rejects_without(int(g), float(p_up), float(p_down), bool(gone))
+        answer = answer or any(
             fam.global_rejects(g_all - gone, up_all + du, down_all + dd, tail_sum - s.frac[g] + nf)
         )
         mine = c.bands[g]

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from servecal.costmodels.drift.extent import point_regions
 from servecal.costmodels.drift.gate import Bands, GateConfig, decide, quarters_of
 from servecal.costmodels.drift.reference import TABLE_AXES, reference_for
 from servecal.costmodels.predictor import PLAN_QUANTILE
@@ -180,6 +181,7 @@ def replay(
     bands = Bands(config.grid, quarters=quarter is not None).of(n_dec, chunk, quarter)
     for reg in result.regions:
         reg["grid"] = _grid_span(predictor, sub, (bands == reg["index"]).any(axis=1))
+    found = _found_regions(predictor, sub, result, hit_rows, unit)
     doc: dict[str, Any] = {
         "verdict": result.verdict,
         "reason": result.reason,
@@ -197,15 +199,28 @@ def replay(
         "coverage": None if hit is None else float(1 - hit[rows].mean()),
         "coverage_promised": 1 - config.tail_p0 if hit is not None else None,
         "tests": result.tests,
-        "regions": result.regions,
+        "regions": found + result.regions,
         "stability": {
             **result.stability,
             "flipping_rows": [int(rows[i]) for i in result.stability["flipping_rows"]],
         },
     }
-    doc["recalibrate"] = [reg["grid"] for reg in result.regions if reg["status"] == "drift"]
+    doc["recalibrate"] = [reg["grid"] for reg in doc["regions"] if reg["status"] == "drift"]
     doc["recommendation"] = _recommend(doc)
     return doc
+
+
+def _found_regions(
+    predictor: Any, sub: pd.DataFrame, result: Any, hit: np.ndarray | None, unit: str
+) -> list[dict[str, Any]]:
+    """The regions the per-point tests found, each with the grid span to re-measure."""
+    rejected = {"slowdown": result.slowed, "speedup": result.sped_up}
+    found = point_regions(
+        sub, result.cluster_of_row, rejected, result.cluster_median, hit, plural(unit)
+    )
+    for reg, mask in zip(found, [m for m in rejected.values() if m.any()], strict=True):
+        reg["grid"] = _grid_span(predictor, sub, mask[result.cluster_of_row])
+    return found
 
 
 def _decide(

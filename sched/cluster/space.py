@@ -349,9 +349,12 @@ def _search(
 
 
 def _check_models(hardware: tuple[Hardware, ...], trust: TableTrust) -> None:
-    """Load every truth and table now: a bad one is one line before any simulation."""
-    from servecal.sched.experiment.models import load_predictor, load_truth
+    """Load every truth and table now: a bad one is one line before any simulation;
+    a table of another device, model or TP than its truth is refused (warned with
+    ``--allow-mismatch``), as ``simulate`` refuses the same pair."""
+    from servecal.sched.experiment.models import compare_provenance, load_predictor, load_truth
 
     for h in hardware:
         load_truth(h.truth)
         load_predictor(h.predictor, h.truth, trust)
+        compare_provenance(h.predictor, h.truth, trust)

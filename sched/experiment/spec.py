@@ -39,6 +39,10 @@ DEFAULT_RATES: dict[tuple[str, str], float] = {
     ("multislo", "prefill"): 90.0,
 }
 FALLBACK_RATE = 10.0
+#: Most requests one run holds: its per-request arrays (arrivals, lengths, results,
+#: a few hundred bytes a request) stay a few GB; an absurd ``--requests`` is refused
+#: before anything of its size is allocated.
+MAX_REQUESTS = 10_000_000
 
 
 def default_rate(workload: str, setting: str = "colocated") -> float | None:
@@ -148,8 +152,7 @@ class RunSpec:
             raise ValueError("rate is required for a synthetic workload")
         if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
             raise ValueError("rate must be > 0")
-        if self.n_requests < 1:
-            raise ValueError("n_requests must be >= 1")
+        _check_requests(self.n_requests)
         if not self.seeds:
             raise ValueError("need at least one seed")
         if self.kv_capacity < 1:
@@ -229,3 +232,15 @@ def needs_tpot_target(workload: str, slo_classes: str | None) -> bool:
     else:
         classes = parsed.classes
     return any(c.tpot_slo_ms is None for c in classes)
+
+
+def _check_requests(n_requests: int) -> None:
+    """At least one request, and no more than one run holds: an absurd count is refused
+    before any array of its size exists."""
+    if n_requests < 1:
+        raise ValueError("n_requests must be >= 1")
+    if n_requests > MAX_REQUESTS:
+        raise ValueError(
+            f"--requests {n_requests:,}: more than one run holds "
+            f"(at most {MAX_REQUESTS:,}): split it into seeds or runs"
+        )

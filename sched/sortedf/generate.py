@@ -86,8 +86,10 @@ def parse_spec(spec: str) -> float:
     name, _, frac = spec.partition(":")
     if name != "short-long":
         raise InputError(f"--generate {spec!r}: only 'short-long:F' is known (e.g. short-long:0.8)")
+    if not frac.strip():  # 'short-long:' (an unset shell variable): never the default
+        raise InputError(f"--generate {spec!r}: give the short fraction F (e.g. short-long:0.8)")
     try:
-        f = float(frac) if frac else 0.8
+        f = float(frac)
     except ValueError:
         raise InputError(f"--generate {spec!r}: F must be a number in [0, 1]") from None
     if not 0.0 <= f <= 1.0:

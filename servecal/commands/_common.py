@@ -158,6 +158,21 @@ def writable_file(path: Path, flag: str = "--out") -> Path:
     return p
 
 
+def output_suffix(path: Path, suffixes: tuple[str, ...], what: str, flag: str = "--out") -> Path:
+    """The suffix decides an output's format: refuse a name that would hold another
+    format's bytes (``import --out s.csv`` writing Parquet). A device or pipe has no
+    suffix to honour and passes."""
+    from servecal.util.atomic import is_special
+
+    p = Path(path)
+    if is_special(p) or p.suffix.lower() in suffixes:
+        return p
+    raise InputError(
+        f"{flag} {p}: {what} is written as {' or '.join(suffixes)}; "
+        f"name the file {p.with_suffix(suffixes[0]).name}"
+    )
+
+
 def writable_folder(path: Path, flag: str = "--out") -> Path:
     """Check, before any work, that ``path`` can be written as a folder. Creates nothing."""
     p = Path(path)

@@ -8,16 +8,22 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import ALLOW_EDITED_HELP, user_errors, writable_file
+from servecal.commands._common import (
+    ALLOW_EDITED_HELP,
+    output_suffix,
+    user_errors,
+    writable_file,
+)
 
 
 @user_errors
 def export(
     table: Path = typer.Argument(..., help="Cost table (JSON)."),
     fmt: str = typer.Option(
-        "parquet",
+        None,
         "--format",
-        help="parquet | csv (long form, one row per grid cell) | dynamo-mocker "
+        help="[default: the --out suffix's, .parquet or .csv] "
+        "parquet | csv (long form, one row per grid cell) | dynamo-mocker "
         "(perf_data.npz of NVIDIA Dynamo's mocker, ai-dynamo 1.6.1) | aic-fpm "
         "(fpm_forward_perf.parquet and its .metadata.json: aiconfigurator's whole-forward-"
         "pass table) | llm-d-sim (latency knobs of llm-d's inference simulator v0.10.2, "
@@ -73,6 +79,7 @@ def export(
     from servecal.util.atomic import atomic_path, is_special
     from servecal.util.errors import InputError
 
+    fmt = export_format(out, fmt)
     writable_file(out)
     loaded = CostTable.load(table, allow_edited=allow_edited)
     options = {
@@ -98,6 +105,26 @@ def export(
     typer.echo(f"wrote {done.rows} {done.unit} to {out}")
     for note in done.notes:
         typer.echo(note)
+
+
+#: The suffix each built-in format is written under (a plug-in exporter's: its own).
+SUFFIXES = {"parquet": (".parquet",), "csv": (".csv",), "vllm-ascend": (".csv",),
+            "llm-d-sim": (".yaml", ".yml")}  # fmt: skip
+
+
+def export_format(out: Path, fmt: str | None) -> str:
+    """The format: ``--format``, else the suffix's (.parquet or .csv); a built-in format
+    under another format's suffix is refused (Parquet bytes in ``x.csv``)."""
+    if fmt is None:
+        by_suffix = {".parquet": "parquet", ".csv": "csv"}
+        fmt = by_suffix.get(out.suffix.lower())
+        if fmt is None:
+            output_suffix(out, (".parquet", ".csv"), "the long form")
+            return "parquet"  # a device or pipe: the long form's default
+        return fmt
+    if fmt in SUFFIXES:
+        output_suffix(out, SUFFIXES[fmt], f"--format {fmt}")
+    return fmt
 
 
 def register(app: typer.Typer) -> None:

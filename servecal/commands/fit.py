@@ -9,7 +9,7 @@ from typing import Any
 
 import typer
 
-from servecal.commands._common import renamed_flag, user_errors, writable_file
+from servecal.commands._common import output_suffix, renamed_flag, user_errors, writable_file
 
 
 def parse_quantiles(text: str) -> list[float]:
@@ -49,13 +49,17 @@ def fit(
     from rich.console import Console
 
     from servecal.commands.eval import print_metrics
+    from servecal.costmodels import InputError
     from servecal.costmodels.fit import TailWarning, fit_cost_table
     from servecal.costmodels.samples import read_samples
 
+    for flag, given in (("--family", family), ("--model", model)):
+        if given is not None and not given.strip():  # an unset shell variable: never auto
+            raise InputError(f"{flag} '': empty; leave the flag out for auto")
     family = renamed_flag(family, model, "--family", "--model") or "auto"
     fold_share = renamed_flag(fold_share, holdout, "--fold-share", "--holdout")
     fold_share = 0.2 if fold_share is None else fold_share
-    writable_file(out)
+    writable_file(output_suffix(out, (".json",), "a cost table"))
     qs = parse_quantiles(quantiles)
     data = read_samples(samples)
     console = Console(stderr=True)

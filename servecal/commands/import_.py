@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from servecal.commands._common import user_errors, writable_file
+from servecal.commands._common import output_suffix, user_errors, writable_file
 from servecal.profiler.importer_registry import IMPORTERS
 from servecal.util.errors import InputError
 
@@ -99,11 +99,14 @@ def import_profile(
     from servecal.profiler.importers.overhead import PARAMETERS, HostOverhead
     from servecal.profiler.shapes import ModelShape
 
-    writable_file(out)
+    writable_file(output_suffix(out, (".parquet",), "a samples file"))
     if overhead_out is not None:
         if engine_overhead is None:
             raise InputError("--overhead-out needs --engine-overhead")
-        writable_file(overhead_out, "--overhead-out")
+        writable_file(
+            output_suffix(overhead_out, (".json",), "the host overhead", "--overhead-out"),
+            "--overhead-out",
+        )
     shape = ModelShape.resolve(model)
     engine, _ = step_rules(engine, engine_overhead)
     backend = comm_backend or default_comm(kind, engine).backend

@@ -11,6 +11,7 @@ import typer
 
 from servecal.commands._common import (
     ALLOW_EDITED_HELP,
+    ALLOW_MISMATCH_HELP,
     STRICT_HELP,
     table_trust,
     user_errors,
@@ -38,9 +39,10 @@ def plan_command(
     as_json: bool = typer.Option(False, "--json", help="Print plan.json's answer and rows."),
     strict: bool = typer.Option(False, "--strict", help=STRICT_HELP),
     allow_edited: bool = typer.Option(False, "--allow-edited", help=ALLOW_EDITED_HELP),
+    allow_mismatch: bool = typer.Option(False, "--allow-mismatch", help=ALLOW_MISMATCH_HELP),
 ) -> None:
     """Find the cheapest (device, TP, policy, router, replicas) meeting the target."""
-    trust = table_trust(allow_edited, strict)
+    trust = table_trust(allow_edited, strict, allow_mismatch)
     import os
 
     from servecal.commands._runs import Bars

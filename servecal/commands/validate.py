@@ -1,8 +1,9 @@
 """``servecal validate``: does a cost table still hold? A deployment gate (exit 0 / 1 / 2).
 
 The verdict comes from :mod:`servecal.costmodels.drift.gate` (docs/validate.md):
-``valid`` (exit 0), ``drifted`` (exit 1), or ``undecided`` (exit 2: the verdict
-would flip with one row removed). Anything that cannot be checked at all (no
+``valid`` (exit 0), ``drifted`` (exit 1), or ``undecided`` (exit 2, "measure
+more": the verdict would flip with one row removed, or the median shift or coverage
+lies beyond the promise while no test can confirm it). Anything that cannot be checked at all (no
 table, no rows inside its grid, too few grid points, bad input) is one line
 ``error: ...`` and exit 2. Text and ``--json`` carry the same verdict.
 """
@@ -109,14 +110,8 @@ def text(r: dict[str, Any]) -> str:
         f"(promised {_pct(r['coverage_promised'], 0)})",
     ]
     for t in r["tests"]:
-        if t["test"] == "tail":
-            what = f"exceedance {t['exceed_rate']:.2%} (rejects at {t['critical']:.2%})"
-        else:
-            what = f"{t['votes']} of {t['points']} {plural(r['unit'])} past the tolerance ("
-            what += "rejects at "
-            what += f"{t['critical']})"
         flag = "REJECTED" if t["rejected"] else "ok"
-        lines.append(f"test {t['test']}: {what}, p = {t['p_value']:.2g}: {flag}")
+        lines.append(f"test {_test_text(t, plural(r['unit']))}, p = {t['p_value']:.2g}: {flag}")
     for reg in r["regions"][:SHOW_REGIONS]:
         cov = "" if reg["coverage"] is None else f"coverage {reg['coverage']:.1%}, "
         lines.append(
@@ -133,6 +128,21 @@ def text(r: dict[str, Any]) -> str:
     )
     lines.append(r["recommendation"])
     return "\n".join(lines)
+
+
+def _test_text(t: dict[str, Any], units: str) -> str:
+    """One test of the family: its name and what it counted."""
+    if t["test"] == "tail":
+        return f"tail: exceedance {t['exceed_rate']:.2%} (rejects at {t['critical']:.2%})"
+    if t["scope"] == "each point":
+        return (
+            f"{t['test']}, each point alone: {t['rejected_points']} of {t['points']} {units} "
+            f"reject ({t['method']}; the first rejects at p <= {t['critical']:.2g})"
+        )
+    return (
+        f"{t['test']}: {t['votes']} of {t['points']} {units} past the tolerance "
+        f"(rejects at {t['critical']})"
+    )
 
 
 def register(app: typer.Typer) -> None:

@@ -104,8 +104,10 @@ def test_a_fit_that_makes_an_unloadable_table_writes_nothing(
 
 def test_imports_share_a_folder_each_with_its_own_sidecar(tmp_path: Path) -> None:
     base = ["import", "aiconfigurator", str(AIC), "--model"]
-    refused([*base, "llama-3-8b", "--out", str(tmp_path / "fingerprint.json")], "sidecar")
-    refused([*base, "llama-3-8b", "--out", str(tmp_path / "a.fingerprint.json")], "sidecar")
+    # a .json name is refused by its suffix (a samples file is Parquet) before it can
+    # reach a sidecar: either way no sidecar is overwritten
+    refused([*base, "llama-3-8b", "--out", str(tmp_path / "fingerprint.json")], ".parquet")
+    refused([*base, "llama-3-8b", "--out", str(tmp_path / "a.fingerprint.json")], ".parquet")
     assert not list(tmp_path.iterdir())
     for name, model in (("a", "llama-3-8b"), ("b", "mistral-7b")):
         done = runner.invoke(app, [*base, model, "--out", str(tmp_path / f"{name}.parquet")])

@@ -104,22 +104,66 @@ def test_energy_is_read_over_a_group_long_enough_for_the_counter_to_move():
     model = build_model(shape, "cpu", n_layers=1)
     cfg = MeasureConfig(repeats=2, warmup=0, energy_window_s=0.1)
     rows = measure_block(
+        model, [Point(1, 0, 8, 0)], LayerScale(1, 1), cfg, CpuClock(), FakeMeter(),
+        np.random.default_rng(0),
+    )[0]  # fmt: skip
+    # one iteration (a few ms) would not move a 10 ms counter: the >= 100 ms group does
+    assert rows[0]["energy_j"] is not None and rows[0]["energy_j"] > 0
+
+
+class TickClock:
+    """A clock whose every mark advances a fake time by exactly 1 ms: the rows' times and
+    the energy group's time are then the test's, not the loaded host's."""
+
+    def __init__(self) -> None:
+        self.now_ms = 0.0
+        self._marks: list[float] = []
+
+    def start(self) -> None:
+        self._marks = [self.now_ms]
+
+    def mark(self) -> None:
+        self.now_ms += 1.0
+        self._marks.append(self.now_ms)
+
+    def stop(self) -> list[float]:
+        self.mark()
+        return [b - a for a, b in zip(self._marks[:-1], self._marks[1:], strict=True)]
+
+
+class TickMeter(FakeMeter):
+    """50 W of the :class:`TickClock`'s fake time."""
+
+    def __init__(self, clock: TickClock) -> None:
+        self.clock = clock
+
+    def read_j(self):
+        return 50.0 * self.clock.now_ms / 1e3
+
+
+def test_energy_per_iteration_is_the_groups_energy_over_its_iterations():
+    import numpy as np
+
+    shape = ModelShape.from_name("tiny")
+    model = build_model(shape, "cpu", n_layers=1)
+    cfg = MeasureConfig(repeats=2, warmup=0, energy_window_s=0.1)
+    clock = TickClock()
+    rows = measure_block(
         model,
         [Point(1, 0, 8, 0)],
         LayerScale(1, 1),
         cfg,
-        CpuClock(),
-        FakeMeter(),
+        clock,
+        TickMeter(clock),
         np.random.default_rng(0),
     )[0]
     e = rows[0]["energy_j"]
-    # 50 W × one iteration's time. The group is timed separately from the repeats, and on
-    # a loaded 2-core host the two differ by up to ~10x, so allow a factor of 20 either
-    # way: what must fail is reporting the whole >= 100 ms group (~100 iterations of this
-    # one-layer model, ratio ~100) instead of dividing it by the iterations it contained,
-    # or a counter read that did not move (0 J).
+    # 50 W x one iteration's time, on a clock the test controls: the group (>= 100 ms of
+    # wall time, hundreds of iterations) divided by the iterations it contained; what
+    # must fail is reporting the whole group (ratio ~100s) or a counter that did not move
+    # (None).
     ratio = e / (50.0 * rows[0]["ms"] / 1e3)
-    assert 0.05 <= ratio <= 20.0, ratio
+    assert ratio == pytest.approx(1.0, rel=1e-9), ratio
     assert e > 0 and rows[0]["power_w"] == 50.0
 
 

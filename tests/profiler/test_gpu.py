@@ -38,8 +38,9 @@ def test_cuda_event_timing_matches_the_wall_clock(device):
     wall_ms = (time.perf_counter() - t0) * 1e3 / 10
     events_ms = np.mean([sum(s) for s in segments])
     assert all(len(s) == 3 and min(s) > 0 for s in segments)
-    # Events time the GPU work alone; the wall clock adds launch and sync overhead.
-    assert 0.5 * wall_ms < events_ms <= wall_ms * 1.05
+    # Events time the GPU work inside the wall-clock window (which adds launch and sync
+    # overhead): never more than it. How much less depends on the host's load: not asserted.
+    assert 0 < events_ms <= wall_ms * 1.05
 
 
 def test_nvml_energy_counter_is_nonzero_and_increasing(device):

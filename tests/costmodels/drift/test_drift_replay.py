@@ -52,18 +52,26 @@ def test_slowed_ten_percent_drifted_with_size(table) -> None:
 
 
 def test_one_region_slowed_is_named(table) -> None:
+    """Named twice: from the data (the points that reject alone, and their extent on
+    each axis) and by the fixed band whose test rejects."""
     frame = fresh()
     long_prefill = frame["chunk"] >= 1024
     frame.loc[long_prefill, "ms"] *= 1.2
     r = replay(table, frame)
     assert r["verdict"] == "drifted"
     moved = [reg for reg in r["regions"] if reg["status"] == "drift"]
-    assert [reg["region"] for reg in moved] == ["chunk 1024+"]
-    assert moved[0]["direction"] == "slowdown"
-    assert moved[0]["factor"] == pytest.approx(1.2, abs=0.03)
-    assert r["recalibrate"] == [{"n_decode": [0, 64], "chunk": [1024, 2048], "ctx": [0, 512],
-                                 "prefix": [0, 0]}]  # fmt: skip
-    assert r["recommendation"].startswith("recalibrate chunk 1024+ (×1.1")
+    assert [reg["axis"] for reg in moved] == ["points", "chunk"]
+    found, band = moved
+    assert found["extent"]["chunk"] == [1024, 2048]  # exactly the slowed points' edge
+    # the points that reject alone (beyond ±10% on their own 20 repeats) lie in it
+    assert 0 < found["points"] <= found["points_in_extent"] == 20
+    assert band["region"] == "chunk 1024+"
+    for reg in moved:
+        assert reg["direction"] == "slowdown"
+        assert reg["factor"] == pytest.approx(1.2, abs=0.03)
+    grid = {"n_decode": [0, 64], "chunk": [1024, 2048], "ctx": [0, 512], "prefix": [0, 0]}
+    assert r["recalibrate"] == [grid, grid]
+    assert r["recommendation"].startswith("recalibrate slowdown at")
 
 
 def test_run_folder_is_checked_by_grid_box(table, tmp_path) -> None:
@@ -154,6 +162,6 @@ def test_a_median_only_table_is_checked_on_its_median() -> None:
     assert table.tail is None
     r = replay(table, fresh())
     assert r["verdict"] == "valid" and r["coverage"] is None
-    assert [t["test"] for t in r["tests"]] == ["slowdown", "speedup"]
+    assert [t["test"] for t in r["tests"] if t["scope"] == "all"] == ["slowdown", "speedup"]
     assert all(reg["coverage"] is None for reg in r["regions"])
     assert replay(table, fresh(1.2))["verdict"] == "drifted"

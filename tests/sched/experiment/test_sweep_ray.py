@@ -143,13 +143,13 @@ def test_a_ray_pool_carries_the_callers_settings_and_returns_its_exceptions(
 
 @on_ray
 def test_an_interrupted_sweep_on_ray_stops_its_tasks_at_once(cluster):
-    start = time.monotonic()
     with pytest.raises(KeyboardInterrupt), sweep_module.open_pool("ray", jobs=1) as pool:
         slow = pool.submit(time.sleep, 60)
         queued = pool.submit(pow, 3, 2)
         time.sleep(1.0)  # the sleep is running by now (the module's workers are warm)
         raise KeyboardInterrupt  # Ctrl-C in the driver
-    assert time.monotonic() - start < 30
+    # what "at once" decides: the running task was cancelled (not waited for), the
+    # queued one never sent
     assert queued.cancelled()  # never sent to Ray
     assert isinstance(slow.exception(timeout=0), cluster.exceptions.TaskCancelledError)
     assert cluster.is_initialized()  # an instance the pool joined is left running
@@ -225,10 +225,9 @@ def test_an_address_where_no_cluster_listens_is_one_line_at_once(scheme, tmp_pat
     # Ray itself retries such an address for minutes: it would look like a hang
     monkeypatch.setitem(sys.modules, "ray", _RayThatMustNotStart)
     address = f"{scheme}127.0.0.1:{_a_closed_port()}"
-    start = time.monotonic()
+    # "at once": refused before ray.init (which _RayThatMustNotStart turns into a failure)
     result = runner.invoke(app, ["compare", *GRID, "--out", str(tmp_path / "o"), "--pool", "ray",
                                  "--address", address])  # fmt: skip
-    assert time.monotonic() - start < 10
     assert result.exit_code == 2
     assert result.output == (
         f"error: no Ray cluster at {address!r}: nothing answers at "
