@@ -254,6 +254,23 @@ def _use_device(device: torch.device, threads: int | None) -> int | None:
     return chosen
 
 
+def _open_plan(
+    cfg: CalibrateConfig, store: ShardStore, requested: torch.device
+) -> tuple[dict[str, Any], torch.device]:
+    """The run's plan and device: a resumed run's as written (checked against ``cfg``),
+    or a new plan written now."""
+    if cfg.resume:
+        plan = store.read_plan()
+        _check_resume(plan, cfg, requested, store.plan_path)
+        store.clean_temporaries()
+        return plan, resolve_device(plan["device"])
+    if store.exists() or (cfg.out / "samples.parquet").exists():
+        raise InputError(f"{cfg.out}: already holds a calibration; pass --resume or another --out")
+    plan = _new_plan(cfg, requested)
+    store.write_plan(plan)
+    return plan, requested
+
+
 def _calibrate(
     cfg: CalibrateConfig,
     store: ShardStore,
@@ -262,19 +279,7 @@ def _calibrate(
     on_message: Callable[[str], None],
     on_progress: Callable[[SweepStatus], None] | None,
 ) -> CalibrationResult:
-    if cfg.resume:
-        plan = store.read_plan()
-        _check_resume(plan, cfg, requested, store.plan_path)
-        device = resolve_device(plan["device"])
-        store.clean_temporaries()
-    else:
-        if store.exists() or (cfg.out / "samples.parquet").exists():
-            raise InputError(
-                f"{cfg.out}: already holds a calibration; pass --resume or another --out"
-            )
-        device = requested
-        plan = _new_plan(cfg, device)
-        store.write_plan(plan)
+    plan, device = _open_plan(cfg, store, requested)
     if cfg.device == "auto":
         on_message(f"device: {device} ({'CUDA' if device.type == 'cuda' else 'no CUDA device'})")
 

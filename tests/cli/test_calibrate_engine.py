@@ -79,9 +79,11 @@ def test_resume_of_a_servecal_run_with_engine_vllm_is_refused(
 ) -> None:
     shards = tmp_path / "cal" / "shards"
     shards.mkdir(parents=True)
-    from servecal.profiler.shards import PLAN_SCHEMA
+    from servecal.profiler.shards import PLAN_KEYS, PLAN_SCHEMA
 
-    (shards / "plan.json").write_text(json.dumps({"schema": PLAN_SCHEMA, "points": []}))
+    # a whole servecal plan (every key a resume reads), but no "engine": "vllm"
+    plan = {k: 0 for k in PLAN_KEYS} | {"schema": PLAN_SCHEMA, "shape": {}, "points": []}
+    (shards / "plan.json").write_text(json.dumps(plan))
     args = ["--engine", "vllm", "--server-python", sys.executable, "--resume",
             "--out", str(tmp_path / "cal")]  # fmt: skip
     _fails(args, "not started with --engine vllm", monkeypatch)
