@@ -43,15 +43,19 @@ from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     from servecal.sched.result import RunResult
+    from servecal.sched.speculative import SpeculativeConfig
 
 
 @dataclass(frozen=True)
 class EngineConfig:
     """``kv_capacity``: ``M`` in tokens (default ≈ an 8B model's KV on an 80 GB GPU at
-    128 KiB/token). ``horizon_ms``: stop the run then (``None``: when all are done)."""
+    128 KiB/token). ``horizon_ms``: stop the run then (``None``: when all are done).
+    ``speculative``: decode with ``k`` draft tokens verified per step
+    (:mod:`servecal.sched.speculative`; ``None``: one token per decode per step)."""
 
     kv_capacity: int = 500_000
     horizon_ms: float | None = None
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1:
@@ -135,6 +139,13 @@ class Engine:
         self._horizon = self._config.horizon_ms
         self._plan = policy.plan
         self.policy_name = policy_name or type(policy).__name__
+        self._spec = self._config.speculative
+        if self._spec is not None:  # a decode verifies k + 1 tokens: priced so
+            from servecal.sched import speculative
+
+            draft = speculative.load_draft(self._spec)
+            predictor = speculative.SpeculativePredictor(predictor, self._spec, draft)
+            executor = speculative.SpeculativeExecutor(executor, self._spec, draft)
         self.predictor = predictor
         self.executor = executor
         observers = list(observers)
@@ -201,13 +212,20 @@ class Engine:
         while self._next < len(pending) and pending[self._next].arrival_ms <= now:
             req = pending[self._next]
             self._next += 1
-            live = LiveRequest(req, s.clock)
+            live = self._live(req)
             s.live[req.rid] = live
             if req.prompt_tokens + req.output_tokens - 1 > limit:
                 live.reject()  # can never fit, whatever the policy does
                 continue
             s.waiting[req.rid] = live
             s.arrived.append(req.rid)
+
+    def _live(self, req: Request) -> LiveRequest:
+        if self._spec is None:
+            return LiveRequest(req, self.state.clock)
+        from servecal.sched.speculative import SpeculativeRequest
+
+        return SpeculativeRequest(req, self.state.clock, self._spec)
 
     # -- plan execution ---------------------------------------------------------------
     def fail(self, what: str) -> PlanError:
@@ -243,6 +261,7 @@ class Engine:
         if n_decode == 0 and chunk == 0:
             return self._idle()
         prefix = prefix_weighted / chunk if chunk else 0.0
+        before = self._tokens_before(plan, chunks) if self._spec is not None else None
         start = s.now_ms
         duration, energy = self.executor.execute(n_decode, chunk, ctx, prefix, start)
         if not duration > 0:
@@ -261,7 +280,7 @@ class Engine:
         s.kv_used += n_decode + chunk
         s.kv_ready += n_decode
         for live in starting:
-            self._start_streak(live, idx, live.tokens_out + 1)
+            self._start_streak(live, idx, live.steps_out + 1)
         for live, tokens in chunks:
             if live.add_prefill(tokens):
                 self._prefill_done(live, idx, now)
@@ -270,7 +289,37 @@ class Engine:
             for live in done:
                 if live.finishes_in(idx):
                     self._finish(live, now)
+        if before is not None:
+            self._speculative_accounting(before)
         return True
+
+    def _tokens_before(
+        self, plan: Plan, chunks: list[tuple[LiveRequest, int]]
+    ) -> list[tuple[LiveRequest, int]]:
+        """Speculative decoding: the requests that may emit tokens this step, with
+        their tokens so far (a step delivers a drawn number of tokens per request)."""
+        s = self.state
+        if plan.decode is None:
+            lives = [x for x in s.ready.values() if not x.parked]
+        else:
+            lives = [s.ready[rid] for rid in plan.decode]
+        lives.extend(live for live, _ in chunks)
+        return [(live, live.tokens_out) for live in lives]
+
+    def _speculative_accounting(self, before: list[tuple[LiveRequest, int]]) -> None:
+        """Speculative decoding: log the tokens delivered and drafts accepted this
+        step, and recount the KV from the requests (O(n) a step, this mode only)."""
+        s = self.state
+        delivered = emitted = 0
+        for live, tokens in before:
+            got = live.tokens_out - tokens
+            delivered += got
+            emitted += got > 0
+        extra = self.log.extra
+        extra.setdefault("tokens_delivered", []).append(delivered)
+        extra.setdefault("drafts_accepted", []).append(delivered - emitted)
+        s.kv_ready = sum(live.kv_tokens for live in s.ready.values())
+        s.kv_used = sum(live.kv_tokens for live in s.running.values())
 
     def _idle(self) -> bool:
         """The plan runs nothing: wait for the next arrival, or break a memory deadlock."""
@@ -341,10 +390,10 @@ class Engine:
         heappush(s.sync_heap, (live.tpot_slo_ms, live.rid, version))
         if len(s.sync_heap) > 4 * s.n_ready + 64:
             self._compact_heaps()
-        if tokens >= live.output_tokens:
+        if tokens >= live.output_steps:
             self._finish(live, s.now_ms)
         else:
-            self._finish_at.setdefault(idx + live.output_tokens - tokens, []).append(live)
+            self._finish_at.setdefault(idx + live.output_steps - tokens, []).append(live)
 
     def _prefill_done(self, live: LiveRequest, idx: int, now: float) -> None:
         s = self.state
@@ -354,7 +403,7 @@ class Engine:
         s.n_ready += 1
         s.kv_ready += live.prefilled
         s.prefilled.append(live.rid)
-        self._start_streak(live, idx, live.tokens_out + 1)
+        self._start_streak(live, idx, live.steps_out + 1)
 
     def _leave_ready(self, live: LiveRequest) -> int:
         """Take a ready request out of the decode set; return the KV it held."""

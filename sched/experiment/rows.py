@@ -33,7 +33,13 @@ ROW_KEYS = (
 #: Metrics whose spread over seeds a row carries.
 SPREAD_KEYS = ("goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms")
 #: Counters a row carries when the backend reports them (the operator driver).
-COUNTER_KEYS = ("wakeups", "parked_batches", "p99_blocking_ms", "max_operator_ms")
+COUNTER_KEYS = (
+    "wakeups",
+    "parked_batches",
+    "p99_blocking_ms",
+    "max_operator_ms",
+    "tokens_per_decode",  # speculative decoding only
+)
 #: Max-goodput keys a row carries when a search ran.
 GOODPUT_KEYS = (
     "max_goodput",

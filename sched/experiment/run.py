@@ -85,6 +85,17 @@ def _simulated_executor(spec: RunSpec, rng: np.random.Generator, requests: list[
     return PricedExecutor(executor, load_power_model(spec.power))
 
 
+def _speculative(spec: RunSpec, rng: np.random.Generator) -> Any:
+    """The run's speculative decoding, its acceptance streams seeded from the executor
+    stream's seed sequence (read, not drawn: the executor's noise is unchanged)."""
+    if spec.speculative is None:
+        return None
+    from servecal.sched.speculative import parse_speculative
+
+    seed = int(rng.bit_generator.seed_seq.generate_state(1)[0])  # type: ignore[attr-defined]
+    return parse_speculative(spec.speculative).seeded(seed)
+
+
 def _on_engine(
     spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
 ) -> RunResult:
@@ -96,7 +107,7 @@ def _on_engine(
         spec.policy.build(ENGINE),
         predictor,
         _simulated_executor(spec, rng, requests),
-        EngineConfig(kv_capacity=spec.kv_capacity),
+        EngineConfig(kv_capacity=spec.kv_capacity, speculative=_speculative(spec, rng)),
         observers=observers,
         policy_name=spec.policy.label,
     )

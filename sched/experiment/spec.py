@@ -99,6 +99,8 @@ class RunSpec:
     * ``backend``: ``engine``, ``operator-driver`` or ``torch``; ``setting``:
       ``colocated`` or ``prefill`` (operator driver only); ``kv_capacity`` tokens;
       ``driver``/``torch``: that backend's options (``None`` for the others).
+    * ``speculative``: ``k=N,accept=P[/P...][,draft=TABLE]`` decodes with speculative
+      decoding (engine backend only; :mod:`servecal.sched.speculative`); ``None``: off.
     * ``monitor``: attach the drift monitor; ``adaptive_margin``: plan with margins
       it adapts online.
     """
@@ -123,6 +125,7 @@ class RunSpec:
     adaptive_margin: bool = False
     driver: DriverOptions | None = None
     torch: TorchOptions | None = field(default=None)
+    speculative: str | None = None
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -143,6 +146,7 @@ class RunSpec:
             raise ValueError("kv_capacity must be >= 1")
         if not (self.prompt_scale > 0 and self.ttft_scale > 0):
             raise ValueError("prompt_scale and ttft_scale must be > 0")
+        _check_speculative(self.speculative, self.backend)
 
     @property
     def slos(self) -> tuple[str, ...]:
@@ -170,7 +174,20 @@ class RunSpec:
         doc["policy_label"] = self.policy.label  # name + the options given, as rows say
         doc["policy_options"] = self.policy.resolve().describe()
         doc["seeds"] = list(self.seeds)
+        if doc["speculative"] is None:  # run.json as before speculative decoding
+            del doc["speculative"]
         return doc
+
+
+def _check_speculative(text: str | None, backend: str) -> None:
+    """``--speculative`` parses and runs on the engine (a bad value is one line)."""
+    if text is None:
+        return
+    from servecal.sched.speculative import parse_speculative
+
+    parse_speculative(text)
+    if backend != ENGINE:
+        raise ValueError("--speculative runs on the engine backend only")
 
 
 def choose_backend(policy: PolicySpec, setting: str, requested: str | None = None) -> str:

@@ -16,7 +16,13 @@ from servecal.commands._common import (
     user_errors,
     writes_folder,
 )
-from servecal.commands._runs import FORCE_HELP, POWER_HELP, PREDICTOR_HELP, TRUTH_HELP
+from servecal.commands._runs import (
+    FORCE_HELP,
+    POWER_HELP,
+    PREDICTOR_HELP,
+    SPECULATIVE_HELP,
+    TRUTH_HELP,
+)
 
 #: TPOT targets (ms) when none are given and some workload needs one (docs/spec.md §1's).
 DEFAULT_TARGETS = (10.0, 25.0, 50.0)
@@ -88,6 +94,7 @@ def compare_command(
     predictor: str = typer.Option(None, help=PREDICTOR_HELP),
     power: str = typer.Option(None, help=POWER_HELP),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
+    speculative: str = typer.Option(None, "--speculative", help=SPECULATIVE_HELP),
     jobs: int = typer.Option(
         None,
         min=1,
@@ -155,7 +162,8 @@ def compare_command(
     driver = driver_options(granularity, scheduling)
     shared = {"setting": setting, "requests": requests, "seeds": seeds, "truth": truth,
               "predictor": predictor, "kv_tokens": kv_tokens,
-              "slo_classes": slo_classes, "power": power}  # fmt: skip
+              "slo_classes": slo_classes, "power": power,
+              "speculative": speculative}  # fmt: skip
     specs = []
     for target in targets:
         for w in names_w:

@@ -21,6 +21,7 @@ from servecal.commands._runs import (
     POLICY_OPT_HELP,
     POWER_HELP,
     PREDICTOR_HELP,
+    SPECULATIVE_HELP,
     TRUTH_HELP,
 )
 
@@ -42,6 +43,7 @@ SUMMARY_KEYS = (
     "recomputes",
     "parks",
     "decision_us_median",
+    "tokens_per_decode",  # speculative decoding only
     "online",
     "wakeups",
     "parked_batches",
@@ -76,6 +78,7 @@ def simulate_command(
     power: str = typer.Option(None, help=POWER_HELP),
     drift: str = typer.Option(None, help="AT:FACTOR[:n=LO-HI,c=LO-HI], e.g. 60s:1.10"),
     kv_tokens: int = typer.Option(500_000, min=1, help="KV capacity M in tokens."),
+    speculative: str = typer.Option(None, "--speculative", help=SPECULATIVE_HELP),
     max_goodput: bool = typer.Option(False, "--max-goodput", help="Also search the max goodput."),
     rate_range: str = typer.Option(
         None, help="With --max-goodput: LO:HI[:CAP] req/s to start from [default: 1:200]."
@@ -150,6 +153,7 @@ def simulate_command(
         adaptive_margin=adaptive_margin,
         driver=driver_options(granularity, scheduling),
         torch=torch,
+        speculative=speculative,
     )
     if chosen == TORCH and truth is not None:
         raise InputError("--truth is the simulated executor's; drop it with --backend torch")
