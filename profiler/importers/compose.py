@@ -82,6 +82,8 @@ def compose_row(source: OperatorSource, shape: ModelShape, point: Point) -> dict
         "op_embed_ms": source.embed_ms(tokens),
         "op_head_ms": source.head_ms(n + (1 if c else 0)),
     }
+    if shape.is_moe:  # expert parallelism's all-to-all, per layer (dense rows: no column)
+        parts["op_a2a_ms"] = layers * _all_to_all_ms(source, tokens, c == 0)
     return {
         "n_decode": n,
         "chunk": c,
@@ -127,4 +129,12 @@ def compose_step(
         "op_embed_ms": source.embed_ms(tokens),
         "op_head_ms": source.head_ms(n_decode + len(chunks)),
     }
+    if shape.is_moe:
+        parts["op_a2a_ms"] = layers * _all_to_all_ms(source, tokens, not chunks)
     return {"ms": sum(parts.values()), **parts}
+
+
+def _all_to_all_ms(source: OperatorSource, tokens: int, decode_only: bool) -> float:
+    """One MoE layer's dispatch + combine, from a source that prices it (else 0)."""
+    price = getattr(source, "all_to_all_ms", None)
+    return 0.0 if price is None else float(price(tokens, decode_only))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -26,6 +27,9 @@ def import_profile(
     path: Path = typer.Argument(..., help="Profile folder (or a file in it)."),
     model: str = typer.Option(..., help="Shape name (llama-3-8b, ...) or a .json/.toml file."),
     tp: int = typer.Option(1, help="Tensor-parallel degree (per-GPU share of the model)."),
+    ep: int = typer.Option(
+        None, help="Expert-parallel size of a MoE shape (aiconfigurator) [default: the shape's]."
+    ),
     out: Path = typer.Option(Path("samples.parquet"), help="Samples file to write."),
     grid: str = typer.Option(
         None, help="JSON/TOML grid file (default: the import grid, chunks up to 16,384)."
@@ -82,7 +86,7 @@ def import_profile(
         if engine_overhead is None:
             raise InputError("--overhead-out needs --engine-overhead")
         writable_file(overhead_out, "--overhead-out")
-    shape = ModelShape.resolve(model)
+    shape = _with_ep(ModelShape.resolve(model), ep)
     comm = CommOptions(backend=comm_backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
     frame, provenance = run(
         kind,
@@ -101,6 +105,8 @@ def import_profile(
         f"wrote {out}: {len(frame)} rows ({shape.name}, TP {tp}, {kind}; medians, rep 0; "
         f"{provenance['extrapolated_reads']} reads beyond the profiled sizes)"
     )
+    if shape.is_moe:
+        typer.echo(f"experts: {shape.moe_label}; all-to-all: {provenance['moe_all_to_all']}")
     if tp > 1:
         table = provenance["collective_table"] or "none"
         typer.echo(f"all-reduces: {table} ({provenance['collective_backend']})")
@@ -121,3 +127,17 @@ def import_profile(
         if overhead_out is not None:
             HostOverhead(**params).write(overhead_out)
             typer.echo(f"wrote {overhead_out}")
+
+
+def _with_ep(shape: Any, ep: int | None) -> Any:
+    """``shape`` at expert-parallel size ``ep`` (unchanged without one)."""
+    if ep is None:
+        return shape
+    if not shape.is_moe:
+        raise InputError(f"--ep {ep}: {shape.name} is not a MoE shape")
+    from dataclasses import replace
+
+    try:
+        return replace(shape, ep=ep)
+    except ValueError as exc:
+        raise InputError(f"--ep {ep}: {exc}") from None
