@@ -119,7 +119,7 @@ class Config:
 
 def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> ClusterSpec:
     h = config.hardware
-    replica = ReplicaSpec(config.policy, h.truth, h.predictor, h.kv_capacity, h.name)
+    replica = ReplicaSpec(config.policy, h.truth, h.predictor, h.kv_capacity, h.name, h.speculative)
     return ClusterSpec(
         space.workload,
         (replica,) * n,

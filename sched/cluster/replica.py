@@ -149,14 +149,16 @@ def replica_engine(
     kv_capacity: int,
     policy_name: str,
     observers: tuple[Any, ...] = (),
+    speculative: Any = None,
 ) -> ReplicaEngine:
-    """An empty replica engine (requests come from the router)."""
+    """An empty replica engine (requests come from the router); ``speculative``: a
+    :class:`~servecal.sched.speculative.SpeculativeConfig` or ``None``."""
     return ReplicaEngine(
         [],
         policy,
         predictor,
         executor,
-        EngineConfig(kv_capacity=kv_capacity),
+        EngineConfig(kv_capacity=kv_capacity, speculative=speculative),
         observers=observers,
         policy_name=policy_name,
     )

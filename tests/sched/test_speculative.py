@@ -149,3 +149,34 @@ def test_a_speculative_run_is_a_pure_function_of_spec_and_seed():
     a, b = ex.run(spec, 1), ex.run(spec, 1)
     assert np.array_equal(a.iteration_columns["duration_ms"], b.iteration_columns["duration_ms"])
     assert np.array_equal(a.request_columns["tpot_p99_ms"], b.request_columns["tpot_p99_ms"])
+
+
+PLAN = (
+    '[workload]\nname = "chat"\nrate = 20\nrequests = 60\ntpot_slo_ms = 25\n'
+    '[search]\nreplicas = [1, 2]\npolicies = ["sloweave"]\nrouters = ["round-robin"]\n'
+    '[[device]]\nname = "A100"\nprice_per_gpu_hour = 2.0\n'
+    '[[device.tp]]\nsize = 1\nfleet = "A100x1"\n'
+)
+
+
+def test_a_plan_file_runs_replicas_that_decode_speculatively(tmp_path):
+    from servecal.sched.cluster.planner import Config, ReplicaSearch, cluster_spec
+    from servecal.sched.cluster.space import load_space
+    from servecal.util.errors import InputError
+
+    path = tmp_path / "plan.toml"
+    path.write_text(PLAN + 'speculative = "k=3,accept=0.8"\n')
+    space = load_space(path)
+    (hardware,) = space.hardware
+    assert hardware.speculative == "k=3,accept=0.8" and hardware.name == "A100x1+spec"
+    config = Config(0, hardware, space.policies[0], space.routers[0], ReplicaSearch(1, 2))
+    spec = cluster_spec(space, config, 2, 20.0)
+    assert spec.describe()["replicas"][0]["speculative"] == "k=3,accept=0.8"
+    result = ex.run(spec, 0)
+    assert result.iteration_columns["drafts_accepted"].sum() > 0
+    assert (
+        result.request_columns["tokens_out"].sum() == result.request_columns["output_tokens"].sum()
+    )
+    path.write_text(PLAN + 'speculative = "k=3"\n')
+    with pytest.raises(InputError, match="device\\[0\\].tp\\[0\\].speculative"):
+        load_space(path)
