@@ -140,6 +140,7 @@ class Engine:
         self._plan = policy.plan
         self.policy_name = policy_name or type(policy).__name__
         self._spec = self._config.speculative
+        observing = predictor  # hooked unwrapped: an observer passed in is fed once
         if self._spec is not None:  # a decode verifies k + 1 tokens: priced so
             from servecal.sched import speculative
 
@@ -149,7 +150,7 @@ class Engine:
         self.predictor = predictor
         self.executor = executor
         observers = list(observers)
-        for hooked in (predictor, policy):
+        for hooked in (observing, policy):
             if callable(getattr(hooked, "observe", None)) and hooked not in observers:
                 observers.append(hooked)  # type: ignore[arg-type]
         self.observers: tuple[Observer, ...] = tuple(observers)
