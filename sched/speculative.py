@@ -23,7 +23,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -224,7 +223,3 @@ def load_draft(config: SpeculativeConfig) -> Any:
     from servecal.costmodels.table import CostTable
 
     return CostTable.load(config.draft)
-
-
-def mean_tokens_per_step(delivered: int, steps: int) -> float:
-    return delivered / steps if steps else math.nan

@@ -180,3 +180,29 @@ def test_a_plan_file_runs_replicas_that_decode_speculatively(tmp_path):
     path.write_text(PLAN + 'speculative = "k=3"\n')
     with pytest.raises(InputError, match="device\\[0\\].tp\\[0\\].speculative"):
         load_space(path)
+
+
+def test_a_separate_drafter_adds_its_k_passes_to_every_decode_step():
+    from pathlib import Path
+
+    from servecal.costmodels.table import CostTable
+
+    draft_path = Path(__file__).parents[2] / "sched" / "data" / "device_a100_fitted.json"
+    draft = CostTable.load(draft_path)
+    k = 3
+    spec = SpeculativeConfig(k, (1.0,), draft=str(draft_path))
+    out = 1 + (k + 1) * 2
+    run = _run([req(0, prompt=100, out=out)], spec)
+    it = run.iteration_columns
+    decodes = it["n_decode"] > 0
+    ctx = it["ctx"][decodes]
+    expected = [T.predict(k + 1, 0, c, 0.0) + k * draft.predict(1, 0, c, 0.0, q=0.5) for c in ctx]
+    assert it["duration_ms"][decodes] == pytest.approx(expected)
+    # the planning side prices the drafter too, so SLOWeave's chunk shrinks by its cost
+    wrapped = SpeculativePredictor(T, spec, draft)
+    assert wrapped.predict(2, 0, 500.0, 0.0) == pytest.approx(
+        T.predict(2 * (k + 1), 0, 500.0, 0.0) + k * draft.predict(2, 0, 500.0, 0.0, q=0.5)
+    )
+    assert wrapped.max_chunk(2, 500.0, 0, 12.0, 4096) < SpeculativePredictor(T, spec).max_chunk(
+        2, 500.0, 0, 12.0, 4096
+    )
