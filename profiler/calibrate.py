@@ -171,6 +171,11 @@ def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
         raise InputError(f"--layers {layers}: {shape.name} has only {shape.n_layers} layers")
     tp = cfg.tp or 1
     shape.check_tp(tp)
+    if shape.is_moe and tp > 1:
+        raise InputError(
+            f"{shape.name}: a MoE shape calibrates at --tp 1 (expert parallelism is the "
+            "shape's ep, emulated on one process); MoE at TP > 1 is not built"
+        )
     if tp > 1:
         if (cfg.kv_layout or "contiguous") != "contiguous":
             raise InputError(f"--kv-layout {cfg.kv_layout}: --tp > 1 runs the contiguous layout")

@@ -122,6 +122,7 @@ def fingerprint(
         "model": model.shape.name,
         "model_shape": model.shape.to_dict(),
         "model_hash": model.shape.hash,
+        **({"moe": model.shape.moe_label} if model.shape.is_moe else {}),
         "dtype": str(model.dtype).removeprefix("torch."),
         "kv_dtype": str(model.dtype).removeprefix("torch."),  # its KV pool's: the model's
         "attention_backend": backend,

@@ -36,6 +36,7 @@ from torch import nn
 
 from servecal.profiler.collective import SINGLE_DEVICE, Collective
 from servecal.profiler.kv import DecodeGroup, IterationBatch, PrefillSegment
+from servecal.profiler.moe import MoEMLP
 from servecal.profiler.oom import is_out_of_memory
 from servecal.profiler.shapes import ModelShape
 from servecal.util.errors import InputError
@@ -155,8 +156,12 @@ class DecoderLayer(nn.Module):
         self.wqkv = nn.Linear(hidden, shape.q_dim + 2 * shape.kv_dim, bias=False, **factory)
         self.wo = nn.Linear(shape.q_dim, hidden, bias=False, **factory)
         self.mlp_norm = RMSNorm(hidden, eps, **factory)
-        self.w_gate_up = nn.Linear(hidden, 2 * shape.intermediate, bias=False, **factory)
-        self.w_down = nn.Linear(shape.intermediate, hidden, bias=False, **factory)
+        self.moe: MoEMLP | None = None
+        if shape.is_moe:  # router + experts instead of one MLP (profiler/moe.py)
+            self.moe = MoEMLP(shape, **factory)
+        else:
+            self.w_gate_up = nn.Linear(hidden, 2 * shape.intermediate, bias=False, **factory)
+            self.w_down = nn.Linear(shape.intermediate, hidden, bias=False, **factory)
 
     def qkv(
         self, x: torch.Tensor, ictx: IterationContext
@@ -233,7 +238,9 @@ class DecoderLayer(nn.Module):
         return out[0].transpose(0, 1).reshape(seg.chunk, -1)
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
-        """MLP half (SwiGLU): returns ``x + mlp``."""
+        """MLP half (SwiGLU, or the MoE block): returns ``x + mlp``."""
+        if self.moe is not None:
+            return x + self.reduce(self.moe(self.mlp_norm(x)))
         gate, up = self.w_gate_up(self.mlp_norm(x)).chunk(2, dim=-1)
         return x + self.reduce(self.w_down(F.silu(gate) * up))
 

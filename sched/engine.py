@@ -44,6 +44,7 @@ from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     from servecal.sched.result import RunResult
+    from servecal.sched.speculative import SpeculativeConfig
 
 
 @dataclass(frozen=True)
@@ -51,17 +52,26 @@ class EngineConfig:
     """``kv_capacity``: ``M`` in tokens (default ≈ an 8B model's KV on an 80 GB GPU at
     128 KiB/token). ``horizon_ms``: stop the run then (``None``: when all are done).
     ``prefix_cache``: a KV block cache of prompt prefixes (docs/prefix_cache.md) for
-    requests that carry ``block_ids``; ``None``: every prompt is prefilled whole."""
+    requests that carry ``block_ids``; ``None``: every prompt is prefilled whole.
+    ``speculative``: decode with ``k`` draft tokens verified per step
+    (:mod:`servecal.sched.speculative`; ``None``: one token per decode per step).
+    The two are not modelled together (refused)."""
 
     kv_capacity: int = 500_000
     horizon_ms: float | None = None
     prefix_cache: PrefixCacheConfig | None = None
+    speculative: SpeculativeConfig | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1:
             raise ValueError("EngineConfig.kv_capacity must be >= 1")
         if self.horizon_ms is not None and not self.horizon_ms > 0:
             raise ValueError("EngineConfig.horizon_ms must be > 0")
+        if self.prefix_cache is not None and self.speculative is not None:
+            raise ValueError(
+                "speculative decoding with the prefix cache is not modelled yet: "
+                "pass --prefix-cache off with --speculative"
+            )
 
 
 #: Per-iteration fields the hot loop records, in tuple order.
@@ -156,10 +166,18 @@ class Engine:
         self._horizon = self._config.horizon_ms
         self._plan = policy.plan
         self.policy_name = policy_name or type(policy).__name__
+        self._spec = self._config.speculative
+        observing = predictor  # hooked unwrapped: an observer passed in is fed once
+        if self._spec is not None:  # a decode verifies k + 1 tokens: priced so
+            from servecal.sched import speculative
+
+            draft = speculative.load_draft(self._spec)
+            predictor = speculative.SpeculativePredictor(predictor, self._spec, draft)
+            executor = speculative.SpeculativeExecutor(executor, self._spec, draft)
         self.predictor = predictor
         self.executor = executor
         observers = list(observers)
-        for hooked in (predictor, policy):
+        for hooked in (observing, policy):
             if callable(getattr(hooked, "observe", None)) and hooked not in observers:
                 observers.append(hooked)  # type: ignore[arg-type]
         self.observers: tuple[Observer, ...] = tuple(observers)
@@ -225,7 +243,7 @@ class Engine:
         while self._next < len(pending) and pending[self._next].arrival_ms <= now:
             req = pending[self._next]
             self._next += 1
-            live = LiveRequest(req, s.clock)
+            live = self._live(req)
             s.live[req.rid] = live
             if req.prompt_tokens + req.output_tokens - 1 > limit:
                 live.reject()  # can never fit, whatever the policy does
@@ -234,6 +252,13 @@ class Engine:
             s.arrived.append(req.rid)
             if self._keys and req.rid in self._keys:
                 self._lookup(live)
+
+    def _live(self, req: Request) -> LiveRequest:
+        if self._spec is None:
+            return LiveRequest(req, self.state.clock)
+        from servecal.sched.speculative import SpeculativeRequest
+
+        return SpeculativeRequest(req, self.state.clock, self._spec)
 
     # -- plan execution ---------------------------------------------------------------
     def fail(self, what: str) -> PlanError:
@@ -269,6 +294,7 @@ class Engine:
         if n_decode == 0 and chunk == 0:
             return self._idle()
         prefix = prefix_weighted / chunk if chunk else 0.0
+        before = self._tokens_before(plan, chunks) if self._spec is not None else None
         start = s.now_ms
         duration, energy = self.executor.execute(n_decode, chunk, ctx, prefix, start)
         if not duration > 0:
@@ -290,7 +316,7 @@ class Engine:
         if cache is not None and cache.cached_tokens > s.kv_capacity - s.kv_used:
             cache.fit(s.kv_capacity - s.kv_used)  # the iteration's new KV takes cached room
         for live in starting:
-            self._start_streak(live, idx, live.tokens_out + 1)
+            self._start_streak(live, idx, live.steps_out + 1)
         for live, tokens in chunks:
             if live.add_prefill(tokens):
                 self._prefill_done(live, idx, now)
@@ -299,7 +325,37 @@ class Engine:
             for live in done:
                 if live.finishes_in(idx):
                     self._finish(live, now)
+        if before is not None:
+            self._speculative_accounting(before)
         return True
+
+    def _tokens_before(
+        self, plan: Plan, chunks: list[tuple[LiveRequest, int]]
+    ) -> list[tuple[LiveRequest, int]]:
+        """Speculative decoding: the requests that may emit tokens this step, with
+        their tokens so far (a step delivers a drawn number of tokens per request)."""
+        s = self.state
+        if plan.decode is None:
+            lives = [x for x in s.ready.values() if not x.parked]
+        else:
+            lives = [s.ready[rid] for rid in plan.decode]
+        lives.extend(live for live, _ in chunks)
+        return [(live, live.tokens_out) for live in lives]
+
+    def _speculative_accounting(self, before: list[tuple[LiveRequest, int]]) -> None:
+        """Speculative decoding: log the tokens delivered and drafts accepted this
+        step, and recount the KV from the requests (O(n) a step, this mode only)."""
+        s = self.state
+        delivered = emitted = 0
+        for live, tokens in before:
+            got = live.tokens_out - tokens
+            delivered += got
+            emitted += got > 0
+        extra = self.log.extra
+        extra.setdefault("tokens_delivered", []).append(delivered)
+        extra.setdefault("drafts_accepted", []).append(delivered - emitted)
+        s.kv_ready = sum(live.kv_tokens for live in s.ready.values())
+        s.kv_used = sum(live.kv_tokens for live in s.running.values())
 
     def _idle(self) -> bool:
         """The plan runs nothing: wait for the next arrival, or break a memory deadlock."""
@@ -375,10 +431,10 @@ class Engine:
         heappush(s.sync_heap, (live.tpot_slo_ms, live.rid, version))
         if len(s.sync_heap) > 4 * s.n_ready + 64:
             self._compact_heaps()
-        if tokens >= live.output_tokens:
+        if tokens >= live.output_steps:
             self._finish(live, s.now_ms)
         else:
-            self._finish_at.setdefault(idx + live.output_tokens - tokens, []).append(live)
+            self._finish_at.setdefault(idx + live.output_steps - tokens, []).append(live)
 
     def _prefill_done(self, live: LiveRequest, idx: int, now: float) -> None:
         s = self.state
@@ -390,7 +446,7 @@ class Engine:
         s.prefilled.append(live.rid)
         if self._keys and live.rid in self._keys:
             self._share_prompt(live)
-        self._start_streak(live, idx, live.tokens_out + 1)
+        self._start_streak(live, idx, live.steps_out + 1)
 
     def _leave_ready(self, live: LiveRequest) -> int:
         """Take a ready request out of the decode set; return the KV it held."""

@@ -199,6 +199,19 @@ class LiveRequest:
         return self._tok
 
     @property
+    def steps_out(self) -> int:
+        """Steps that emitted its tokens: ``tokens_out`` (one token a step) unless a
+        subclass delivers several a step (speculative decoding)."""
+        if self._streaking:
+            return self._tok + (self._clock.last_iter - self._sync_iter)
+        return self._tok
+
+    @property
+    def output_steps(self) -> int:
+        """Steps it takes to emit every output token (its output tokens here)."""
+        return self.request.output_tokens
+
+    @property
     def kv_tokens(self) -> int:
         """KV cache tokens held now."""
         if self._phase == Phase.READY:
@@ -342,7 +355,7 @@ class LiveRequest:
         """It stops decoding: freeze its token count and ℓ_i (``last_ms``)."""
         if self._streaking:
             self._streaks.append((self._sync_iter, self._clock.last_iter))
-            self._tok = self.tokens_out
+            self._tok = self.steps_out
             self._streaking = False
             self._last_ms = last_ms
 

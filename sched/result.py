@@ -159,6 +159,14 @@ def _gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray) -> np.ndar
     return np.concatenate(parts)
 
 
+def _token_gaps(live: LiveRequest, ends: np.ndarray, durations: np.ndarray) -> np.ndarray:
+    """Inter-token gaps: the gaps between its steps, split over the tokens a step
+    delivers when it delivers several (speculative decoding)."""
+    gaps = _gaps(live, ends, durations)
+    split = getattr(live, "token_gaps", None)
+    return gaps if split is None else split(gaps)
+
+
 def append_request_row(
     rows: dict[str, list[Any]],
     req: Request,
@@ -214,7 +222,7 @@ def _request_rows(engine: Engine) -> dict[str, list[Any]]:
             first_ms=live.first_token_ms,
             done_ms=live.completion_ms,
             tokens_out=live.tokens_out,
-            gaps=_gaps(live, ends, durations),
+            gaps=_token_gaps(live, ends, durations),
             recomputes=live.recomputes,
             parks=live.parks,
             slo_exception=live.slo_exception,
@@ -283,8 +291,19 @@ def build_result(engine: Engine) -> RunResult:
         plan_calls=engine.state.plan_calls,
         energy_source=getattr(engine.executor, "energy_source", "none"),
         observers=summaries,
-        counters=counters,
+        counters={**counters, **_speculative(engine)},
     )
+
+
+def _speculative(engine: Engine) -> dict[str, float]:
+    """Speculative decoding's counters: drafts accepted and tokens delivered per
+    decode step (a request's step), over the run; nothing without it."""
+    accepted = engine.log.extra.get("drafts_accepted")
+    if accepted is None:
+        return {}
+    decodes = sum(row[2] for row in engine.log.rows)
+    per = sum(accepted) / decodes if decodes else math.nan
+    return {"accepted_per_decode": per, "tokens_per_decode": 1.0 + per}
 
 
 def beyond_grid_counts(predictor: Any) -> dict[str, int] | None:

@@ -35,6 +35,7 @@ from servecal.profiler.importers import collective
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.csvfile import read_profile_csv
 from servecal.profiler.importers.interp import ExtrapolationLog, Series, bracket
+from servecal.profiler.importers.moe_ops import MoEOperators
 from servecal.profiler.importers.pointwise import PointwiseModel, device_key
 from servecal.profiler.shapes import ModelShape
 from servecal.util.errors import InputError
@@ -127,6 +128,8 @@ class AiConfiguratorSource:
             raise InputError(f"{folder}: no context-attention rows with batch_size 1")
         self._prefill = Series.from_pairs(ctx["isl"], ctx["latency"])
         self.device = str(gemm["device"].iloc[0]) if "device" in gemm.columns else None
+        # a MoE shape's MLP: the router GEMM and the moe operator (importers/moe_ops.py)
+        self.moe = MoEOperators(folder, shape, log) if shape.is_moe else None
         self.pointwise: PointwiseModel | None = None
         if pointwise:
             name = pointwise_device or self.device
@@ -191,10 +194,17 @@ class AiConfiguratorSource:
         s, hd = self.shape, self.shape.head_dim
         qkv = self.gemm_ms(tokens, (self.heads + 2 * self.kv_heads) * hd, s.hidden)
         out = self.gemm_ms(tokens, s.hidden, self.heads * hd)
+        other = self.pointwise.layer_ms(tokens) if self.pointwise is not None else 0.0
+        if self.moe is not None:
+            router = self.gemm_ms(tokens, s.experts, s.hidden)
+            return qkv + out + router + self.moe.experts_ms(tokens), other
         gate_up = self.gemm_ms(tokens, 2 * s.intermediate // self.tp, s.hidden)
         down = self.gemm_ms(tokens, s.hidden, s.intermediate // self.tp)
-        other = self.pointwise.layer_ms(tokens) if self.pointwise is not None else 0.0
         return qkv + out + gate_up + down, other
+
+    def all_to_all_ms(self, tokens: int, decode_only: bool) -> float:
+        """A MoE layer's expert-parallel dispatch + combine (0 for a dense shape, EP 1)."""
+        return 0.0 if self.moe is None else self.moe.all_to_all_ms(tokens, decode_only)
 
     def decode_attention_ms(self, n: int, ctx: int) -> float:
         step = max(ctx, 1)
@@ -264,5 +274,6 @@ class AiConfiguratorSource:
             ]
             + (["tensor-parallel logits gather: not profiled (0)"] if self.tp > 1 else []),
             **(self.pointwise.provenance() if self.pointwise is not None else {}),
+            **(self.moe.provenance() if self.moe is not None else {}),
             **comm,
         }

@@ -134,7 +134,7 @@ def compose_row(
         "ms": step["ms"],
         "energy_j": None,
         "rep": 0,
-        **{k: step[k] for k in PART_COLUMNS},
+        **{k: v for k, v in step.items() if k != "ms"},  # MoE rows: op_a2a_ms too
     }
 
 
@@ -178,4 +178,12 @@ def compose_step(
         "op_embed_ms": source.embed_ms(tokens),
         "op_head_ms": source.head_ms(n_decode + len(chunks)),
     }
+    if shape.is_moe:
+        parts["op_a2a_ms"] = layers * _all_to_all_ms(source, tokens, not chunks)
     return {"ms": sum(parts.values()), **parts}
+
+
+def _all_to_all_ms(source: OperatorSource, tokens: int, decode_only: bool) -> float:
+    """One MoE layer's dispatch + combine, from a source that prices it (else 0)."""
+    price = getattr(source, "all_to_all_ms", None)
+    return 0.0 if price is None else float(price(tokens, decode_only))

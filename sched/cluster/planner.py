@@ -133,7 +133,7 @@ def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> Cl
         from servecal.sched.cluster.disagg_space import disagg_spec
 
         return disagg_spec(space, h, config.policy, config.router, n, rate)
-    replica = ReplicaSpec(config.policy, h.truth, h.predictor, h.kv_capacity, h.name)
+    replica = ReplicaSpec(config.policy, h.truth, h.predictor, h.kv_capacity, h.name, h.speculative)
     return ClusterSpec(
         space.workload,
         (replica,) * n,

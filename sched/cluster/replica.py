@@ -157,15 +157,17 @@ def replica_engine(
     policy_name: str,
     observers: tuple[Any, ...] = (),
     prefix_cache: PrefixCacheConfig | None = None,
+    speculative: Any = None,
 ) -> ReplicaEngine:
     """An empty replica engine (requests come from the router), with its own prefix
-    cache when ``prefix_cache`` is given."""
+    cache when ``prefix_cache`` is given; ``speculative``: a
+    :class:`~servecal.sched.speculative.SpeculativeConfig` or ``None``."""
     return ReplicaEngine(
         [],
         policy,
         predictor,
         executor,
-        EngineConfig(kv_capacity=kv_capacity, prefix_cache=prefix_cache),
+        EngineConfig(kv_capacity=kv_capacity, prefix_cache=prefix_cache, speculative=speculative),
         observers=observers,
         policy_name=policy_name,
     )

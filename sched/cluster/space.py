@@ -21,6 +21,7 @@
     [[device.tp]]            # one entry per TP size: a fleet device shipped with servecal,
     size = 1                 # or truth / predictor / kv_tokens of your own
     fleet = "A100x1"
+    speculative = "k=4,accept=0.7"   # optional: its replicas decode speculatively
 
 Every mistake is one :class:`InputError` line naming the key (docs/capacity.md).
 """
@@ -53,10 +54,11 @@ class Hardware:
     truth: str
     predictor: str
     kv_capacity: int
+    speculative: str | None = None
 
     @property
     def name(self) -> str:
-        return f"{self.device}x{self.tp}"
+        return f"{self.device}x{self.tp}" + ("+spec" if self.speculative else "")
 
 
 @dataclass(frozen=True)
@@ -195,7 +197,15 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
         size = _get(entry, "size", int, at)
         if size < 1:
             raise InputError(f"{at}.size = {size}: expected a TP size >= 1")
-        stray = set(entry) - {"size", "fleet", "truth", "predictor", "kv_tokens", *KV_BUDGET}
+        stray = set(entry) - {
+            "size",
+            "fleet",
+            "truth",
+            "predictor",
+            "kv_tokens",
+            "speculative",
+            *KV_BUDGET,
+        }
         if stray:
             raise InputError(f"{at}: unknown key {sorted(stray)[0]!r}")
         if "fleet" in entry:
@@ -211,7 +221,8 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
             kv = _kv_from_memory(entry, size, at)
         if not isinstance(kv, int) or isinstance(kv, bool) or kv < 1:
             raise InputError(f"{at}.kv_tokens = {kv!r}: expected an integer >= 1")
-        out.append(Hardware(name, size, price * size, found["truth"], found["predictor"], kv))
+        spec = _speculative(entry.get("speculative"), f"{at}.speculative")
+        out.append(Hardware(name, size, price * size, found["truth"], found["predictor"], kv, spec))
     return out
 
 
@@ -237,6 +248,21 @@ def _kv_from_memory(entry: dict[str, Any], tp: int, at: str) -> int:
         return kv_tokens(model, memory, kv_dtype, tp)
     except InputError as exc:
         raise InputError(f"{at}: {exc}") from None
+
+
+def _speculative(text: Any, where: str) -> str | None:
+    """A ``[[device.tp]]``'s ``speculative = "k=N,accept=P"`` (None: off)."""
+    if text is None:
+        return None
+    from servecal.sched.speculative import parse_speculative
+
+    if not isinstance(text, str):
+        raise InputError(f'{where} = {text!r}: expected a string like "k=4,accept=0.7"')
+    try:
+        parse_speculative(text)
+    except ValueError as exc:
+        raise InputError(f"{where}: {exc}") from None
+    return text
 
 
 def load_space(path: Path, trust: TableTrust = NO_TRUST) -> Space:

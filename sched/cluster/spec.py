@@ -34,17 +34,23 @@ CLUSTER = "cluster"
 class ReplicaSpec:
     """One replica: its ``policy``, the ``truth`` its iterations are drawn from, the
     ``predictor`` (cost table) its policy and the router plan with, its KV capacity in
-    tokens, and a ``name`` (the device and TP it stands for, e.g. ``A100x1``)."""
+    tokens, and a ``name`` (the device and TP it stands for, e.g. ``A100x1``);
+    ``speculative``: ``k=N,accept=P`` when it decodes speculatively (docs/engine.md)."""
 
     policy: PolicySpec
     truth: str = DEFAULT_TRUTH
     predictor: str = DEFAULT_PREDICTOR
     kv_capacity: int = 500_000
     name: str = "replica"
+    speculative: str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1:
             raise ValueError("kv_capacity must be >= 1")
+        if self.speculative is not None:
+            from servecal.sched.speculative import parse_speculative
+
+            parse_speculative(self.speculative)
 
 
 @dataclass(frozen=True)
@@ -125,12 +131,28 @@ class ClusterSpec:
         del doc["trust"]
         doc["backend"] = CLUSTER
         doc["router"] = self.router.label
-        doc["replicas"] = [
-            {**asdict(r), "policy": r.policy.label} for r in self.replicas
-        ]  # fmt: skip
+        doc["replicas"] = [_replica_doc(r) for r in self.replicas]
         doc["groups"] = {t: list(m) for t, m in self.groups}
         doc["seeds"] = list(self.seeds)
         return doc
+
+
+def _replica_doc(r: ReplicaSpec) -> dict[str, Any]:
+    """A replica for ``run.json`` (no ``speculative`` key when it is off, as before)."""
+    doc = {**asdict(r), "policy": r.policy.label}
+    if doc["speculative"] is None:
+        del doc["speculative"]
+    return doc
+
+
+def speculative_config(text: str | None, rng: np.random.Generator) -> Any:
+    """A replica's speculative decoding, seeded from its stream's seed sequence."""
+    if text is None:
+        return None
+    from servecal.sched.speculative import parse_speculative
+
+    seed = int(rng.bit_generator.seed_seq.generate_state(1)[0])  # type: ignore[attr-defined]
+    return parse_speculative(text).seeded(seed)
 
 
 def replica_rng(rng: np.random.Generator, i: int) -> np.random.Generator:
@@ -153,13 +175,15 @@ def build_cluster(
 
     replicas = []
     for i, r in enumerate(spec.replicas):
+        stream = replica_rng(rng, i)
         engine = replica_engine(
             r.policy.build(ENGINE),
             load_predictor(r.predictor, r.truth, spec.trust),
-            load_truth(r.truth).executor(replica_rng(rng, i), None),
+            load_truth(r.truth).executor(stream, None),
             r.kv_capacity,
             r.policy.label,
             prefix_cache=prefix_cache,
+            speculative=speculative_config(r.speculative, stream),
         )
         replicas.append(Replica(i, r.name, engine))
     return replicas, spec.router.build(ROUTER)

@@ -33,9 +33,9 @@ ROW_KEYS = (
 #: Metrics whose spread over seeds a row carries.
 SPREAD_KEYS = ("goodput", "attainment", "p99_ttft_ms", "p99_tpot_ms")
 #: Counters a row carries when the backend reports them (the operator driver; the
-#: engine's prefix cache).
+#: engine's prefix cache; speculative decoding).
 COUNTER_KEYS = ("wakeups", "parked_batches", "p99_blocking_ms", "max_operator_ms",
-                "prefix_hit_share", "kv_evictions")  # fmt: skip
+                "prefix_hit_share", "kv_evictions", "tokens_per_decode")  # fmt: skip
 #: Max-goodput keys a row carries when a search ran.
 GOODPUT_KEYS = (
     "max_goodput",

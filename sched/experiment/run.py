@@ -95,9 +95,23 @@ def prefix_cache_config(spec: Any, requests: list[Request]) -> PrefixCacheConfig
     from servecal.sched.prefix_cache import PrefixCacheConfig
 
     with_ids = next((r for r in requests if r.block_ids), None)
-    if spec.prefix_cache == "off" or (spec.prefix_cache == "auto" and with_ids is None):
+    speculative = getattr(spec, "speculative", None) is not None  # not modelled together
+    if spec.prefix_cache == "off" or (
+        spec.prefix_cache == "auto" and (with_ids is None or speculative)
+    ):
         return None
     return PrefixCacheConfig(block_size=512 if with_ids is None else with_ids.block_size)
+
+
+def _speculative(spec: RunSpec, rng: np.random.Generator) -> Any:
+    """The run's speculative decoding, its acceptance streams seeded from the executor
+    stream's seed sequence (read, not drawn: the executor's noise is unchanged)."""
+    if spec.speculative is None:
+        return None
+    from servecal.sched.speculative import parse_speculative
+
+    seed = int(rng.bit_generator.seed_seq.generate_state(1)[0])  # type: ignore[attr-defined]
+    return parse_speculative(spec.speculative).seeded(seed)
 
 
 def _on_engine(
@@ -112,7 +126,9 @@ def _on_engine(
         predictor,
         _simulated_executor(spec, rng, requests),
         EngineConfig(
-            kv_capacity=spec.kv_capacity, prefix_cache=prefix_cache_config(spec, requests)
+            kv_capacity=spec.kv_capacity,
+            prefix_cache=prefix_cache_config(spec, requests),
+            speculative=_speculative(spec, rng),
         ),
         observers=observers,
         policy_name=spec.policy.label,

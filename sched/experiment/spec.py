@@ -107,6 +107,8 @@ class RunSpec:
     * ``backend``: ``engine``, ``operator-driver`` or ``torch``; ``setting``:
       ``colocated`` or ``prefill`` (operator driver only); ``kv_capacity`` tokens;
       ``driver``/``torch``: that backend's options (``None`` for the others).
+    * ``speculative``: ``k=N,accept=P[/P...][,draft=TABLE]`` decodes with speculative
+      decoding (engine backend only; :mod:`servecal.sched.speculative`); ``None``: off.
     * ``monitor``: attach the drift monitor; ``adaptive_margin``: plan with margins
       it adapts online.
     * ``trust``: how far the command trusts a cost table ``predictor`` names (its
@@ -139,6 +141,7 @@ class RunSpec:
     torch: TorchOptions | None = field(default=None)
     trust: TableTrust = field(default=NO_TRUST, compare=False)
     prefix_cache: str = "auto"
+    speculative: str | None = None
 
     def __post_init__(self) -> None:
         _check_prefix_cache(self.prefix_cache)
@@ -159,6 +162,7 @@ class RunSpec:
             raise ValueError("kv_capacity must be >= 1")
         if not (self.prompt_scale > 0 and self.ttft_scale > 0):
             raise ValueError("prompt_scale and ttft_scale must be > 0")
+        _check_speculative(self.speculative, self.backend)
 
     @property
     def slos(self) -> tuple[str, ...]:
@@ -187,12 +191,25 @@ class RunSpec:
         doc["policy_label"] = self.policy.label  # name + the options given, as rows say
         doc["policy_options"] = self.policy.resolve().describe()
         doc["seeds"] = list(self.seeds)
+        if doc["speculative"] is None:  # run.json as before speculative decoding
+            del doc["speculative"]
         return doc
 
 
 def _check_prefix_cache(mode: str) -> None:
     if mode not in PREFIX_CACHE_MODES:
         raise ValueError(f"--prefix-cache must be one of {'|'.join(PREFIX_CACHE_MODES)}")
+
+
+def _check_speculative(text: str | None, backend: str) -> None:
+    """``--speculative`` parses and runs on the engine (a bad value is one line)."""
+    if text is None:
+        return
+    from servecal.sched.speculative import parse_speculative
+
+    parse_speculative(text)
+    if backend != ENGINE:
+        raise ValueError("--speculative runs on the engine backend only")
 
 
 def choose_backend(policy: PolicySpec, setting: str, requested: str | None = None) -> str:

@@ -35,6 +35,7 @@ from servecal.commands._runs import (
     POWER_HELP,
     PREDICTOR_HELP,
     PREFIX_CACHE_HELP,
+    SPECULATIVE_HELP,
     TRUTH_HELP,
 )
 from servecal.costmodels.provenance import TableTrust
@@ -62,6 +63,7 @@ class RunOptions:
     power: str | None = _flag(None, help=POWER_HELP)
     kv_tokens: int = _flag(500_000, min=1, help="KV capacity M in tokens.")
     prefix_cache: str = _flag("auto", "--prefix-cache", help=PREFIX_CACHE_HELP)
+    speculative: str | None = _flag(None, "--speculative", help=SPECULATIVE_HELP)
     slo_classes: str | None = _flag(
         None, "--slo-classes", help="Stamp a workload's SLO classes on a trace, e.g. multislo."
     )
@@ -124,6 +126,7 @@ class RunOptions:
             "power": self.power,
             "kv_capacity": self.kv_tokens,
             "prefix_cache": self.prefix_cache,
+            "speculative": self.speculative,
             "slo_classes": self.slo_classes,
             "trust": self.trust,
         }

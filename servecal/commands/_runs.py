@@ -35,6 +35,11 @@ FORCE_HELP = (
     "Rerun and replace runs already in --out that another configuration wrote "
     "[default: resume the same runs, refuse others]."
 )
+SPECULATIVE_HELP = (
+    "Speculative decoding: k=N draft tokens verified per decode step, accept=P (a rate) or "
+    "P1/P2/.../Pk (per draft position), optionally draft=TABLE.json (a separate "
+    "drafter's cost table); engine backend only (docs/engine.md) [default: off]."
+)
 POLICY_OPT_HELP = "A policy option KEY=VALUE (repeatable; `servecal policies` lists them)."
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -26,6 +27,9 @@ def import_profile(
     path: Path = typer.Argument(..., help="Profile folder (or a file in it)."),
     model: str = typer.Option(..., help="Shape name (llama-3-8b, ...) or a .json/.toml file."),
     tp: int = typer.Option(1, help="Tensor-parallel degree (per-GPU share of the model)."),
+    ep: int = typer.Option(
+        None, help="Expert-parallel size of a MoE shape (aiconfigurator) [default: the shape's]."
+    ),
     out: Path = typer.Option(Path("samples.parquet"), help="Samples file to write."),
     grid: str = typer.Option(
         None, help="JSON/TOML grid file (default: the import grid, chunks up to 16,384)."
@@ -107,7 +111,7 @@ def import_profile(
             output_suffix(overhead_out, (".json",), "the host overhead", "--overhead-out"),
             "--overhead-out",
         )
-    shape = ModelShape.resolve(model)
+    shape = _with_ep(ModelShape.resolve(model), ep)
     engine, _ = step_rules(engine, engine_overhead)
     backend = comm_backend or default_comm(kind, engine).backend
     comm = CommOptions(backend=backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
@@ -133,6 +137,8 @@ def import_profile(
         f"{provenance['extrapolated_reads']} reads beyond the profiled sizes; "
         f"engine {engine}: attention {'varlen' if engine == 'graph' else 'separate'})"
     )
+    if shape.is_moe:
+        typer.echo(f"experts: {shape.moe_label}; all-to-all: {provenance['moe_all_to_all']}")
     if tp > 1:
         table = provenance["collective_table"] or "none"
         typer.echo(f"all-reduces: {table} ({provenance['collective_backend']})")
@@ -153,3 +159,17 @@ def import_profile(
         if overhead_out is not None:
             HostOverhead(**params).write(overhead_out)
             typer.echo(f"wrote {overhead_out}")
+
+
+def _with_ep(shape: Any, ep: int | None) -> Any:
+    """``shape`` at expert-parallel size ``ep`` (unchanged without one)."""
+    if ep is None:
+        return shape
+    if not shape.is_moe:
+        raise InputError(f"--ep {ep}: {shape.name} is not a MoE shape")
+    from dataclasses import replace
+
+    try:
+        return replace(shape, ep=ep)
+    except ValueError as exc:
+        raise InputError(f"--ep {ep}: {exc}") from None

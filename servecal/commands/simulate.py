@@ -32,6 +32,7 @@ SUMMARY_KEYS = (
     "prefix_hit_share",
     "kv_evictions",
     "decision_us_median",
+    "tokens_per_decode",  # speculative decoding only
     "online",
     "wakeups",
     "parked_batches",
