@@ -90,6 +90,13 @@ class Margin:
 Bound = tuple[int, int, float, bool]
 
 
+#: ``max_chunk`` calls after which a table searches with the compiled routine
+#: (:mod:`.hot_search`): numba's import and the routine's loading cost ~1 s once (a
+#: fresh install compiles it, ~7 s), each call after it ~1-2 µs instead of ~5-20; so
+#: a short command or a 2,000-request simulation never loads numba, a hot loop (a
+#: long simulation, the vLLM plug-in) repays it within ~1e5 calls.
+HOT_CALLS = 50_000
+
 #: A scalar query (any other argument, a 0-d array included, is answered as arrays).
 _NUMBER = (int, float, np.integer, np.floating)
 
@@ -193,6 +200,36 @@ class CostTable:
         self._energy_index = len(self._q) if self._energy is not None else None
         self._rho = self._margin.rho if self._margin else 0.0
         self._bounds: dict[tuple[float, bool], Bound] = {}
+        self._calls = 0  # max_chunk's, until HOT_CALLS
+        self._hot: np.ndarray | None = None  # the compiled search's state, once hot
+        self._bind_search()
+
+    def _bind_search(self) -> None:
+        """``max_chunk``'s search and its state: plain Python, or once the table is hot
+        the compiled routine on its own copy of the grids (which counts its clamped
+        queries there: :attr:`out_of_domain` adds both)."""
+        if self._hot is None:
+            self._search, self._search_state = largest_fitting_chunk, self._state
+            return
+        from servecal.costmodels import hot_search
+
+        self._search = hot_search.entry_point(hot_search.largest_fitting_chunk)
+        self._search_state = self._hot
+
+    def _go_hot(self) -> None:
+        """Switch ``max_chunk`` to the compiled search (:data:`HOT_CALLS`)."""
+        from servecal.costmodels import hot_search
+
+        grids = [*self._q.values(), *([] if self._energy is None else [self._energy])]
+        self._hot = hot_search.pack(self._axes, grids, round_up=self._between == "round_up")
+        self._bind_search()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {k: v for k, v in self.__dict__.items() if k != "_search"}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._bind_search()
 
     # -------------------------------------------------------------- properties
     @property
@@ -246,13 +283,20 @@ class CostTable:
     @property
     def out_of_domain(self) -> int:
         """How many queries so far fell outside the grid and were clamped."""
-        return self._state.counts[0]
+        return self._counts()[0]
 
     @property
     def beyond_grid(self) -> dict[str, int]:
         """Per axis, how many counted queries lay beyond it (priced at its edge); a
         query beyond two axes counts on both, once in :attr:`out_of_domain`."""
-        return dict(zip(AXES, self._state.counts[1:], strict=True))
+        return dict(zip(AXES, self._counts()[1:], strict=True))
+
+    def _counts(self) -> list[int]:
+        """The clamped-query counts (:data:`.interp.COUNTS`), the compiled search's too."""
+        counts = self._state.counts
+        if self._hot is None:
+            return counts
+        return [c + int(h) for c, h in zip(counts, self._hot[: len(counts)], strict=True)]
 
     def values(self, q: float) -> np.ndarray:
         """The ``q`` grid as an array of shape ``len(axis)`` for axes in :data:`AXES`."""
@@ -403,9 +447,13 @@ class CostTable:
         chunks, as the bound never falls along the chunk; where it can (one quantile
         plus another's negative margin) the chunks from the limit down. A query beyond
         the grid, or an answer past the chunk axis, counts once in :attr:`out_of_domain`.
+        After :data:`HOT_CALLS` calls the same search compiled (:mod:`.hot_search`).
         """
         bound = self._bounds.get((q, use_margin)) or self._bound(q, use_margin)
-        return largest_fitting_chunk(self._state, *bound, n_decode, ctx, prefix, budget_ms, limit)
+        self._calls += 1
+        if self._calls == HOT_CALLS:
+            self._go_hot()
+        return self._search(self._search_state, *bound, n_decode, ctx, prefix, budget_ms, limit)
 
     def _bound(self, q: float, use_margin: bool) -> Bound:
         """:meth:`max_chunk`'s :data:`Bound` for ``(q, use_margin)``, kept: it never
