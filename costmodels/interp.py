@@ -32,13 +32,13 @@ fixed), which ``max_chunk``'s bisection relies on; along the other axes the weig
 
 **Plain Python, no compiler.** A scalar query is a few dozen float operations and
 three binary searches (:mod:`bisect`, in C) on Python floats and tuples: a few
-microseconds, about what the engine's own step around it costs, so a scheduler's
-step does not feel it. An earlier version compiled these routines with numba: each
-call ~1-2 µs, but every process that loaded a table paid ~1 s to import numba and
-load the compiled code (7 s on the first run after an install), more than a
-2,000-request simulation takes
-(docs/results/2026-12-04-scale.md). Arrays go through numpy, elementwise in the
-same order of operations, so an array's answers are the scalar answers bit for bit.
+microseconds. An earlier version compiled these routines with numba (~1-2 µs a call),
+and every process that loaded a table paid ~1 s to import numba and load the compiled
+code (7 s on the first run after an install), more than a 2,000-request simulation
+takes (docs/results/2026-12-04-scale.md). That compiled search is kept for hot loops
+only (:mod:`.hot_search`: a table's ``max_chunk`` switches to it after
+:data:`.table.HOT_CALLS` calls). Arrays go through numpy, elementwise in the same
+order of operations, so an array's answers are the scalar answers bit for bit.
 """
 
 from __future__ import annotations
