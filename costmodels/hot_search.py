@@ -1,12 +1,13 @@
-"""The compiled ``max_chunk`` search, for a hot loop: :mod:`.chunk_search` and
-:mod:`.interp`'s arithmetic, the same operations in the same order, compiled by numba.
+"""The compiled ``max_chunk`` search and scalar query, for a hot loop: :mod:`.chunk_search`
+and :mod:`.interp`'s arithmetic, the same operations in the same order, compiled by numba.
 
 A table answers in plain Python (:mod:`.interp`, a few µs a call, nothing to load);
-a loop that asks one table's ``max_chunk`` very often (a long simulation, the vLLM
-plug-in) repays what this module costs once, and :meth:`.table.CostTable.max_chunk`
-imports it after :data:`.table.HOT_CALLS` calls: numba's import and the compiled
-routines' loading, ~1 s (~7 s the first time after an install, compiling them into
-``__pycache__``), against ~1-2 µs instead of ~5-20 µs for each call from then on.
+a loop that asks one table very often (a long simulation, the vLLM plug-in, a
+router's predictions) repays what this module costs once, and a table imports it
+after :data:`.table.HOT_CALLS` scalar queries (``max_chunk``, ``predict``): numba's
+import and the compiled routines' loading, ~1 s (~7 s the first time after an
+install, compiling them into ``__pycache__``), against ~1-2 µs instead of ~3-20 µs
+for each query from then on.
 
 Its state is one float64 array (:func:`pack`), the grids named by index, and the
 search is called past numba's dispatcher (:func:`entry_point`): what a compiled call
@@ -166,6 +167,16 @@ def value_at(state: np.ndarray, g: int, where: Box, chunk: float) -> float:
         + w2 * _row(values, p2, dn, a, b, k, j, t)
         + w3 * _row(values, p3, dn, a, b, k, j, t)
     )
+
+
+@njit("f8(f8[::1], i8, f8, f8, f8, f8)", cache=True)
+def interpolate(state: np.ndarray, g: int, n: float, ctx: float, prefix: float, chunk: float):
+    """One query's value of grid ``g``, counted in the state if it lies beyond the grid."""
+    out_n, out_c, out_p = beyond(state, 0, n), beyond(state, 1, ctx), beyond(state, 2, prefix)
+    out_k = beyond(state, 3, chunk)
+    if out_n or out_c or out_p or out_k:
+        tally(state, out_n, out_c, out_p, out_k)
+    return value_at(state, g, box(state, n, ctx, prefix), chunk)
 
 
 def entry_point(routine: Any) -> Callable[..., Any]:

@@ -90,11 +90,12 @@ class Margin:
 Bound = tuple[int, int, float, bool]
 
 
-#: ``max_chunk`` calls after which a table searches with the compiled routine
-#: (:mod:`.hot_search`): numba's import and the routine's loading cost ~1 s once (a
-#: fresh install compiles it, ~7 s), each call after it ~1-2 µs instead of ~5-20; so
-#: a short command or a 2,000-request simulation never loads numba, a hot loop (a
-#: long simulation, the vLLM plug-in) repays it within ~1e5 calls.
+#: Scalar queries (``max_chunk``, ``predict``, ``margin``, ``energy``) after which a
+#: table answers them with the compiled routines (:mod:`.hot_search`): numba's import
+#: and the routines' loading cost ~1 s once (a fresh install compiles them, ~7 s),
+#: each query after it ~1-2 µs instead of ~3-20; so a short command or a 2,000-request
+#: simulation never loads numba, and a hot loop (a long simulation, the vLLM plug-in,
+#: a router's predictions) repays it within ~1e5 queries.
 HOT_CALLS = 50_000
 
 #: A scalar query (any other argument, a 0-d array included, is answered as arrays).
@@ -200,24 +201,26 @@ class CostTable:
         self._energy_index = len(self._q) if self._energy is not None else None
         self._rho = self._margin.rho if self._margin else 0.0
         self._bounds: dict[tuple[float, bool], Bound] = {}
-        self._calls = 0  # max_chunk's, until HOT_CALLS
+        self._calls = 0  # scalar queries, until HOT_CALLS
         self._hot: np.ndarray | None = None  # the compiled search's state, once hot
         self._bind_search()
 
     def _bind_search(self) -> None:
-        """``max_chunk``'s search and its state: plain Python, or once the table is hot
-        the compiled routine on its own copy of the grids (which counts its clamped
-        queries there: :attr:`out_of_domain` adds both)."""
+        """``max_chunk``'s search and the scalar query, and their state: plain Python,
+        or once the table is hot the compiled routines on their own copy of the grids
+        (which counts their clamped queries there: :attr:`out_of_domain` adds both)."""
         if self._hot is None:
-            self._search, self._search_state = largest_fitting_chunk, self._state
+            self._search, self._scalar = largest_fitting_chunk, interpolate
+            self._search_state = self._state
             return
         from servecal.costmodels import hot_search
 
         self._search = hot_search.entry_point(hot_search.largest_fitting_chunk)
+        self._scalar = hot_search.entry_point(hot_search.interpolate)
         self._search_state = self._hot
 
     def _go_hot(self) -> None:
-        """Switch ``max_chunk`` to the compiled search (:data:`HOT_CALLS`)."""
+        """Switch the scalar queries to the compiled routines (:data:`HOT_CALLS`)."""
         from servecal.costmodels import hot_search
 
         grids = [*self._q.values(), *([] if self._energy is None else [self._energy])]
@@ -225,7 +228,7 @@ class CostTable:
         self._bind_search()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k != "_search"}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_search", "_scalar")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -399,7 +402,10 @@ class CostTable:
     ) -> float | np.ndarray:
         """Grid ``g``'s answer to a query, counted if clamped (:func:`.interp.interpolate`)."""
         if all(isinstance(x, _NUMBER) for x in (n, chunk, ctx, prefix)):
-            return interpolate(self._state, g, n, ctx, prefix, chunk)
+            self._calls += 1
+            if self._calls == HOT_CALLS:
+                self._go_hot()
+            return self._scalar(self._search_state, g, n, ctx, prefix, chunk)
         result, _ = self._many(g, n, chunk, ctx, prefix, count=True)
         return float(result) if result.ndim == 0 else result
 
@@ -447,7 +453,7 @@ class CostTable:
         chunks, as the bound never falls along the chunk; where it can (one quantile
         plus another's negative margin) the chunks from the limit down. A query beyond
         the grid, or an answer past the chunk axis, counts once in :attr:`out_of_domain`.
-        After :data:`HOT_CALLS` calls the same search compiled (:mod:`.hot_search`).
+        After :data:`HOT_CALLS` scalar queries the same search compiled (:mod:`.hot_search`).
         """
         bound = self._bounds.get((q, use_margin)) or self._bound(q, use_margin)
         self._calls += 1

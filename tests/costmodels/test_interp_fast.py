@@ -100,7 +100,7 @@ def engine_like_queries(table: CostTable, data: st.DataObject, count: int) -> li
 
 @FAST
 @given(table=tables(), data=st.data())
-def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data) -> None:
+def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data, search) -> None:
     chunks = data.draw(st.lists(st.integers(0, max(table.axes["chunk"]) + 50), min_size=8))
     for (n, ctx, p), c in zip(engine_like_queries(table, data, len(chunks)), chunks, strict=True):
         for q in table.quantiles:
@@ -125,7 +125,7 @@ def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data) -> No
 
 @pytest.fixture(params=["plain", "hot"])
 def search(request, monkeypatch) -> str:
-    """Either max_chunk search: plain Python, or compiled (hot) from the first call."""
+    """Either scalar path: plain Python, or compiled (hot) from the first query."""
     if request.param == "hot":
         monkeypatch.setattr(table_module, "HOT_CALLS", 1)
     return request.param
@@ -318,10 +318,15 @@ def test_a_table_turns_hot_after_its_calls_and_answers_and_counts_the_same(monke
             hot = pickle.loads(pickle.dumps(hot))  # before the switch
         assert hot.max_chunk(*args) == _brute_max_chunk(plain, *args, q=0.5, use_margin=True)
     assert hot._hot is not None
+    for n, ctx, p, _, limit in queries:  # the compiled scalar query: the arrays' answers
+        want, _ = plain.lookup(0.99, [n], [limit], [ctx], [p])
+        assert hot.predict(n, limit, ctx, p, q=0.99) == float(want[0])
     again = pickle.loads(pickle.dumps(hot))  # after it: still hot, the counts kept
     assert again._hot is not None and again.out_of_domain == hot.out_of_domain > 0
     counted = _small_table()  # (plain's counts include the brute force's predictions)
     for args in queries:
         counted.max_chunk(*args)
+    for n, ctx, p, _, limit in queries:
+        counted.predict(n, limit, ctx, p, q=0.99)
     assert hot.out_of_domain == counted.out_of_domain
     assert hot.beyond_grid == counted.beyond_grid
