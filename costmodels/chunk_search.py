@@ -4,29 +4,24 @@ The bound is the one ``predict`` and ``margin`` compute, ``f(c) + rho · m(c)``:
 ``f`` the planned quantile's grid at chunk ``c``, ``m`` the margin's quantile's
 (the same grid when that is the planned one; ``rho = 0`` without a margin), both
 by :func:`.interp.value_at` in the query's box, so every answer is exactly
-consistent with ``predict``. Compiled with numba on a table's one-array state,
+consistent with ``predict``. Plain Python on a table's :class:`.interp.State`,
 like :mod:`.interp` (one call per scheduler step; see there).
 """
 
 from __future__ import annotations
 
-import numpy as np
-from numba import njit
-
-from servecal.costmodels.interp import BOX, Box, axis_of, beyond, box, tally, value_at
+from servecal.costmodels.interp import Box, State, beyond, box, tally, value_at
 
 
-@njit(f"f8(f8[::1], i8, i8, f8, {BOX}, i8)", cache=True)
-def bound_at(state: np.ndarray, g: int, tail: int, rho: float, where: Box, c: int) -> float:
+def bound_at(state: State, g: int, tail: int, rho: float, where: Box, c: int) -> float:
     """The bound at chunk ``c``: grid ``g`` plus ``rho`` times grid ``tail`` (``-1``:
     ``g``'s own, the planned quantile's margin, or no margin with ``rho`` 0)."""
     f = value_at(state, g, where, c)
     return f + rho * (f if tail < 0 else value_at(state, tail, where, c))
 
 
-@njit("i8(f8[::1], i8, i8, f8, b1, f8, f8, f8, f8, i8)", cache=True)
 def largest_fitting_chunk(
-    state: np.ndarray, g: int, tail: int, rho: float, rises: bool,
+    state: State, g: int, tail: int, rho: float, rises: bool,
     n: float, ctx: float, prefix: float, budget: float, limit: int,
 ) -> int:  # fmt: skip
     """Largest ``c`` in ``[1, limit]`` with ``bound_at(c) <= budget``, else 0 (also for
@@ -38,8 +33,10 @@ def largest_fitting_chunk(
     margin of the planned quantile itself, or ``rho >= 0``), a bisection over the
     chunks; otherwise (one quantile plus another's negative margin, whose sum can
     fall) the chunks from the limit down, the first that fits."""
+    limit = int(limit)
     if limit < 1:
         return 0
+    n, ctx, prefix, budget = float(n), float(ctx), float(prefix), float(budget)
     where = box(state, n, ctx, prefix)
     if bound_at(state, g, tail, rho, where, limit) <= budget:
         answer = limit
@@ -56,7 +53,8 @@ def largest_fitting_chunk(
         answer = limit - 1
         while answer > 0 and not bound_at(state, g, tail, rho, where, answer) <= budget:
             answer -= 1
-    out_n, out_c, out_p = beyond(state, 0, n), beyond(state, 1, ctx), beyond(state, 2, prefix)
-    if out_n or out_c or out_p or answer > axis_of(state, 3)[-1]:
-        tally(state, out_n, out_c, out_p, beyond(state, 3, answer))
+    axes = state.axes
+    out_n, out_c, out_p = beyond(axes[0], n), beyond(axes[1], ctx), beyond(axes[2], prefix)
+    if out_n or out_c or out_p or answer > axes[3][-1]:
+        tally(state, out_n, out_c, out_p, beyond(axes[3], answer))
     return answer

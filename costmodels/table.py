@@ -1,9 +1,9 @@
 """The cost table: a monotone grid of iteration-time quantiles with a conformal margin.
 
 This is what a server loads (``CostTable.load``) and what the engine asks every
-iteration. Every answer comes from one compiled interpolation routine
-(:mod:`.interp`; ``max_chunk`` searches its bound, :mod:`.chunk_search`), imported
-with the first table: numba's import (~0.5 s) is paid only where a table is built.
+iteration. Every answer comes from one interpolation routine (:mod:`.interp`;
+``max_chunk`` searches its bound, :mod:`.chunk_search`), plain Python on scalars and
+numpy on arrays: loading a table costs no compiler.
 
 Grid: axes ``n_decode, ctx, prefix, chunk`` (chunk last, so a ``max_chunk`` row is
 contiguous); values are stored flat in C order over that axis order.
@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from servecal.costmodels.chunk_search import largest_fitting_chunk
+from servecal.costmodels.interp import interpolate, interpolate_arrays, pack
 from servecal.costmodels.jsontext import DuplicateKeyError, loads_unique
 from servecal.costmodels.predictor import PLAN_QUANTILE
 from servecal.costmodels.provenance import (
@@ -88,6 +90,18 @@ class Margin:
 #: (:func:`.chunk_search.largest_fitting_chunk`): the planned grid's index, the
 #: margin's grid's (-1: the planned one's own, or none), rho, whether it rises.
 Bound = tuple[int, int, float, bool]
+
+
+#: Scalar queries (``max_chunk``, ``predict``, ``margin``, ``energy``) after which a
+#: table answers them with the compiled routines (:mod:`.hot_search`): numba's import
+#: and the routines' loading cost ~1 s once (a fresh install compiles them, ~7 s),
+#: each query after it ~1-2 µs instead of ~3-20; so a short command or a 2,000-request
+#: simulation never loads numba, and a hot loop (a long simulation, the vLLM plug-in,
+#: a router's predictions) repays it within ~1e5 queries.
+HOT_CALLS = 50_000
+
+#: A scalar query (any other argument, a 0-d array included, is answered as arrays).
+_NUMBER = (int, float, np.integer, np.floating)
 
 
 def _checked_axes(axes: Mapping[str, Sequence[int]]) -> tuple[tuple[int, ...], ...]:
@@ -181,36 +195,46 @@ class CostTable:
                 raise ValueError(f"quantile {hi} lies below quantile {lo} somewhere")
 
     def _prepare_queries(self) -> None:
-        """The compiled routines' state (:func:`.interp.pack`: the counts, the rule, the
-        axes, the quantile grids by index, then the energy grid) and those routines."""
-        from servecal.costmodels.interp import pack
-
+        """The routines' state (:func:`.interp.pack`: the axes, the quantile grids by
+        index, then the energy grid, the rule, the clamped-query counts)."""
         grids = [*self._q.values(), *([] if self._energy is None else [self._energy])]
         self._state = pack(self._axes, grids, round_up=self._between == "round_up")
         self._index = {q: i for i, q in enumerate(self._q)}
         self._energy_index = len(self._q) if self._energy is not None else None
         self._rho = self._margin.rho if self._margin else 0.0
         self._bounds: dict[tuple[float, bool], Bound] = {}
-        self._bind_routines()
+        self._calls = 0  # scalar queries, until HOT_CALLS
+        self._hot: np.ndarray | None = None  # the compiled search's state, once hot
+        self._bind_search()
 
-    #: The compiled routines a table holds (not pickled: each process binds its own).
-    _ROUTINES = ("_interpolate", "_interpolate_arrays", "_largest_fitting_chunk")
+    def _bind_search(self) -> None:
+        """``max_chunk``'s search and the scalar query, and their state: plain Python,
+        or once the table is hot the compiled routines on their own copy of the grids
+        (which counts their clamped queries there: :attr:`out_of_domain` adds both)."""
+        if self._hot is None:
+            self._search, self._scalar = largest_fitting_chunk, interpolate
+            self._search_state = self._state
+            return
+        from servecal.costmodels import hot_search
 
-    def _bind_routines(self) -> None:
-        """Hold the compiled routines on the table: an attribute is the quickest
-        look-up for a hot call (numba is imported here, with the first table)."""
-        from servecal.costmodels.chunk_search import largest_fitting_chunk
-        from servecal.costmodels.interp import entry_point, interpolate, interpolate_arrays
+        self._search = hot_search.entry_point(hot_search.largest_fitting_chunk)
+        self._scalar = hot_search.entry_point(hot_search.interpolate)
+        self._search_state = self._hot
 
-        self._interpolate, self._interpolate_arrays = interpolate, interpolate_arrays
-        self._largest_fitting_chunk = entry_point(largest_fitting_chunk)  # (numbers only)
+    def _go_hot(self) -> None:
+        """Switch the scalar queries to the compiled routines (:data:`HOT_CALLS`)."""
+        from servecal.costmodels import hot_search
+
+        grids = [*self._q.values(), *([] if self._energy is None else [self._energy])]
+        self._hot = hot_search.pack(self._axes, grids, round_up=self._between == "round_up")
+        self._bind_search()
 
     def __getstate__(self) -> dict[str, Any]:
-        return {k: v for k, v in self.__dict__.items() if k not in self._ROUTINES}
+        return {k: v for k, v in self.__dict__.items() if k not in ("_search", "_scalar")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._bind_routines()
+        self._bind_search()
 
     # -------------------------------------------------------------- properties
     @property
@@ -264,13 +288,20 @@ class CostTable:
     @property
     def out_of_domain(self) -> int:
         """How many queries so far fell outside the grid and were clamped."""
-        return int(self._state[0])
+        return self._counts()[0]
 
     @property
     def beyond_grid(self) -> dict[str, int]:
         """Per axis, how many counted queries lay beyond it (priced at its edge); a
         query beyond two axes counts on both, once in :attr:`out_of_domain`."""
-        return {a: int(c) for a, c in zip(AXES, self._state[1:5], strict=True)}
+        return dict(zip(AXES, self._counts()[1:], strict=True))
+
+    def _counts(self) -> list[int]:
+        """The clamped-query counts (:data:`.interp.COUNTS`), the compiled search's too."""
+        counts = self._state.counts
+        if self._hot is None:
+            return counts
+        return [c + int(h) for c, h in zip(counts, self._hot[: len(counts)], strict=True)]
 
     def values(self, q: float) -> np.ndarray:
         """The ``q`` grid as an array of shape ``len(axis)`` for axes in :data:`AXES`."""
@@ -302,7 +333,7 @@ class CostTable:
             raise self._missing(float(q)) from None
 
     def _grid(self, q: float) -> int:
-        """The index of the ``q`` grid in the compiled routines' state."""
+        """The index of the ``q`` grid in the routines' state."""
         g = self._index.get(q)
         if g is None:
             raise self._missing(float(q))
@@ -333,7 +364,7 @@ class CostTable:
     ) -> tuple[np.ndarray, np.ndarray]:  # fmt: skip
         """Grid ``g`` on arrays (broadcast): values, and which were clamped (counted
         if ``count``)."""
-        return self._interpolate_arrays(self._state, g, count, n, chunk, ctx, prefix)
+        return interpolate_arrays(self._state, g, count, n, chunk, ctx, prefix)
 
     def lookup(
         self,
@@ -372,11 +403,13 @@ class CostTable:
         self, g: int, n: ArrayLike, chunk: ArrayLike, ctx: ArrayLike, prefix: ArrayLike
     ) -> float | np.ndarray:
         """Grid ``g``'s answer to a query, counted if clamped (:func:`.interp.interpolate`)."""
-        try:  # numba takes any number as a float64 and refuses arrays with a TypeError
-            return self._interpolate(self._state, g, n, ctx, prefix, chunk)
-        except TypeError:
-            result, _ = self._many(g, n, chunk, ctx, prefix, count=True)
-            return float(result) if result.ndim == 0 else result
+        if all(isinstance(x, _NUMBER) for x in (n, chunk, ctx, prefix)):
+            self._calls += 1
+            if self._calls == HOT_CALLS:
+                self._go_hot()
+            return self._scalar(self._search_state, g, n, ctx, prefix, chunk)
+        result, _ = self._many(g, n, chunk, ctx, prefix, count=True)
+        return float(result) if result.ndim == 0 else result
 
     def margin(
         self,
@@ -417,16 +450,18 @@ class CostTable:
         """Largest ``c`` in ``[1, limit]`` with ``predict(q) (+ margin) <= budget_ms``, else 0.
 
         The bound searched is the one :meth:`predict` and :meth:`margin` compute, by the
-        same compiled routine (:func:`.chunk_search.largest_fitting_chunk`): the limit
+        same routine (:func:`.chunk_search.largest_fitting_chunk`): the limit
         first (the usual answer while decodes leave room), then a bisection over the
         chunks, as the bound never falls along the chunk; where it can (one quantile
         plus another's negative margin) the chunks from the limit down. A query beyond
         the grid, or an answer past the chunk axis, counts once in :attr:`out_of_domain`.
+        After :data:`HOT_CALLS` scalar queries the same search compiled (:mod:`.hot_search`).
         """
         bound = self._bounds.get((q, use_margin)) or self._bound(q, use_margin)
-        return self._largest_fitting_chunk(
-            self._state, *bound, n_decode, ctx, prefix, budget_ms, limit
-        )
+        self._calls += 1
+        if self._calls == HOT_CALLS:
+            self._go_hot()
+        return self._search(self._search_state, *bound, n_decode, ctx, prefix, budget_ms, limit)
 
     def _bound(self, q: float, use_margin: bool) -> Bound:
         """:meth:`max_chunk`'s :data:`Bound` for ``(q, use_margin)``, kept: it never

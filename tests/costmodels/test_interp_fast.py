@@ -14,10 +14,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from servecal.costmodels import table as table_module
 from servecal.costmodels.grid import make_monotone, uncross
 from servecal.costmodels.table import AXES, CostTable, Margin
 
-FAST = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: (the ``search`` fixture only sets a module constant: safe to share between inputs)
+HEALTH = [HealthCheck.too_slow, HealthCheck.function_scoped_fixture]
+FAST = settings(max_examples=60, deadline=None, suppress_health_check=HEALTH)
 
 
 def position(axis: list[float], x: float) -> tuple[int, int, float]:
@@ -97,7 +100,7 @@ def engine_like_queries(table: CostTable, data: st.DataObject, count: int) -> li
 
 @FAST
 @given(table=tables(), data=st.data())
-def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data) -> None:
+def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data, search) -> None:
     chunks = data.draw(st.lists(st.integers(0, max(table.axes["chunk"]) + 50), min_size=8))
     for (n, ctx, p), c in zip(engine_like_queries(table, data, len(chunks)), chunks, strict=True):
         for q in table.quantiles:
@@ -120,9 +123,17 @@ def test_scalar_path_is_the_documented_arithmetic_bit_for_bit(table, data) -> No
         ]
 
 
+@pytest.fixture(params=["plain", "hot"])
+def search(request, monkeypatch) -> str:
+    """Either scalar path: plain Python, or compiled (hot) from the first query."""
+    if request.param == "hot":
+        monkeypatch.setattr(table_module, "HOT_CALLS", 1)
+    return request.param
+
+
 @FAST
 @given(table=tables(), data=st.data())
-def test_max_chunk_equals_brute_force_on_the_reference(table, data) -> None:
+def test_max_chunk_equals_brute_force_on_the_reference(table, data, search) -> None:
     q, use_margin = data.draw(st.sampled_from([(0.5, False), (0.99, False), (0.99, True),
                                                (0.5, True)]))  # fmt: skip
     # (P50 + a negative margin of the P99 can fall as the chunk grows: still the
@@ -155,9 +166,9 @@ def edge_values(axis: list[int], rng: np.random.Generator, integer: bool) -> lis
     return [max(v, 0) if integer else v for v in values]
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=HEALTH)
 @given(table=tables(), data=st.data())
-def test_max_chunk_is_the_largest_chunk_the_vectorised_predict_allows(table, data) -> None:
+def test_max_chunk_is_the_largest_chunk_the_vectorised_predict_allows(table, data, search) -> None:
     """max_chunk's search (the limit, then a bisection, or from the limit down where
     the bound can fall) against a brute force over the vectorised ``predict`` (+
     ``margin``) of every chunk up to the limit, under either between rule: clamped
@@ -198,7 +209,7 @@ def test_max_chunk_is_the_largest_chunk_the_vectorised_predict_allows(table, dat
         assert fresh.max_chunk(*args, q=q, use_margin=use_margin) == brute, args
 
 
-def test_max_chunk_counts_a_clamped_query_once() -> None:
+def test_max_chunk_counts_a_clamped_query_once(search) -> None:
     axes = {"n_decode": [1, 16], "ctx": [0, 1024], "prefix": [0, 512], "chunk": [0, 64, 256]}
     grid = make_monotone(np.random.default_rng(2).gamma(2.0, 2.0, (2, 2, 2, 3)))
     table = CostTable(axes, {0.5: grid})
@@ -290,3 +301,32 @@ def test_read_only_and_broadcast_arrays_answer_as_scalars_do() -> None:
     got = table.predict(n, chunk, 300.7, 100, q=0.99)
     assert got.tolist() == [table.predict(x, 100, 300.7, 100, q=0.99) for x in n.tolist()]
     assert table.lookup(0.5, n, chunk)[0].tolist() == [table.predict(x, 100) for x in n.tolist()]
+
+
+def test_a_table_turns_hot_after_its_calls_and_answers_and_counts_the_same(monkeypatch) -> None:
+    """The switch to the compiled search (``HOT_CALLS``) changes no answer and no
+    count, pickled before or after it."""
+    import pickle
+
+    monkeypatch.setattr(table_module, "HOT_CALLS", 7)
+    plain, hot = _small_table(), _small_table()
+    queries = [(n, ctx, p, budget, limit) for n in (0, 9, 70) for ctx in (0.0, 600.0, 2000.0)
+               for p in (0, 300) for budget in (1.0, 6.0, 40.0)
+               for limit in (1, 100, 300)]  # fmt: skip
+    for i, args in enumerate(queries):
+        if i == 3:
+            hot = pickle.loads(pickle.dumps(hot))  # before the switch
+        assert hot.max_chunk(*args) == _brute_max_chunk(plain, *args, q=0.5, use_margin=True)
+    assert hot._hot is not None
+    for n, ctx, p, _, limit in queries:  # the compiled scalar query: the arrays' answers
+        want, _ = plain.lookup(0.99, [n], [limit], [ctx], [p])
+        assert hot.predict(n, limit, ctx, p, q=0.99) == float(want[0])
+    again = pickle.loads(pickle.dumps(hot))  # after it: still hot, the counts kept
+    assert again._hot is not None and again.out_of_domain == hot.out_of_domain > 0
+    counted = _small_table()  # (plain's counts include the brute force's predictions)
+    for args in queries:
+        counted.max_chunk(*args)
+    for n, ctx, p, _, limit in queries:
+        counted.predict(n, limit, ctx, p, q=0.99)
+    assert hot.out_of_domain == counted.out_of_domain
+    assert hot.beyond_grid == counted.beyond_grid
