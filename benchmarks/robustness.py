@@ -67,6 +67,37 @@ REPLAY_GRID = {
 }  # fmt: skip
 
 
+#: Coarse-grid replays (issue 43, truth A and two variants): a user's own calibration,
+#: a few values per axis. The truth replays one seed's draws at the nearest grid point
+#: (a step function); the table is fitted (``fit_cost_table``, the margin it sets, as
+#: ``servecal calibrate`` writes it) on other draws of the same grid, so it interpolates
+#: smoothly where the truth steps. name → (source device truth, grid).
+COARSE_REPEATS = 20
+COARSE_TRUTH_SEED = 43  # the replayed draws
+COARSE_TABLE_SEED = 4343  # the draws the table is fitted on
+COARSE_6 = {
+    "n_decode": (0, 1, 8, 32, 128, 512),
+    "chunk": (0, 64, 256, 1024, 4096, 16384),
+    "ctx": (128, 294, 676, 1552, 3566, 8192),  # 128–8192 in 6 geometric steps
+    "prefix": (0, 1024, 4096),
+}
+COARSE_4 = {
+    "n_decode": (0, 4, 64, 512),
+    "chunk": (0, 128, 1024, 16384),
+    "ctx": (128, 1024, 8192),
+    "prefix": (0, 1024, 4096),
+}
+COARSE = {
+    "coarse-a": ("device:sigma=0.05,spike_prob=0.01,spike_lo=1.6,spike_hi=1.6", COARSE_6),
+    "coarse-steep": (
+        "device:sigma=0.05,spike_prob=0.01,spike_lo=1.6,spike_hi=1.6,"
+        "decode_attention=3.4592e-05,prefill_attention=5.3004e-07",
+        COARSE_6,
+    ),
+    "coarse-4": ("device:sigma=0.05,spike_prob=0.01,spike_lo=1.6,spike_hi=1.6,tile=256", COARSE_4),
+}
+
+
 @dataclass(frozen=True)
 class Truth:
     """One truth of the family: its name, ``--truth`` spec and what it stands for."""
@@ -111,6 +142,21 @@ TRUTHS = (
         "replay",
         "dense samples (σ 5%, 0.5% stalls 1.5–2×, attention 2×) replayed nearest-point",
     ),
+    Truth(
+        "coarse-a",
+        "coarse:coarse-a",
+        "truth A: σ 5%, 1% stalls ×1.6, 6 values per axis (prefix 3) replayed nearest-point",
+    ),
+    Truth(
+        "coarse-steep",
+        "coarse:coarse-steep",
+        "truth A with attention 2× steeper, 6 values per axis replayed nearest-point",
+    ),
+    Truth(
+        "coarse-4",
+        "coarse:coarse-4",
+        "truth A with 256-row tile steps, 3–4 values per axis replayed nearest-point",
+    ),
 )
 BY_NAME = {t.name: t for t in TRUTHS}
 
@@ -140,10 +186,48 @@ def replay_models(cache: Path) -> tuple[str, str]:
     return f"samples:{samples}", f"table:{table}"
 
 
+def coarse_models(name: str, cache: Path) -> tuple[str, str]:
+    """``(--truth, --predictor)`` of the coarse replay ``name`` (:data:`COARSE`): its
+    grid's draws from :data:`COARSE_TRUTH_SEED` replayed nearest-point, planned on the
+    table fitted on draws of the same grid from :data:`COARSE_TABLE_SEED`."""
+    import warnings
+
+    import numpy as np
+
+    from servecal.costmodels.fit import fit_cost_table
+    from servecal.costmodels.samples import write_samples
+    from servecal.sched.experiment.models import load_truth
+    from servecal.sched.fitted_table import calibration_points
+
+    folder = cache / name
+    samples, table = folder / "samples.parquet", folder / "table.json"
+    if not (samples.is_file() and table.is_file()):
+        folder.mkdir(parents=True, exist_ok=True)
+        spec, grid = COARSE[name]
+        source, points = load_truth(spec), calibration_points(grid)
+
+        def draws(seed: int) -> Any:
+            rng = np.random.default_rng(np.random.SeedSequence(seed))
+            return source.draw(points, COARSE_REPEATS, rng)
+
+        axes = {k: list(v) for k, v in grid.items()}
+        about = {"source": f"benchmarks/robustness.py {name}", "truth": spec,
+                 "repeats": COARSE_REPEATS, "grid": axes}  # fmt: skip
+        write_samples(draws(COARSE_TRUTH_SEED), samples, {**about, "seed": COARSE_TRUTH_SEED})
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit = fit_cost_table(draws(COARSE_TABLE_SEED), {**about, "seed": COARSE_TABLE_SEED},
+                                 model="table")  # fmt: skip
+        fit.table.save(table)
+    return f"samples:{samples}", f"table:{table}"
+
+
 def models_of(truth: Truth, cache: Path) -> tuple[str, str]:
     """``(--truth, --predictor)`` specs of ``truth``."""
     if truth.spec == "replay":
         return replay_models(cache)
+    if truth.spec.startswith("coarse:"):
+        return coarse_models(truth.spec.removeprefix("coarse:"), cache)
     return truth.spec, "fitted"
 
 
