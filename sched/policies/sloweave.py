@@ -35,7 +35,7 @@ from servecal.sched.policies.region_control import RegionMissControl
 from servecal.sched.view import EngineView
 
 #: ``margin_control`` values: the budget scaled online from the SLO's gap misses per
-#: ``log2`` region of the chunk (the default), or one scale for every chunk, or the
+#: ``log2`` region of the chunk, or one scale for every chunk (the default), or the
 #: whole budget planned on ``T̂_q + δ`` (the baseline the SLO control is measured
 #: against).
 REGION_CONTROL = "region"
@@ -58,7 +58,7 @@ class SLOWeaveConfig:
       it admitted exceeds ``admission_fraction`` (0.9) of its ``D_i``.
     * ``multi_prefill`` (False): after the oldest prompt's whole remainder fits, fill the
       rest of the budget first-fit with the next prompts, up to ``max_prefills`` (8).
-    * ``margin_control`` (``region``): ``slo`` scales the budget online so that the
+    * ``margin_control`` (``slo``): ``slo`` scales the budget online so that the
       iterations filled to the deadline overshoot it no more often than the SLO affords
       (:mod:`~servecal.sched.policies.miss_control`; ``control_gain``,
       ``control_max_scale``, ``control_tpot_share`` are its options); ``region`` does
@@ -76,7 +76,9 @@ class SLOWeaveConfig:
     admission_fraction: float = 0.9
     multi_prefill: bool = False
     max_prefills: int = 8
-    margin_control: str = REGION_CONTROL
+    # ``region`` measured better on coarse-grid truths at reduced scale only
+    # (docs/results/2026-12-04-robustness-coarse.md): not the default until the full run
+    margin_control: str = SLO_CONTROL
     control_gain: float = 0.05
     control_max_scale: float = 1.1
     control_region_max_scale: float = 1.5
