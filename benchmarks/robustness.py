@@ -2,12 +2,14 @@
 
     nice -n 10 python benchmarks/robustness.py --out DIR [--seeds 3] [--requests 1000]
         [--truths device,spiky-3,...] [--workloads mixed,long] [--tpot-slo 10,25]
-        [--variants slo,fixed] [--jobs 2]
+        [--variants region,slo,fixed] [--jobs 2]
 
 For every truth of :data:`TRUTHS` (noise σ 2–10%, stalls 0–3% at 1.3–2×, context slopes
 × 0 and × 3, a 256-row tile step, the default ``device`` truth, a replay of dense
-samples), each planned on a cost table fitted on *other draws* of that truth (the
-``fitted`` predictor: the calibration seed's samples, never the truth itself), and
+samples, three replays of a coarse grid: :data:`COARSE`), each planned on a cost
+table fitted on *other draws* of that truth (the ``fitted`` predictor: the calibration
+seed's samples, never the truth itself; a coarse replay: the same grid's other
+draws), and
 every (workload, TPOT target) cell, it searches the maximum goodput of SLOWeave (each
 ``--variants`` value is its ``margin_control``) and of the best of
 fixed-64/128/256/512/1024/2048, with the search ``servecal compare --max-goodput`` runs
@@ -67,6 +69,44 @@ REPLAY_GRID = {
 }  # fmt: skip
 
 
+#: Coarse-grid replays (issue 43, truth A and two variants): a user's own calibration,
+#: a few values per axis. The truth replays one seed's draws at the nearest grid point
+#: (a step function); the table is fitted (``fit_cost_table``, the margin it sets, as
+#: ``servecal calibrate`` writes it) on other draws of the same grid, so it interpolates
+#: smoothly where the truth steps. name → (source device truth, grid).
+COARSE_REPEATS = 20
+COARSE_TRUTH_SEED = 43  # the replayed draws
+COARSE_TABLE_SEED = 4343  # the draws the table is fitted on
+COARSE_6 = {
+    "n_decode": (0, 1, 8, 32, 128, 512),
+    "chunk": (0, 64, 256, 1024, 4096, 16384),
+    "ctx": (128, 294, 676, 1552, 3566, 8192),  # 128–8192 in 6 geometric steps
+    "prefix": (0, 1024, 4096),
+}
+#: Coarser still in context (3 values) and decodes (5); the chunk axis keeps 6 values:
+#: with 4 (0, 128, 1024, 16384) the replay prices every chunk of 363–4,096 tokens at
+#: 1,024's cost, a sweet spot of the replay, not of a device (docs/results/
+#: 2026-12-04-robustness-coarse.md).
+COARSE_3 = {
+    "n_decode": (0, 1, 16, 128, 512),
+    "chunk": (0, 64, 256, 1024, 4096, 16384),
+    "ctx": (128, 1024, 8192),
+    "prefix": (0, 1024, 4096),
+}
+COARSE = {
+    "coarse-a": ("device:sigma=0.05,spike_prob=0.01,spike_lo=1.6,spike_hi=1.6", COARSE_6),
+    "coarse-steep": (
+        "device:sigma=0.05,spike_prob=0.01,spike_lo=1.6,spike_hi=1.6,"
+        "decode_attention=3.4592e-05,prefill_attention=5.3004e-07",
+        COARSE_6,
+    ),
+    "coarse-tile": (
+        "device:sigma=0.05,spike_prob=0.01,spike_lo=1.6,spike_hi=1.6,tile=256",
+        COARSE_3,
+    ),
+}
+
+
 @dataclass(frozen=True)
 class Truth:
     """One truth of the family: its name, ``--truth`` spec and what it stands for."""
@@ -111,6 +151,21 @@ TRUTHS = (
         "replay",
         "dense samples (σ 5%, 0.5% stalls 1.5–2×, attention 2×) replayed nearest-point",
     ),
+    Truth(
+        "coarse-a",
+        "coarse:coarse-a",
+        "truth A: σ 5%, 1% stalls ×1.6, 6 values per axis (prefix 3) replayed nearest-point",
+    ),
+    Truth(
+        "coarse-steep",
+        "coarse:coarse-steep",
+        "truth A with attention 2× steeper, 6 values per axis replayed nearest-point",
+    ),
+    Truth(
+        "coarse-tile",
+        "coarse:coarse-tile",
+        "truth A with 256-row tile steps; ctx 3 values, n_decode 5, replayed nearest-point",
+    ),
 )
 BY_NAME = {t.name: t for t in TRUTHS}
 
@@ -140,10 +195,24 @@ def replay_models(cache: Path) -> tuple[str, str]:
     return f"samples:{samples}", f"table:{table}"
 
 
+def coarse_models(name: str, cache: Path) -> tuple[str, str]:
+    """``(--truth, --predictor)`` of the coarse replay ``name`` (:data:`COARSE`): its
+    grid's draws from :data:`COARSE_TRUTH_SEED` replayed nearest-point, planned on the
+    table fitted on draws of the same grid from :data:`COARSE_TABLE_SEED`."""
+    from servecal.sched.coarse_replay import coarse_replay
+
+    spec, grid = COARSE[name]
+    return coarse_replay(
+        spec, grid, cache / name, COARSE_TRUTH_SEED, COARSE_TABLE_SEED, COARSE_REPEATS
+    )
+
+
 def models_of(truth: Truth, cache: Path) -> tuple[str, str]:
     """``(--truth, --predictor)`` specs of ``truth``."""
     if truth.spec == "replay":
         return replay_models(cache)
+    if truth.spec.startswith("coarse:"):
+        return coarse_models(truth.spec.removeprefix("coarse:"), cache)
     return truth.spec, "fitted"
 
 
@@ -354,7 +423,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--truths", default=",".join(t.name for t in TRUTHS))
     parser.add_argument("--workloads", default="mixed,long")
     parser.add_argument("--tpot-slo", default="10,25")
-    parser.add_argument("--variants", default="slo,fixed", help="SLOWeave margin_control values")
+    parser.add_argument(
+        "--variants", default="region,slo,fixed", help="SLOWeave margin_control values"
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--requests", type=int, default=1000)
     parser.add_argument("--jobs", type=int, default=2)
@@ -365,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         truths = [BY_NAME[n] for n in _names(args.truths, list(BY_NAME), "--truths")]
         workloads = _names(args.workloads, ["mixed", "long", "chat", "bursty"], "--workloads")
-        args.variants = _names(args.variants, ["slo", "fixed"], "--variants")
+        args.variants = _names(args.variants, ["region", "slo", "fixed"], "--variants")
         tpots = [float(x) for x in args.tpot_slo.split(",")]
     except ValueError:
         print(f"error: --tpot-slo {args.tpot_slo!r}: expected numbers, e.g. 10,25", file=sys.stderr)

@@ -72,9 +72,10 @@ class PluginConfig:
       may span up to ``max_prefills`` prompts (off, as in the engine policy: one
       prompt per step; on admits bursts of short prompts faster).
     * ``check_model``: refuse a table whose fingerprint names another model shape.
-    * ``margin_control``: SLOWeave's ``margin_control``, as in the engine policy: ``slo``
-      (default) scales the budget online from the SLO's gap misses, one controller per
-      engine kept across steps; ``fixed`` plans on the whole budget.
+    * ``margin_control``: SLOWeave's ``margin_control``, as in the engine policy:
+      ``slo`` (default) scales the budget online from the SLO's gap misses, one
+      controller per engine kept across steps; ``region`` also corrects it per region
+      of the chunk by the table's measured error; ``fixed`` plans on the whole budget.
     """
 
     table: Path

@@ -1,0 +1,161 @@
+"""SLOWeave's budget scale corrected per region: a table wrong in a structured way.
+
+A user's calibration is a grid of a few values per axis; the table interpolates
+smoothly between them where the device steps. Its error is then not noise around the
+P99 but a bias that depends on *where* the iteration lies: a 700-token chunk may cost
+30% more than the table says while a 450-token one costs 15% less. One budget scale
+for every iteration (:class:`~servecal.sched.policies.miss_control.GapMissControl`)
+pays for the worst region everywhere, and cannot use the room the table wastes
+elsewhere; a fixed chunk that happens to sit where the table is pessimistic wins.
+
+:class:`RegionMissControl` splits the two things the pooled controller's scale mixes:
+
+* the *tail* — how far past the typical cost jitter and stalls reach, which the SLO's
+  affordable miss rate ``α`` must absorb — stays one adaptive-conformal scale
+  ``s`` over every counted iteration, exactly as ``GapMissControl`` keeps it;
+* the *bias* of the table per region — ``log2`` of the chunk × ``log2`` of the prefix
+  (bucket ``b`` holds ``2^b … 2^(b+1) − 1``; the prefix's bucket is fixed within one
+  decision) — is learned from each counted iteration: ``g = duration / P50`` of the
+  table's own median for that iteration. The running mean ``m_r`` of ``log g`` per
+  region (a plain mean for its first 20 iterations, then exponential with weight
+  0.05) corrects that region's prediction: it plans at ``s · exp(−m_r)``, within
+  ``[min_scale, region_max_scale]``.
+
+A region not yet counted plans at ``s``; where the table's median is right (a smooth
+truth) ``m_r ≈ 0`` and every region plans at ``s``, as the pooled controller does. The
+region's ``log g`` is clipped to ±0.5 so that a stall moves its mean no more than a
+slow iteration does (stalls are the tail's business, and ``s``'s).
+
+The decision (:meth:`RegionMissControl.choose`) is the largest chunk feasible under
+its own region's scale: regions are tried from the top down, the chunk restricted to
+each; a region whose scale is no larger than one found infeasible above it cannot fit
+either (the cost only grows with the chunk) and is skipped, so it is usually one or
+two calls of the chunk search.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from servecal.sched.policies.miss_control import GapMissControl
+
+#: ``fit(limit, scale) -> chunk``: the largest chunk up to ``limit`` that the budget ×
+#: ``scale`` fits (SLOWeave's ``deadline_chunk`` with its arguments bound).
+Fit = Callable[[int, float], int]
+
+#: Iterations a region's mean is a plain mean over before it turns exponential.
+WARMUP = 20
+#: Weight of each new iteration after that (an effective memory of 20 iterations).
+WEIGHT = 1.0 / WARMUP
+#: ``log f`` is clipped to ``±CLIP`` before it enters a mean.
+CLIP = 0.5
+
+
+def bucket(x: int) -> int:
+    """``floor(log2(x))`` for ``x ≥ 1`` (-1 for 0)."""
+    return x.bit_length() - 1
+
+
+@dataclass
+class _Mean:
+    """A running mean: plain for :data:`WARMUP` values, then exponential."""
+
+    value: float = 0.0
+    n: int = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.value += (x - self.value) * max(WEIGHT, 1.0 / self.n)
+
+
+@dataclass
+class RegionMissControl(GapMissControl):
+    """:class:`GapMissControl` with a per-region bias correction (module docstring).
+
+    Use as ``GapMissControl``, with ``choose(fit, limit, prefix)`` for the chunk and
+    ``planned(deadline_ms, chunk, now_ms, p50_ms)`` after deciding one the budget cut
+    (``p50_ms``: the table's median for it). ``region_max_scale`` (1.5) bounds a
+    region's scale above.
+    """
+
+    region_max_scale: float = 1.5
+    regions: dict[tuple[int, int], _Mean] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.region_max_scale >= self.max_scale:
+            raise ValueError("RegionMissControl.region_max_scale must be >= max_scale")
+        self._prefix_bucket = -1  # the current decision's
+        self._start = math.nan
+        self._p50 = math.nan
+        self._pending_region = (-1, -1)
+
+    def region_scale(self, region: int) -> float:
+        """The budget scale of chunk bucket ``region`` at the current prefix bucket."""
+        mean = self.regions.get((region, self._prefix_bucket))
+        if mean is None:
+            return self._scale
+        s = self._scale * math.exp(-mean.value)
+        return min(max(s, self.min_scale), self.region_max_scale)
+
+    def choose(self, fit: Fit, limit: int, prefix: int = 0) -> int:
+        """The largest chunk up to ``limit`` that fits the budget under its own region's
+        scale (0: none); ``prefix``: the prompt's tokens already prefilled."""
+        self._prefix_bucket = bucket(prefix)
+        region, top = bucket(limit), limit
+        while region >= 0:
+            scale = self.region_scale(region)
+            c = fit(top, scale)
+            if c > 0 and bucket(c) == region:
+                return c
+            # c < 2^region: every region between c's and this one whose scale is no
+            # larger fails too (the cost only grows with the chunk)
+            region = max(bucket(c), self._next_larger(region, scale))
+            top = (2 << region) - 1 if region >= 0 else 0
+        return 0
+
+    def _next_larger(self, below: int, scale: float) -> int:
+        """The highest region under ``below`` with a scale above ``scale`` (-1: none)."""
+        for region in range(below - 1, -1, -1):
+            if self.region_scale(region) > scale:
+                return region
+        return -1
+
+    def planned(
+        self, deadline_ms: float, chunk: int = 0, now_ms: float = math.nan,
+        p50_ms: float = math.nan,
+    ) -> None:  # fmt: skip
+        """The chunk just decided (at ``now_ms``; the table's median ``p50_ms``) was cut
+        by the budget to end by ``deadline_ms``; without ``chunk`` it is counted as
+        ``GapMissControl`` counts it, in no region."""
+        self._pending = deadline_ms
+        if chunk > 0 and p50_ms > 0:
+            self._pending_region = (bucket(chunk), self._prefix_bucket)
+            self._start, self._p50 = now_ms, p50_ms
+        else:
+            self._pending_region = (-1, -1)
+
+    def settle(self, now_ms: float) -> None:
+        """Score the last counted iteration (pooled) and learn its region's bias."""
+        if self._pending != self._pending:  # nan: nothing pending
+            return
+        key = self._pending_region
+        super().settle(now_ms)
+        if key[0] < 0:
+            return
+        self._pending_region = (-1, -1)
+        took = now_ms - self._start
+        if not took > 0.0:
+            return
+        mean = self.regions.get(key)
+        if mean is None:
+            mean = self.regions[key] = _Mean()
+        mean.add(min(max(math.log(took / self._p50), -CLIP), CLIP))
+
+    def summary(self) -> dict[str, float | int]:
+        """The pooled summary and how many regions it learned."""
+        out = super().summary()
+        out["regions"] = len(self.regions)
+        return out
