@@ -160,16 +160,9 @@ def default_threads() -> int:
 BUILTIN_LAYOUTS: dict[str, Callable[[], PointLayout]] = {"contiguous": ContiguousLayout}
 
 
-def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
-    default_model = "tiny" if device.type == "cpu" else "llama-3-8b"
-    shape = ModelShape.resolve(cfg.model or default_model)
-    grid = Grid.from_file(cfg.grid) if cfg.grid else default_grid(device.type)
-    points = design_points(grid, np.random.default_rng(cfg.seed))
-    dtype = cfg.dtype or str(default_dtype(device)).removeprefix("torch.")
-    layers = cfg.layers or min(shape.n_layers, DEFAULT_LAYERS_TIMED)
-    if layers > shape.n_layers:
-        raise InputError(f"--layers {layers}: {shape.name} has only {shape.n_layers} layers")
-    tp = cfg.tp or 1
+def _check_parallel(cfg: CalibrateConfig, shape: ModelShape, device: torch.device, tp: int) -> None:
+    """What a tensor-parallel size needs: a shape it divides, a dense model, the
+    contiguous layout, a collective backend and enough devices."""
     shape.check_tp(tp)
     if shape.is_moe and tp > 1:
         raise InputError(
@@ -181,6 +174,19 @@ def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
             raise InputError(f"--kv-layout {cfg.kv_layout}: --tp > 1 runs the contiguous layout")
         check_backend(device)
         rank_devices(device, tp)  # enough GPUs?
+
+
+def _new_plan(cfg: CalibrateConfig, device: torch.device) -> dict[str, Any]:
+    default_model = "tiny" if device.type == "cpu" else "llama-3-8b"
+    shape = ModelShape.resolve(cfg.model or default_model)
+    grid = Grid.from_file(cfg.grid) if cfg.grid else default_grid(device.type)
+    points = design_points(grid, np.random.default_rng(cfg.seed))
+    dtype = cfg.dtype or str(default_dtype(device)).removeprefix("torch.")
+    layers = cfg.layers or min(shape.n_layers, DEFAULT_LAYERS_TIMED)
+    if layers > shape.n_layers:
+        raise InputError(f"--layers {layers}: {shape.name} has only {shape.n_layers} layers")
+    tp = cfg.tp or 1
+    _check_parallel(cfg, shape, device, tp)
     return {
         "shape": shape.to_dict(),
         "device": str(device),

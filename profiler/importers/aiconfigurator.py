@@ -107,6 +107,23 @@ class AiConfiguratorSource:
         )
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         gemm = _of_dtype(_find(folder, "gemm"), folder, "gemm", weight_dtype)
+        self._read_gemm(gemm)
+        self._read_attention(kv_dtype)
+        self.device = str(gemm["device"].iloc[0]) if "device" in gemm.columns else None
+        # a MoE shape's MLP: the router GEMM and the moe operator (importers/moe_ops.py)
+        self.moe = MoEOperators(folder, shape, log) if shape.is_moe else None
+        self.pointwise: PointwiseModel | None = None
+        if pointwise:
+            name = pointwise_device or self.device
+            if name is None:
+                raise InputError(
+                    f"{folder}: the GEMM table names no device; pass --pointwise-device "
+                    "(or --no-pointwise)"
+                )
+            self.pointwise = PointwiseModel(shape, tp, device_key(name), qk_norm=qk_norm)
+
+    def _read_gemm(self, gemm: pd.DataFrame) -> None:
+        """One series over ``m`` per profiled ``(n, k)``, spikes dropped and counted."""
         self._gemm, self.spikes = {}, 0
         for (n, k), g in gemm.groupby(["n", "k"]):
             series, dropped = Series.from_pairs(g["m"], g["latency"]).without_spikes()
@@ -114,6 +131,11 @@ class AiConfiguratorSource:
             self.spikes += dropped
         self._ns = sorted({n for n, _ in self._gemm})
         self._ks = sorted({k for _, k in self._gemm})
+
+    def _read_attention(self, kv_dtype: str) -> None:
+        """Decode attention per step (context), prefill attention at batch 1, for this
+        model's heads per GPU and the KV dtype."""
+        folder = self.folder
         gen = _of_dtype(_find(folder, "generation"), folder, "generation", kv_dtype)
         gen = self._heads_rows(gen, "generation")
         self._gen = {
@@ -127,18 +149,6 @@ class AiConfiguratorSource:
         if ctx.empty:
             raise InputError(f"{folder}: no context-attention rows with batch_size 1")
         self._prefill = Series.from_pairs(ctx["isl"], ctx["latency"])
-        self.device = str(gemm["device"].iloc[0]) if "device" in gemm.columns else None
-        # a MoE shape's MLP: the router GEMM and the moe operator (importers/moe_ops.py)
-        self.moe = MoEOperators(folder, shape, log) if shape.is_moe else None
-        self.pointwise: PointwiseModel | None = None
-        if pointwise:
-            name = pointwise_device or self.device
-            if name is None:
-                raise InputError(
-                    f"{folder}: the GEMM table names no device; pass --pointwise-device "
-                    "(or --no-pointwise)"
-                )
-            self.pointwise = PointwiseModel(shape, tp, device_key(name), qk_norm=qk_norm)
 
     def _heads_rows(self, frame: pd.DataFrame, kind: str) -> pd.DataFrame:
         """Rows for this model's heads per GPU; between two profiled query-head counts

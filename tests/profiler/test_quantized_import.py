@@ -47,10 +47,11 @@ def test_fp8_rows_price_the_gemms_and_the_kv_reads_and_both_dtypes_are_recorded(
 
 def test_a_dtype_the_profile_lacks_is_refused_in_one_line(tmp_path: Path):
     args = ["import", "aiconfigurator", str(BF16_ONLY), "--model", "llama-3-8b"]
-    result = CliRunner().invoke(app, [*args, "--dtype", "fp8", "--out", str(tmp_path / "s.pq")])
+    out = str(tmp_path / "s.parquet")
+    result = CliRunner().invoke(app, [*args, "--dtype", "fp8", "--out", out])
     assert result.exit_code == 2
     assert "no fp8 gemm rows for the weight dtype (profiled: bfloat16)" in result.output
-    assert not (tmp_path / "s.pq").exists()
+    assert not (tmp_path / "s.parquet").exists()
 
 
 def test_a_kv_dtype_mismatch_between_table_and_deployment_is_a_fingerprint_mismatch():
