@@ -270,7 +270,7 @@ def test_the_chunk_equals_the_engine_policys_for_the_same_state(
 ) -> None:
     """vLLM's scheduled chunk, against SLOWeave.plan on a view the test builds itself,
     with the plug-in's default margin controller and with the whole-budget plan."""
-    settings = {} if margin_control == "region" else {"margin_control": margin_control}
+    settings = {} if margin_control == "slo" else {"margin_control": margin_control}
     s, clock = make(root, c_max=1024, **settings)
     policy = SLOWeave(SLOWeaveConfig(c_max=1024, margin_control=margin_control))
     counts = same_steps(s, clock, policy, 150)

@@ -101,7 +101,7 @@ def test_the_vllm_planner_decides_with_the_same_region_controller() -> None:
     from servecal.sched.experiment.models import load_predictor
 
     table = load_predictor("fitted", "device")
-    cfg = SLOWeaveConfig()
+    cfg = SLOWeaveConfig(margin_control="region")
     plugin, engine = cfg.controller(), cfg.controller()
     assert isinstance(engine, RegionMissControl)
     now, chunks = 0.0, []
