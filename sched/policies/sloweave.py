@@ -156,14 +156,19 @@ def deadline_chunk(
     c = predictor.max_chunk(
         n_decode, ctx, prefix, budget * scale, limit, config.quantile, config.use_margin
     )
-    if (
-        c < config.aging_chunk
-        and config.aging_ms is not None
-        and waited_ms >= config.aging_ms
-        and limit > c
-    ):
+    if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
     return c, budget, False
+
+
+def _ages(config: SLOWeaveConfig, chunk: int, limit: int, waited_ms: float) -> bool:
+    """The aging rule: a prompt waiting ``aging_ms`` gets at least ``aging_chunk``."""
+    return (
+        chunk < config.aging_chunk
+        and config.aging_ms is not None
+        and waited_ms >= config.aging_ms
+        and limit > chunk
+    )
 
 
 def controlled_chunk(
@@ -230,12 +235,7 @@ def _region_chunk(
 
     c = control.choose(fit, limit, prefix)
     budget = max(0.0, earliest_deadline_ms - now_ms)
-    if (
-        c < config.aging_chunk
-        and config.aging_ms is not None
-        and waited_ms >= config.aging_ms
-        and limit > c
-    ):
+    if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
     if 0 < c < limit:
         p50 = float(predictor.predict(n_decode, c, ctx, prefix, 0.5))
