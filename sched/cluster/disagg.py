@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.sched.cluster.kv_transfer import LINKS, MODELS, KVShape, Link, transfer_ms
 from servecal.sched.cluster.spec import ReplicaSpec, replica_rng
 from servecal.sched.policies.registry import DRIVER, ENGINE, ROUTER, PolicySpec
@@ -61,6 +62,8 @@ class DisaggSpec:
     slo_classes: str | None = None
     prompt_scale: float = 1.0
     ttft_scale: float = 1.0
+    #: The command's table flags: whether a table loads, never what a run computes.
+    trust: TableTrust = field(default=NO_TRUST, compare=False)
 
     backend = DISAGGREGATED  # not a field: what the experiment layer's RUNNERS dispatch on
 
@@ -99,6 +102,7 @@ class DisaggSpec:
 
     def describe(self) -> dict[str, Any]:
         doc = asdict(self)
+        del doc["trust"]
         doc["backend"] = DISAGGREGATED
         doc["prefill_router"] = self.prefill_router.label
         doc["decode_router"] = self.decode_router.label
@@ -126,7 +130,7 @@ def _prefill_pool(
     for i, r in enumerate(spec.prefill):
         engine = replica_engine(
             r.policy.build(ENGINE),
-            load_predictor(r.predictor, r.truth),
+            load_predictor(r.predictor, r.truth, spec.trust),
             load_truth(r.truth).executor(replica_rng(rng, i), None),
             r.kv_capacity,
             r.policy.label,
@@ -159,7 +163,7 @@ def _driver_prefill_pool(
         driver = OperatorDriver(
             routed[i],
             r.policy.build(DRIVER),
-            load_predictor(r.predictor, r.truth),
+            load_predictor(r.predictor, r.truth, spec.trust),
             load_truth(r.truth).executor(replica_rng(rng, i), None),
             DriverConfig(setting="prefill", kv_capacity=r.kv_capacity),
             policy_name=r.policy.label,
@@ -186,7 +190,7 @@ def _decode_replicas(spec: DisaggSpec, rng: np.random.Generator) -> list[Any]:
             j,
             r.name,
             load_truth(r.truth).executor(replica_rng(rng, base + j), None),
-            load_predictor(r.predictor, r.truth),
+            load_predictor(r.predictor, r.truth, spec.trust),
             r.kv_capacity,
         )
         for j, r in enumerate(spec.decode)

@@ -101,6 +101,7 @@ def disagg_spec(space: Any, pair: PoolPair, policy: PolicySpec, router: PolicySp
         n_requests=space.n_requests,
         seeds=space.seeds,
         slo_classes=space.slo_classes,
+        trust=space.trust,
     )
 
 

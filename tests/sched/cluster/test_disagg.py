@@ -124,3 +124,12 @@ def test_decode_admission_holds_the_kv_capacity():
     # the KV the running requests hold never passes the capacity
     decode_ctx = it["ctx"][it["replica"] == 1] * it["n_decode"][it["replica"] == 1]
     assert decode_ctx.max() <= 6000 and math.isfinite(decode_ctx.max())
+
+
+def test_the_table_flags_reach_the_pools_loaders_but_not_the_runs_config():
+    from servecal.costmodels.provenance import TableTrust
+
+    trusting = _disagg(1, 1, rate=10.0, trust=TableTrust(allow_mismatch=True))
+    assert trusting == _disagg(1, 1, rate=10.0)  # the flags are not the question
+    assert "trust" not in trusting.describe()
+    assert trusting.trust.allow_mismatch
