@@ -69,7 +69,8 @@ def attention_backend(model: Transformer) -> dict[str, str]:
         return {"decode": "sdpa", "prefill": "sdpa"}
     s, dev, dtype = model.local, model.device, model.dtype  # this rank's heads
     order = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
-    if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+    # build_model takes cuDNN out on CUDA (model.keep_attention_off_cudnn): not offered
+    if hasattr(SDPBackend, "CUDNN_ATTENTION") and torch.backends.cuda.cudnn_sdp_enabled():
         order.append(SDPBackend.CUDNN_ATTENTION)
     order.append(SDPBackend.MATH)
 

@@ -376,6 +376,7 @@ def build_model(
     if not 1 <= n_layers <= shape.n_layers:
         raise ValueError(f"n_layers must be in [1, {shape.n_layers}], got {n_layers}")
     dtype = default_dtype(device) if dtype is None else dtype
+    keep_attention_off_cudnn(device)
     # Built directly on the device in its dtype (a 70B layer does not fit a CPU detour).
     try:
         model = Transformer(shape, n_layers, collective, device=device, dtype=dtype)
@@ -392,6 +393,22 @@ def build_model(
             if not name.endswith("norm.weight"):
                 param.normal_(0.0, 0.02, generator=gen)
     return model.eval().requires_grad_(False)
+
+
+def keep_attention_off_cudnn(device: torch.device | str) -> None:
+    """On CUDA, take cuDNN's kernel out of the ``scaled_dot_product_attention`` choice.
+
+    cuDNN builds an execution graph for each new input shape before it runs (hundreds
+    of milliseconds; SGLang's cuDNN backend measured ~400 ms) and caches it. The
+    profiler repeats one shape per point, but the torch executor's masked decode
+    attention meets a new shape nearly every iteration (contexts grow a token a step,
+    buckets regroup): on an H200 (torch 2.11) a 40-request run spent all of 150 s
+    inside that call (docs/results/2026-12-04-gpu-h200.md). Flash, memory-efficient
+    and math kernels take any shape at no set-up cost. Process-wide by torch's design;
+    only the profiler's and the executor's own processes build this model.
+    """
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -106,3 +106,19 @@ def test_batch_validation():
         PrefillSegment(kv, 0, 2, 3)  # 5 tokens > capacity 4
     with pytest.raises(ValueError):
         DecodeGroup(kv, [0], [4])  # no room for the new token
+
+
+def test_a_cuda_model_keeps_attention_off_cudnn_and_a_cpu_one_leaves_it():
+    """cuDNN's SDPA builds a graph per new shape (the torch executor's decode shapes change
+    every step): a CUDA build turns it off; a CPU build leaves torch's setting alone."""
+    from servecal.profiler.model import keep_attention_off_cudnn
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        keep_attention_off_cudnn("cpu")
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        keep_attention_off_cudnn(torch.device("cuda", 0))  # a flag: no device needed
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
