@@ -10,11 +10,16 @@ the source has them), median ``|predicted/measured - 1|`` and median ``predicted
   from aiconfigurator's H100 vLLM 0.14 tables, nothing fitted: as a graph engine
   (``--engine graph``: one varlen attention kernel, vLLM V1's all-reduce; with and
   without ``--qk-norm``) and, for comparison, as an eager one (``--engine eager``).
+* ``sglang``: SGLang 0.5.1 serving Qwen3-32B on H100 SXM at TP 2/4/8 (the same
+  aiconfigurator file's SGLang rows): decode steps as for ``qwen3`` (osl 512 against 256),
+  composed the same way. Its mixed steps are not graded: the prompt cost its runs imply
+  falls below what the prompt's GEMMs take at the GPU's peak (printed), and SGLang does
+  not put prompts into decode steps unless run with ``--enable-mixed-chunk``.
 * ``sarathi`` and ``splitwise``: eager engines on A100 (``tests/data/eager/``), composed
   as an eager engine runs a step plus the host-overhead model, fitted on half the
   configurations; every step here is predicted by the model fitted on the other half.
 
-    python benchmarks/step_kinds.py [qwen3|sarathi|splitwise ...]     # all: ~15 s
+    python benchmarks/step_kinds.py [qwen3|sglang|sarathi|splitwise ...]     # all: ~20 s
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from servecal.profiler.importers import step_rules
 from servecal.profiler.importers.aiconfigurator import AiConfiguratorSource
 from servecal.profiler.importers.collective import CommOptions
 from servecal.profiler.importers.compose import StepComposition
@@ -32,7 +38,12 @@ from servecal.profiler.importers.holdout import gpu_ms, holdout
 from servecal.profiler.importers.interp import ExtrapolationLog
 from servecal.profiler.importers.overhead import requests_in_batch
 from servecal.profiler.importers.published import halves, sarathi_steps, splitwise_steps
-from servecal.profiler.importers.silicon import silicon_decode_steps, silicon_mixed_steps
+from servecal.profiler.importers.silicon import (
+    H100_SXM_BF16_TFLOPS,
+    prompt_compute_floor_ms,
+    silicon_decode_steps,
+    silicon_mixed_steps,
+)
 from servecal.profiler.importers.stepcheck import by_kind, composed_steps
 from servecal.profiler.shapes import ModelShape
 
@@ -58,8 +69,33 @@ def qwen3(engine: str = "graph", qk_norm: bool = True) -> pd.DataFrame:
         )
         for tp in (2, 4, 8)
     }  # fmt: skip
-    composition = StepComposition("varlen" if engine == "graph" else "separate")
+    # graph: varlen attention and capture-size padding (--engine graph --graph-padding)
+    composition = step_rules(engine, None, graph_padding=engine == "graph")[1]
     return composed_steps(sources, shape, qwen3_steps(), composition)
+
+
+SGLANG = MODERN / "aiconfigurator_silicon_qwen3-32b_h100_sglang0.5.1.csv"
+
+
+def sglang() -> tuple[pd.DataFrame, pd.DataFrame]:
+    """SGLang 0.5.1's decode steps composed as a graph engine runs them (nothing fitted),
+    and the prompt costs its runs imply against the compute floor (why no mixed step is
+    graded on it)."""
+    decode = silicon_decode_steps(SGLANG, osl=512)
+    decode = decode[decode["decode_dominated"]]
+    shape = ModelShape.resolve(str(MODERN / "qwen3-32b.json"))
+    comm = CommOptions("vllm-v1")
+    sources = {
+        tp: AiConfiguratorSource(
+            MODERN / "aiconfigurator_h100_qwen3_32b", shape, tp, ExtrapolationLog(), comm,
+            True, None, True,
+        )
+        for tp in (2, 4, 8)
+    }  # fmt: skip
+    graph = step_rules("graph", None, graph_padding=True)[1]
+    mixed = silicon_mixed_steps(SGLANG, short=128, long=512)
+    floor = prompt_compute_floor_ms(shape, mixed["chunk"], mixed["tp"], H100_SXM_BF16_TFLOPS)
+    return composed_steps(sources, shape, decode, graph), mixed.assign(floor_ms=floor)
 
 
 def held_out(steps: pd.DataFrame, composed: np.ndarray, fit_scale: bool) -> pd.DataFrame:
@@ -82,7 +118,9 @@ def a100_source(shape: ModelShape, tp: int, device: str | None = None) -> AiConf
 def sarathi() -> pd.DataFrame:
     shape = ModelShape.resolve(str(EAGER / "yi-34b.json"))
     steps = sarathi_steps(EAGER)
-    composed = gpu_ms(a100_source(shape, 2, "a100-pcie-80gb"), shape, steps)
+    # Sarathi-Serve pads a step's tokens to a multiple of 8 (its model runner, for tensor cores)
+    align8 = StepComposition("separate", "align8")
+    composed = gpu_ms(a100_source(shape, 2, "a100-pcie-80gb"), shape, steps, align8)
     return held_out(steps, composed, fit_scale=True)
 
 
@@ -109,7 +147,7 @@ def show(title: str, steps: pd.DataFrame) -> None:
 
 
 def main(argv: list[str]) -> int:
-    which = argv or ["qwen3", "sarathi", "splitwise"]
+    which = argv or ["qwen3", "sglang", "sarathi", "splitwise"]
     if "qwen3" in which:
         show("qwen3 (vLLM 0.12 V1, H100, TP 2/4/8): --engine graph --qk-norm", qwen3())
         show("  the same without --qk-norm", qwen3(qk_norm=False))
@@ -120,6 +158,25 @@ def main(argv: list[str]) -> int:
             print(
                 f"  tp {r.tp} n {r.n_decode:>3} c {r.chunk:>4} ctx {r.ctx:>4}: measured "
                 f"{r.ms:7.2f} ms  composed {r.predicted:7.2f}  ratio {r.predicted / r.ms:.3f}"
+            )
+    if "sglang" in which:
+        decode, mixed = sglang()
+        show("sglang (0.5.1, H100, TP 2/4/8): --engine graph --graph-padding --qk-norm", decode)
+        for r in decode.itertuples():
+            print(
+                f"  tp {r.tp} n {r.n_decode:>3} ctx {r.ctx:>4}: measured {r.ms:6.2f} ms  "
+                f"composed {r.predicted:6.2f}  ratio {r.predicted / r.ms:.3f}"
+            )
+        ratio = mixed["prompt_ms"] / mixed["floor_ms"]
+        print(
+            f"  mixed: not graded. The prompt cost X its runs imply is {ratio.min():.2f}-"
+            f"{ratio.max():.2f}x (median {ratio.median():.2f}x) the prompt's compute floor "
+            f"({(ratio < 1).sum()} of {len(mixed)} configurations below it)"
+        )
+        for r in mixed.itertuples():
+            print(
+                f"  tp {r.tp} B {r.n_decode + 1:>3} isl {r.chunk:>4}: X {r.prompt_ms:6.2f} ms, "
+                f"floor {r.floor_ms:6.2f} ms ({r.prompt_ms / r.floor_ms:.2f}x)"
             )
     if "sarathi" in which:
         show("sarathi (Yi-34B TP 2, A100 PCIe, eager; held out)", sarathi())

@@ -45,16 +45,23 @@ SOURCES = IMPORTERS.names()
 ENGINES = ("graph", "eager")
 
 
-def step_rules(engine: str | None, overhead_file: Any) -> tuple[str, StepComposition]:
+def step_rules(
+    engine: str | None, overhead_file: Any, graph_padding: bool = False
+) -> tuple[str, StepComposition]:
     """The engine mode (default: eager when a host-overhead file is given, else graph) and
-    the step composition it implies."""
+    the step composition it implies; ``graph_padding``: a graph engine's step runs the
+    CUDA graph captured at the next size up (vLLM V1's capture sizes)."""
     if engine is None:
         engine = "eager" if overhead_file is not None else "graph"
     if engine not in ENGINES:
         raise InputError(f"--engine must be one of {', '.join(ENGINES)}, got {engine!r}")
     if engine == "graph" and overhead_file is not None:
         raise InputError("--engine-overhead models an eager engine's host time; use --engine eager")
-    return engine, StepComposition("varlen" if engine == "graph" else "separate")
+    if engine == "graph":
+        return engine, StepComposition("varlen", "graph" if graph_padding else "none")
+    if graph_padding:
+        raise InputError("--graph-padding pads to CUDA-graph capture sizes; use --engine graph")
+    return engine, StepComposition("separate")
 
 
 def default_comm(kind: str, engine: str) -> CommOptions:
@@ -80,6 +87,7 @@ def import_profile(
     qk_norm: bool = False,
     weight_dtype: str = "bfloat16",
     kv_dtype: str = "bfloat16",
+    graph_padding: bool = False,
 ) -> tuple[pd.DataFrame, dict[str, Any]]:
     """Composed samples for ``shape`` at TP ``tp`` on ``grid`` (default: the import grid,
     chunks up to 16,384).
@@ -94,7 +102,9 @@ def import_profile(
     composition and, when ``comm`` is None, the all-reduce backend. ``qk_norm``:
     aiconfigurator, price Qwen3's per-head q and k norms too. ``weight_dtype`` /
     ``kv_dtype``: aiconfigurator, read the GEMM rows of that weight dtype and the attention
-    rows of that KV-cache dtype (``fp8``); both are recorded in the fingerprint."""
+    rows of that KV-cache dtype (``fp8``); both are recorded in the fingerprint.
+    ``graph_padding``: ``--engine graph`` only, price the linear, pointwise and collective
+    work on the CUDA-graph capture size a step replays (:func:`step_rules`)."""
     if kind != "aiconfigurator" and (weight_dtype, kv_dtype) != ("bfloat16", "bfloat16"):
         raise InputError("--dtype/--kv-dtype: only aiconfigurator profiles carry fp8 rows")
     if kind not in IMPORTERS and ":" not in kind:
@@ -103,7 +113,7 @@ def import_profile(
         raise InputError(f"--tp must be >= 1, got {tp}")
     if not Path(path).exists():
         raise InputError(f"{path}: no such file or folder")
-    engine, composition = step_rules(engine, overhead_file)
+    engine, composition = step_rules(engine, overhead_file, graph_padding)
     comm = comm or default_comm(kind, engine)
     log = ExtrapolationLog()
     if kind == "aiconfigurator":  # the one importer with pointwise options
@@ -141,7 +151,8 @@ def import_profile(
         "engine": engine,
         "step_composition": (
             "one flattened forward over n + c tokens (linear, pointwise, collectives, "
-            f"embedding: one launch each); attention: {composition.attention}"
+            f"embedding: one launch each); attention: {composition.attention}; "
+            f"token padding: {composition.padding}"
         ),
         "dtype": weight_dtype,
         "kv_dtype": kv_dtype,

@@ -1,7 +1,9 @@
 """Compose iteration times from per-operator profiles, the way Vidur does.
 
 For an iteration with ``n`` decode tokens (KV length ``ctx`` each) and a prefill
-chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens:
+chunk of ``c`` tokens after ``p`` cached ones, on ``T = n + c`` tokens (``T`` padded
+first where the engine pads, :data:`PADDINGS`: a CUDA-graph engine runs the graph
+captured at the next size up):
 
     per layer = linear ops on T tokens (QKV, output, gate/up, down GEMMs; norms,
                 rope, activation, adds where the profile has them)
@@ -29,13 +31,17 @@ causal work of one of ``c``).
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import pandas as pd
 
 from servecal.profiler.design import Point
-from servecal.profiler.importers.collective import allreduces_per_iteration
+from servecal.profiler.importers.collective import (
+    V1_MAX_CAPTURE_TOKENS,
+    allreduces_per_iteration,
+)
 from servecal.profiler.shapes import ModelShape
 from servecal.util.errors import InputError
 
@@ -80,6 +86,21 @@ class OperatorSource(Protocol):
 #: prefill rows (vLLM V1's FlashAttention, SGLang, TensorRT-LLM), or ``separate``, a kernel
 #: for the decodes and one per prompt (eager engines: vLLM V0, Sarathi-Serve).
 ATTENTION_MODES = ("varlen", "separate")
+#: How an engine pads a step's token count before its forward runs: ``none``; ``graph``,
+#: vLLM V1 replaying the CUDA graph captured at the next size up (its default capture
+#: sizes, :func:`cudagraph_capture_sizes`; steps above the largest run unpadded); ``align8``,
+#: Sarathi-Serve (and vLLM <= 0.2) padding the input to a multiple of 8 for tensor cores.
+PADDINGS = ("none", "graph", "align8")
+
+
+def cudagraph_capture_sizes(largest: int = V1_MAX_CAPTURE_TOKENS) -> tuple[int, ...]:
+    """vLLM V1's default capture sizes: 1, 2, 4, multiples of 8 below 256, then multiples
+    of 16 up to ``largest`` (``max_cudagraph_capture_size``, 512 by default)."""
+    sizes = (1, 2, 4, *range(8, 256, 8), *range(256, largest + 1, 16))
+    return tuple(s for s in sizes if s <= largest)
+
+
+_CAPTURE_SIZES = cudagraph_capture_sizes()
 
 
 @dataclass(frozen=True)
@@ -89,15 +110,30 @@ class StepComposition:
     Linear, pointwise, collective and embedding work always run once over all the step's
     tokens (one flattened forward, one launch each). ``attention`` says whether the decode
     part and every prompt's part share one varlen kernel, so the step pays one kernel's
-    fixed cost (``source.attention_launch_ms()``) instead of one per part."""
+    fixed cost (``source.attention_launch_ms()``) instead of one per part. ``padding``
+    says how many token rows that flattened forward really runs (:data:`PADDINGS`): the
+    linear, pointwise, collective and embedding work is priced on the padded count;
+    attention and the LM head see only the real requests (padded rows hold no KV and
+    are not sampled)."""
 
     attention: str = "varlen"
+    padding: str = "none"
 
     def __post_init__(self) -> None:
         if self.attention not in ATTENTION_MODES:
             raise InputError(
                 f"attention must be one of {', '.join(ATTENTION_MODES)}, got {self.attention!r}"
             )
+        if self.padding not in PADDINGS:
+            raise InputError(f"padding must be one of {', '.join(PADDINGS)}, got {self.padding!r}")
+
+    def rows_run(self, tokens: int) -> int:
+        """The token rows the forward runs for a step of ``tokens`` tokens."""
+        if self.padding == "align8":
+            return -(-tokens // 8) * 8
+        if self.padding == "graph" and tokens <= _CAPTURE_SIZES[-1]:
+            return _CAPTURE_SIZES[bisect_left(_CAPTURE_SIZES, tokens)]
+        return tokens
 
     def attention_ms(
         self, source: OperatorSource, n: int, ctx: int, prefills: list[tuple[int, int]]
@@ -165,21 +201,21 @@ def compose_step(
     if tokens < 1:
         raise ValueError("a step needs n_decode + chunks >= 1")
     layers = shape.n_layers
-    linear, other = source.linear_ms(tokens)
-    decode, prefill = (composition or StepComposition()).attention_ms(
-        source, n_decode, ctx, prefills
-    )
+    composition = composition or StepComposition()
+    rows = composition.rows_run(tokens)  # what the flattened forward runs, padding included
+    linear, other = source.linear_ms(rows)
+    decode, prefill = composition.attention_ms(source, n_decode, ctx, prefills)
     parts = {
         "op_linear_ms": layers * linear,
         "op_other_ms": layers * other,
         "op_attn_decode_ms": layers * decode,
         "op_attn_prefill_ms": layers * prefill,
-        "op_comm_ms": allreduces_per_iteration(layers) * source.allreduce_ms(tokens, not chunks),
-        "op_embed_ms": source.embed_ms(tokens),
+        "op_comm_ms": allreduces_per_iteration(layers) * source.allreduce_ms(rows, not chunks),
+        "op_embed_ms": source.embed_ms(rows),
         "op_head_ms": source.head_ms(n_decode + len(chunks)),
     }
     if shape.is_moe:
-        parts["op_a2a_ms"] = layers * _all_to_all_ms(source, tokens, not chunks)
+        parts["op_a2a_ms"] = layers * _all_to_all_ms(source, rows, not chunks)
     return {"ms": sum(parts.values()), **parts}
 
 

@@ -25,11 +25,16 @@ from servecal.profiler.importers.published import halves
 from servecal.profiler.shapes import ModelShape
 
 
-def gpu_ms(source: Any, shape: ModelShape, steps: pd.DataFrame) -> np.ndarray:
+def gpu_ms(
+    source: Any,
+    shape: ModelShape,
+    steps: pd.DataFrame,
+    eager: StepComposition = StepComposition("separate"),  # noqa: B008 (frozen, immutable)
+) -> np.ndarray:
     """``[steps, 2]``: the composed (GPU-only) time of each step and its attention share,
-    composed as an eager engine runs it (a kernel per attention part)."""
+    composed as an eager engine runs it (a kernel per attention part; ``eager`` may add
+    the engine's padding)."""
     out = []
-    eager = StepComposition("separate")
     for r in steps.itertuples(index=False):
         point = Point(int(r.n_decode), int(r.chunk), int(r.ctx), 0)
         row = compose_row(source, shape, point, eager)

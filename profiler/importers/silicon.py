@@ -124,12 +124,29 @@ def silicon_mixed_steps(
             "ctx": a["isl"] + short // 2,
             "prefix": 0,
             "ms": t_s + (1 - b / short) * added,
+            "prompt_ms": added,  # X: what one prompt adds to a step
             "tp": a["tp_size"],
             "share": t_s / t_l - 1,
             "ttft_move": move,
         }
     )[keep.to_numpy()]
     return steps.sort_values(["tp", "chunk", "n_decode"]).reset_index(drop=True)
+
+
+#: H100 SXM dense bf16 tensor-core peak (NVIDIA's datasheet, without sparsity), TFLOP/s.
+H100_SXM_BF16_TFLOPS = 989.4
+
+
+def prompt_compute_floor_ms(shape: ModelShape, tokens: Any, tp: Any, tflops: float) -> np.ndarray:
+    """The least time a prompt of ``tokens`` can take on ``tp`` GPUs of ``tflops`` peak:
+    its linear layers' multiply-adds (2 FLOPs per weight per token) at the peak rate,
+    attention and everything else free. A prompt cost ``X`` read from measurements
+    below it is not a prompt's cost (the runs did not interleave prompts and decodes as
+    :func:`silicon_mixed_steps` assumes)."""
+    q, kv, h = shape.q_dim, shape.kv_dim, shape.hidden
+    weights = shape.n_layers * (h * (q + 2 * kv) + q * h + 3 * h * shape.intermediate)
+    flops = 2.0 * weights * np.asarray(tokens, dtype=float) / np.asarray(tp, dtype=float)
+    return flops / (tflops * 1e12) * 1e3
 
 
 def composed_decode_ms(

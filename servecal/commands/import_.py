@@ -67,6 +67,13 @@ def import_profile(
         "bfloat16",
         help="aiconfigurator: KV-cache dtype whose attention rows to read (bfloat16, fp8).",
     ),
+    graph_padding: bool = typer.Option(
+        False,
+        "--graph-padding",
+        help="--engine graph: price a step's linear, pointwise and all-reduce work on the "
+        "CUDA-graph capture size it replays (vLLM V1: 1, 2, 4, multiples of 8 to 256, of 16 "
+        "to 512; larger steps unpadded).",
+    ),
     qk_norm: bool = typer.Option(
         False,
         "--qk-norm",
@@ -112,7 +119,7 @@ def import_profile(
             "--overhead-out",
         )
     shape = _with_ep(ModelShape.resolve(model), ep)
-    engine, _ = step_rules(engine, engine_overhead)
+    engine, _ = step_rules(engine, engine_overhead, graph_padding)
     backend = comm_backend or default_comm(kind, engine).backend
     comm = CommOptions(backend=backend, enabled=not no_comm, graph_max_tokens=graph_max_tokens)
     frame, provenance = run(
@@ -130,12 +137,14 @@ def import_profile(
         qk_norm=qk_norm,
         weight_dtype=dtype,
         kv_dtype=kv_dtype,
+        graph_padding=graph_padding,
     )
     write_samples(frame, out, provenance)
     typer.echo(
         f"wrote {out}: {len(frame)} rows ({shape.name}, TP {tp}, {kind}; medians, rep 0; "
         f"{provenance['extrapolated_reads']} reads beyond the profiled sizes; "
-        f"engine {engine}: attention {'varlen' if engine == 'graph' else 'separate'})"
+        f"engine {engine}: attention {'varlen' if engine == 'graph' else 'separate'}"
+        f"{'; padded to CUDA-graph capture sizes' if graph_padding else ''})"
     )
     if shape.is_moe:
         typer.echo(f"experts: {shape.moe_label}; all-to-all: {provenance['moe_all_to_all']}")

@@ -25,7 +25,12 @@ from servecal.profiler.importers.interp import ExtrapolationLog
 from servecal.profiler.importers.overhead import requests_in_batch
 from servecal.profiler.importers.pointwise import PointwiseModel
 from servecal.profiler.importers.published import halves, sarathi_steps, splitwise_steps
-from servecal.profiler.importers.silicon import silicon_decode_steps, silicon_mixed_steps
+from servecal.profiler.importers.silicon import (
+    H100_SXM_BF16_TFLOPS,
+    prompt_compute_floor_ms,
+    silicon_decode_steps,
+    silicon_mixed_steps,
+)
 from servecal.profiler.importers.stepcheck import by_kind, composed_steps, step_kind
 from servecal.profiler.shapes import ModelShape
 from servecal.util.errors import InputError
@@ -33,6 +38,7 @@ from servecal.util.errors import InputError
 DATA = Path(__file__).parents[1] / "data"
 MODERN, EAGER = DATA / "modern", DATA / "eager"
 SILICON = MODERN / "aiconfigurator_silicon_qwen3-32b_h100_vllm0.12.csv"
+SGLANG = MODERN / "aiconfigurator_silicon_qwen3-32b_h100_sglang0.5.1.csv"
 QWEN = ModelShape.resolve(str(MODERN / "qwen3-32b.json"))
 
 
@@ -50,7 +56,7 @@ def qwen_graded(engine: str = "graph", qk_norm: bool = True) -> pd.DataFrame:
     steps = pd.concat(
         [decode[decode.decode_dominated], silicon_mixed_steps(SILICON)], ignore_index=True
     )
-    composition = StepComposition("varlen" if engine == "graph" else "separate")
+    composition = step_rules(engine, None, engine == "graph")[1]
     return by_kind(composed_steps(qwen_sources(engine, qk_norm), QWEN, steps, composition))
 
 
@@ -94,6 +100,39 @@ def test_the_eager_composition_prices_vllm_v1_mixed_steps_higher():
     assert kind(bare, "decode").median_ratio < 0.95 < kind(graph, "decode").median_ratio
 
 
+def test_sglang_qwen3_decode_steps_within_ten_percent_composed_as_a_graph_engine():
+    decode = silicon_decode_steps(SGLANG, osl=512)  # osl 512 against 256
+    decode = decode[decode.decode_dominated]
+    graph = step_rules("graph", None, graph_padding=True)[1]
+    graded = by_kind(composed_steps(qwen_sources(), QWEN, decode, graph))
+    row = kind(graded, "decode")
+    assert row.steps == 5 and within_target(row) and row.median_error < 0.07
+    assert row.beyond_profile == 2  # the TP-2 LM head, counted
+
+
+def test_sglang_runs_imply_prompt_costs_below_the_compute_floor_so_no_mixed_step_is_graded():
+    # X, what one prompt adds to a step as silicon_mixed_steps reads it, against the least
+    # a prompt's GEMMs take at the H100's peak: vLLM's runs give 1.2-2.5x, SGLang's mostly
+    # below 1x, which no prompt can cost (the reading's assumption fails on those runs)
+    floor = {
+        name: steps.prompt_ms
+        / prompt_compute_floor_ms(QWEN, steps.chunk, steps.tp, H100_SXM_BF16_TFLOPS)
+        for name, steps in (
+            ("vllm", silicon_mixed_steps(SILICON)),
+            ("sglang", silicon_mixed_steps(SGLANG, short=128, long=512)),
+        )
+    }
+    assert floor["vllm"].min() > 1.15
+    assert len(floor["sglang"]) == 16 and (floor["sglang"] < 1).sum() == 13
+    assert floor["sglang"].median() < 0.9
+    # by hand: Qwen3-32B's linear layers hold 31.2 B weights; 1,024 tokens at TP 4 on
+    # 989.4 TFLOP/s take 2 * 31.2e9 * 1024 / 4 / 989.4e12 s
+    weights = 64 * (5120 * (8192 + 2048) + 8192 * 5120 + 3 * 5120 * 25600)
+    assert prompt_compute_floor_ms(QWEN, 1024, 4, H100_SXM_BF16_TFLOPS) == pytest.approx(
+        2 * weights * 1024 / 4 / 989.4e12 * 1e3
+    )
+
+
 def held_out(steps: pd.DataFrame, composed: np.ndarray, fit_scale: bool) -> pd.DataFrame:
     half = halves(steps).to_numpy()
     n = requests_in_batch(steps.n_decode, steps.chunk)
@@ -112,7 +151,9 @@ def a100(shape: ModelShape, tp: int, device: str | None = None) -> AiConfigurato
 def test_sarathi_serve_steps_by_kind_held_out():
     shape = ModelShape.resolve(str(EAGER / "yi-34b.json"))
     steps = sarathi_steps(EAGER)
-    graded = held_out(steps, gpu_ms(a100(shape, 2, "a100-pcie-80gb"), shape, steps), True)
+    align8 = StepComposition("separate", "align8")  # Sarathi pads its tokens to a multiple of 8
+    composed = gpu_ms(a100(shape, 2, "a100-pcie-80gb"), shape, steps, align8)
+    graded = held_out(steps, composed, True)
     assert set(graded.kind) == {"decode", "mixed", "prefill"}
     mixed, prefill = kind(graded, "mixed"), kind(graded, "prefill")
     assert mixed.steps == 1 and within_target(mixed) and within_target(prefill)
@@ -159,13 +200,55 @@ def test_qk_norm_adds_two_kernels_a_layer():
 
 def test_engine_modes_and_refusals():
     assert step_rules(None, None) == ("graph", StepComposition("varlen"))
+    assert step_rules("graph", None, True) == ("graph", StepComposition("varlen", "graph"))
     assert step_rules(None, "x.json") == ("eager", StepComposition("separate"))
     with pytest.raises(InputError):
         step_rules("graph", "x.json")  # the host model is an eager engine's
     with pytest.raises(InputError):
         step_rules("fused", None)
+    with pytest.raises(InputError):
+        step_rules("eager", None, graph_padding=True)
     args = ["import", "aiconfigurator", str(MODERN / "aiconfigurator_h100_qwen3_32b")]
     result = CliRunner().invoke(
         app, [*args, "--model", str(MODERN / "qwen3-32b.json"), "--engine", "v0"]
     )
     assert result.exit_code == 2 and "--engine must be one of graph, eager" in result.output
+
+
+def test_a_graph_engine_runs_the_graph_captured_at_the_next_size_up():
+    graph = StepComposition("varlen", "graph")
+    # vLLM V1's default capture sizes: 1, 2, 4, multiples of 8 to 256, of 16 to 512
+    assert [graph.rows_run(t) for t in (1, 3, 8, 9, 250, 257, 512, 513)] == [
+        1, 4, 8, 16, 256, 272, 512, 513,
+    ]  # fmt: skip
+    assert [StepComposition("separate", "align8").rows_run(t) for t in (1, 8, 1021)] == [
+        8, 8, 1024,
+    ]  # fmt: skip
+    source = qwen_sources()[4]
+    nine, sixteen = (
+        compose_row(source, QWEN, Point(n, 0, 1024, 0), graph) for n in (9, 16)
+    )  # fmt: skip
+    # the linear, pointwise and collective work of 16 rows; attention and the LM head of 9
+    for part in ("op_linear_ms", "op_other_ms", "op_comm_ms"):
+        assert nine[part] == sixteen[part]
+    assert nine["op_attn_decode_ms"] < sixteen["op_attn_decode_ms"]
+    assert nine["op_head_ms"] < sixteen["op_head_ms"]
+    plain = compose_row(source, QWEN, Point(9, 0, 1024, 0), StepComposition("varlen"))
+    assert plain["op_other_ms"] < nine["op_other_ms"] and plain["ms"] < nine["ms"]
+    with pytest.raises(InputError):
+        StepComposition("varlen", "pow2")
+
+
+def test_graph_padding_on_the_command_line(tmp_path):
+    grid = tmp_path / "grid.json"
+    grid.write_text('{"n_decode": [9, 16], "chunk": [0], "ctx": [1024], "prefix": [0]}')
+    out = tmp_path / "steps.parquet"
+    args = ["import", "aiconfigurator", str(MODERN / "aiconfigurator_h100_qwen3_32b")]
+    args += ["--model", str(MODERN / "qwen3-32b.json"), "--tp", "4", "--grid", str(grid)]
+    done = CliRunner().invoke(app, [*args, "--graph-padding", "--out", str(out)])
+    assert done.exit_code == 0, done.output
+    frame = pd.read_parquet(out).set_index("n_decode")
+    assert frame.loc[9, "op_comm_ms"] == frame.loc[16, "op_comm_ms"]  # 9 decodes run 16 rows
+    assert frame.loc[9, "op_head_ms"] < frame.loc[16, "op_head_ms"]
+    refused = CliRunner().invoke(app, [*args, "--engine", "eager", "--graph-padding"])
+    assert refused.exit_code == 2 and "use --engine graph" in refused.output
