@@ -48,6 +48,15 @@ class PoolPair:
         return f"P {self.prefill.name} {p}:{d} D {self.decode.name} {self.link.name}"
 
     @property
+    def dtype(self) -> str | None:
+        """The pools' weight dtype (``bfloat16+fp8``: prefill's, decode's when they differ)."""
+        return _joined(self.prefill.dtype, self.decode.dtype)
+
+    @property
+    def kv_dtype(self) -> str | None:
+        return _joined(self.prefill.kv_dtype, self.decode.kv_dtype)
+
+    @property
     def price_per_hour(self) -> float:
         """One unit's: ``p`` prefill and ``d`` decode replicas."""
         p, d = self.ratio
@@ -75,6 +84,12 @@ class PoolPair:
                 "gbytes_per_s": self.link.gbytes_per_s, "latency_ms": self.link.latency_ms,
                 "kv_bytes_per_token": self.shape.bytes_per_token,
                 "layerwise": self.layerwise}  # fmt: skip
+
+
+def _joined(prefill: str | None, decode: str | None) -> str | None:
+    if prefill == decode:
+        return prefill
+    return f"{prefill or 'unstated'}+{decode or 'unstated'}"
 
 
 def disagg_spec(space: Any, pair: PoolPair, policy: PolicySpec, router: PolicySpec,

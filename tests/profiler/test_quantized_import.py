@@ -1,7 +1,8 @@
 """fp8 weights and an fp8 KV cache in `servecal import aiconfigurator` (issue 46, part 1).
 
-The H100 vLLM 0.24 slice (`tests/data/quant/`, from aiconfigurator-core 0.12.0) holds bf16
-and fp8 GEMM rows and bf16 and fp8 KV-cache attention rows for Llama-3-8B.
+The H100 vLLM 0.24 slice (`sched/data/aiconfigurator_h100_sxm_vllm0.24_llama-3-8b/`, from
+aiconfigurator-core 0.12.0) holds bf16 and fp8 GEMM rows and bf16 and fp8 KV-cache attention
+rows for Llama-3-8B.
 """
 
 from pathlib import Path
@@ -16,7 +17,7 @@ from servecal.profiler.importers import import_profile
 from servecal.profiler.shapes import ModelShape
 
 ROOT = Path(__file__).parents[2]
-QUANT = ROOT / "tests" / "data" / "quant" / "aiconfigurator_h100_vllm0.24_llama3_8b"
+QUANT = ROOT / "sched" / "data" / "aiconfigurator_h100_sxm_vllm0.24_llama-3-8b"
 BF16_ONLY = ROOT / "sched" / "data" / "aiconfigurator_h100_sxm_vllm0.14"
 GRID = Grid(n_decode=(0, 256), chunk=(0, 4096), ctx=(8192,), prefix=(0,))
 SHAPE = ModelShape.from_name("llama-3-8b")
