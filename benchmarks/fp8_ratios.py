@@ -1,9 +1,10 @@
 """fp8 against bf16 step times of Llama-3-8B on H100, composed from aiconfigurator's tables.
 
 Imports the same grid four times from aiconfigurator's H100 vLLM 0.24 operator tables
-(``sched/data/aiconfigurator_h100_sxm_vllm0.24_llama-3-8b/``): weights bf16 or fp8 (``--dtype``), KV cache bf16 or fp8
-(``--kv-dtype``); prints the median ratio of step times to the bf16/bf16 ones per regime
-(small and large decode batches, short and long contexts, prefills).
+(``sched/data/aiconfigurator_h100_sxm_vllm0.24_llama-3-8b/``): weights bf16 or fp8
+(``--dtype``), KV cache bf16 or fp8 (``--kv-dtype``); prints the median ratio of step
+times to the bf16/bf16 ones per regime (small and large decode batches, short and long
+contexts, prefills).
 
     python benchmarks/fp8_ratios.py          # ~5 s
     python benchmarks/fp8_ratios.py --aiconfigurator   # + aiconfigurator's own, ~30 s
@@ -26,9 +27,8 @@ from servecal.profiler.design import Grid
 from servecal.profiler.importers import import_profile
 from servecal.profiler.shapes import ModelShape
 
-PROFILE = (
-    Path(__file__).resolve().parents[1] / "sched" / "data" / "aiconfigurator_h100_sxm_vllm0.24_llama-3-8b"
-)
+DATA = Path(__file__).resolve().parents[1] / "sched" / "data"
+PROFILE = DATA / "aiconfigurator_h100_sxm_vllm0.24_llama-3-8b"
 GRID = Grid(
     n_decode=(0, 1, 8, 32, 128, 256),
     chunk=(0, 512, 2048, 8192),
