@@ -302,7 +302,7 @@ KV_BUDGET = ("kv_memory_gb", "kv_dtype", "model")
 def _kv_from_memory(entry: dict[str, Any], tp: int, kv_dtype: str, at: str) -> int:
     """KV tokens of an entry that gives ``kv_memory_gb`` and ``model``: an fp8 KV cache
     holds twice the tokens a bf16 one does."""
-    from servecal.profiler.kvbudget import kv_tokens
+    from servecal.profiler.kvbudget import KVBudget
     from servecal.profiler.shapes import ModelShape
 
     if "kv_tokens" in entry:
@@ -310,7 +310,7 @@ def _kv_from_memory(entry: dict[str, Any], tp: int, kv_dtype: str, at: str) -> i
     memory = _get(entry, "kv_memory_gb", (int, float), at)
     model = ModelShape.resolve(_get(entry, "model", str, at))
     try:
-        return kv_tokens(model, memory, kv_dtype, tp)
+        return KVBudget(memory, model, kv_dtype, tp).tokens
     except InputError as exc:
         raise InputError(f"{at}: {exc}") from None
 
