@@ -154,10 +154,23 @@ def load_disaggregated(
     layerwise = table.get("layerwise", False)
     if not isinstance(layerwise, bool):
         raise InputError(f"{where}.layerwise = {layerwise!r}: expected true or false")
-    pairs = tuple(PoolPair(p, d, r, lk, shape, layerwise)
+    named = isinstance(table.get("model", "llama-3-8b"), str)  # a table gives its own bytes
+    pairs = tuple(PoolPair(p, d, r, lk, _moved(shape, p, named), layerwise)
                   for p, d in _pools(table.get("pools", "same"), hardware)
                   for r in ratios for lk in chosen)  # fmt: skip
     return pairs, policies
+
+
+def _moved(shape: KVShape, prefill: Hardware, named: bool) -> KVShape:
+    """The KV a transfer moves: a named model's at the prefill pool's KV dtype (an fp8 KV
+    cache moves half the bytes of a bf16 one); a model given as a table, as given."""
+    from dataclasses import replace
+
+    from servecal.profiler.kvbudget import KV_DTYPE_BYTES
+
+    if not named or prefill.kv_dtype not in KV_DTYPE_BYTES:
+        return shape
+    return replace(shape, bytes_per_element=float(KV_DTYPE_BYTES[prefill.kv_dtype]))
 
 
 def _ratios(value: Any) -> tuple[tuple[int, int], ...]:

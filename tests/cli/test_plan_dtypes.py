@@ -142,3 +142,14 @@ def test_plan_names_the_cheapest_of_each_dtype_and_rows_carry_the_dtypes(tmp_pat
     assert text.exit_code == 0, text.output
     assert "cheapest bfloat16 weights, bfloat16 KV: " in text.output
     assert "cheapest fp8 weights, fp8 KV: " in text.output
+
+
+def test_a_split_fleet_of_fp8_pools_moves_half_the_kv_bytes(tmp_path):
+    both = 'dtype = "{0}"\nkv_dtype = "{0}"\n'
+    split = '[disaggregated]\nratios = [[1, 1]]\nlinks = ["roce-100g"]\nmodel = "llama-3-8b"\n'
+    s = space(tmp_path, candidate("bf16", extra=both.format("bfloat16"))
+              + candidate("fp8", extra=both.format("fp8")) + split)  # fmt: skip
+    moved = {p.prefill.name: p.shape.bytes_per_token for p in s.disaggregated}
+    # Llama-3-8B: 32 layers x K and V x 8 KV heads x 128 x 2 bytes (bf16), 1 byte (fp8)
+    assert moved == {"H100x1-bf16": 131_072, "H100x1-fp8": 65_536}
+    assert {p.dtype for p in s.disaggregated} == {"bfloat16", "fp8"}
