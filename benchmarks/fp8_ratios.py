@@ -1,18 +1,22 @@
-"""fp8 against bf16 step times of Llama-3-8B on H100, composed from aiconfigurator's tables.
+"""Quantized against bf16 step times of Llama-3-8B, composed from aiconfigurator's tables.
 
-Imports the same grid four times from aiconfigurator's H100 vLLM 0.24 operator tables
-(``tests/data/quant/``): weights bf16 or fp8 (``--dtype``), KV cache bf16 or fp8
-(``--kv-dtype``); prints the median ratio of step times to the bf16/bf16 ones per regime
-(small and large decode batches, short and long contexts, prefills).
+H100: imports the same grid four times from aiconfigurator's H100 vLLM 0.24 operator tables
+(``sched/data/aiconfigurator_h100_sxm_vllm0.24_llama-3-8b/``): weights bf16 or fp8
+(``--dtype``), KV cache bf16 or fp8 (``--kv-dtype``). B200 (``--b200``): the same from its
+B200 tables (``sched/data/aiconfigurator_b200_sxm_vllm0.24_llama-3-8b/``), where the dense
+GEMMs also have 4-bit (``nvfp4``) weight rows: fp8 or nvfp4 weights, bf16 or fp8 KV.
+Prints the median ratio of step times to the bf16/bf16 ones per regime (small and large
+decode batches, short and long contexts, prefills).
 
     python benchmarks/fp8_ratios.py          # ~5 s
     python benchmarks/fp8_ratios.py --aiconfigurator   # + aiconfigurator's own, ~30 s
+    python benchmarks/fp8_ratios.py --b200 --aiconfigurator   # the B200 4-bit rows
 
 ``--aiconfigurator`` also prints the same ratios from aiconfigurator's own step estimates
 (``aiconfigurator-core`` 0.12.0 from PyPI: ``EngineHandle.compile`` of
-``meta-llama/Meta-Llama-3.1-8B`` on ``h100_sxm``, vLLM 0.24.0, with ``gemm_quant_mode`` and
-``kvcache_quant_mode`` set; ``predict_decode_latency(bs, ctx, 2)`` and
-``predict_prefill_latency(1, tokens)`` at the same regimes' points).
+``meta-llama/Meta-Llama-3.1-8B`` on ``h100_sxm`` (``b200_sxm``), vLLM 0.24.0, with
+``gemm_quant_mode`` and ``kvcache_quant_mode`` set; ``predict_decode_latency(bs, ctx, 2)``
+and ``predict_prefill_latency(1, tokens)`` at the same regimes' points).
 """
 
 from __future__ import annotations
@@ -26,13 +30,15 @@ from servecal.profiler.design import Grid
 from servecal.profiler.importers import import_profile
 from servecal.profiler.shapes import ModelShape
 
-PROFILE = (
-    Path(__file__).resolve().parents[1]
-    / "tests"
-    / "data"
-    / "quant"
-    / "aiconfigurator_h100_vllm0.24_llama3_8b"
-)
+DATA = Path(__file__).resolve().parents[1] / "sched" / "data"
+PROFILE = DATA / "aiconfigurator_h100_sxm_vllm0.24_llama-3-8b"
+#: name -> (profile folder, pointwise device, aiconfigurator system, (weight, KV) variants)
+GPUS = {
+    "H100": (PROFILE, "h100-sxm", "h100_sxm",
+             (("fp8", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8"))),
+    "B200": (DATA / "aiconfigurator_b200_sxm_vllm0.24_llama-3-8b", "b200-sxm", "b200_sxm",
+             (("fp8", "bfloat16"), ("nvfp4", "bfloat16"), ("nvfp4", "fp8"))),
+}  # fmt: skip
 GRID = Grid(
     n_decode=(0, 1, 8, 32, 128, 256),
     chunk=(0, 512, 2048, 8192),
@@ -55,10 +61,11 @@ REGIMES = {
 }
 
 
-def steps(weight: str, kv: str):
+def steps(weight: str, kv: str, gpu: str = "H100"):
     shape = ModelShape.from_name("llama-3-8b")
+    profile, device, _, _ = GPUS[gpu]
     frame, _ = import_profile(
-        "aiconfigurator", PROFILE, shape, 1, GRID, pointwise_device="h100-sxm",
+        "aiconfigurator", profile, shape, 1, GRID, pointwise_device=device,
         weight_dtype=weight, kv_dtype=kv,
     )  # fmt: skip
     return frame.sort_values(["n_decode", "chunk", "ctx", "prefix"]).reset_index(drop=True)
@@ -75,13 +82,15 @@ AIC_POINTS = {
 }
 
 
-def aiconfigurator_ratios() -> dict[str, list[float]]:
-    """Per regime, aiconfigurator's fp8/bf16 step-time ratios (same three variants)."""
+def aiconfigurator_ratios(gpu: str = "H100") -> dict[str, list[float]]:
+    """Per regime, aiconfigurator's quantized/bf16 step-time ratios (the same variants)."""
     from aiconfigurator_core.sdk.engine import EngineHandle
+
+    _, _, system, variants = GPUS[gpu]
 
     def handle(weight: str, kv: str):
         return EngineHandle.compile(
-            "meta-llama/Meta-Llama-3.1-8B", "h100_sxm", "vllm", backend_version="0.24.0",
+            "meta-llama/Meta-Llama-3.1-8B", system, "vllm", backend_version="0.24.0",
             tp_size=1, gemm_quant_mode=weight, kvcache_quant_mode=kv,
         )  # fmt: skip
 
@@ -96,19 +105,16 @@ def aiconfigurator_ratios() -> dict[str, list[float]]:
         return out
 
     base = times(handle("bfloat16", "bfloat16"))
-    variants = [times(handle(w, k)) for w, k in VARIANTS]
-    return {name: [float(np.median(v[name] / base[name])) for v in variants] for name in AIC_POINTS}
-
-
-VARIANTS = (("fp8", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8"))
+    quantized = [times(handle(w, k)) for w, k in variants]
+    return {name: [float(np.median(v[name] / base[name])) for v in quantized]
+            for name in AIC_POINTS}  # fmt: skip
 
 
 def main() -> int:
-    base = steps("bfloat16", "bfloat16")
-    variants = {
-        f"{w}/{k}": steps(w, k)
-        for w, k in (("fp8", "bfloat16"), ("bfloat16", "fp8"), ("fp8", "fp8"))
-    }
+    gpu = "B200" if "--b200" in sys.argv[1:] else "H100"
+    base = steps("bfloat16", "bfloat16", gpu)
+    variants = {f"{w}/{k}": steps(w, k, gpu) for w, k in GPUS[gpu][3]}
+    print(f"{gpu}, Llama-3-8B, TP 1")
     print(f"{'regime (weights/KV vs bf16/bf16)':<38} " + " ".join(f"{v:>15}" for v in variants))
     for name, select in REGIMES.items():
         rows = select(base).to_numpy()
@@ -118,7 +124,7 @@ def main() -> int:
         print(f"{name:<38} " + " ".join(f"{c:>15.3f}" for c in cells))
     if "--aiconfigurator" in sys.argv[1:]:
         print("\naiconfigurator's own estimates (aiconfigurator-core 0.12.0):")
-        for name, cells in aiconfigurator_ratios().items():
+        for name, cells in aiconfigurator_ratios(gpu).items():
             print(f"{name:<38} " + " ".join(f"{c:>15.3f}" for c in cells))
     return 0
 

@@ -43,6 +43,7 @@ from servecal.sched.view import EngineView
 from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
+    from servecal.profiler.kvbudget import KVBudget
     from servecal.sched.result import RunResult
     from servecal.sched.speculative import SpeculativeConfig
 
@@ -72,6 +73,12 @@ class EngineConfig:
                 "speculative decoding with the prefix cache is not modelled yet: "
                 "pass --prefix-cache off with --speculative"
             )
+
+    @classmethod
+    def from_budget(cls, budget: KVBudget, **options: Any) -> EngineConfig:
+        """An engine whose ``M`` is ``budget``'s tokens (memory over the bytes a token of
+        its KV dtype takes): Sorted-F's cap and the prefix cache's room follow it."""
+        return cls(kv_capacity=budget.tokens, **options)
 
 
 #: Per-iteration fields the hot loop records, in tuple order.

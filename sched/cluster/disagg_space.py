@@ -48,6 +48,15 @@ class PoolPair:
         return f"P {self.prefill.name} {p}:{d} D {self.decode.name} {self.link.name}"
 
     @property
+    def dtype(self) -> str | None:
+        """The pools' weight dtype (``bfloat16+fp8``: prefill's, decode's when they differ)."""
+        return _joined(self.prefill.dtype, self.decode.dtype)
+
+    @property
+    def kv_dtype(self) -> str | None:
+        return _joined(self.prefill.kv_dtype, self.decode.kv_dtype)
+
+    @property
     def price_per_hour(self) -> float:
         """One unit's: ``p`` prefill and ``d`` decode replicas."""
         p, d = self.ratio
@@ -75,6 +84,12 @@ class PoolPair:
                 "gbytes_per_s": self.link.gbytes_per_s, "latency_ms": self.link.latency_ms,
                 "kv_bytes_per_token": self.shape.bytes_per_token,
                 "layerwise": self.layerwise}  # fmt: skip
+
+
+def _joined(prefill: str | None, decode: str | None) -> str | None:
+    if prefill == decode:
+        return prefill
+    return f"{prefill or 'unstated'}+{decode or 'unstated'}"
 
 
 def disagg_spec(space: Any, pair: PoolPair, policy: PolicySpec, router: PolicySpec,
@@ -139,10 +154,23 @@ def load_disaggregated(
     layerwise = table.get("layerwise", False)
     if not isinstance(layerwise, bool):
         raise InputError(f"{where}.layerwise = {layerwise!r}: expected true or false")
-    pairs = tuple(PoolPair(p, d, r, lk, shape, layerwise)
+    named = isinstance(table.get("model", "llama-3-8b"), str)  # a table gives its own bytes
+    pairs = tuple(PoolPair(p, d, r, lk, _moved(shape, p, named), layerwise)
                   for p, d in _pools(table.get("pools", "same"), hardware)
                   for r in ratios for lk in chosen)  # fmt: skip
     return pairs, policies
+
+
+def _moved(shape: KVShape, prefill: Hardware, named: bool) -> KVShape:
+    """The KV a transfer moves: a named model's at the prefill pool's KV dtype (an fp8 KV
+    cache moves half the bytes of a bf16 one); a model given as a table, as given."""
+    from dataclasses import replace
+
+    from servecal.profiler.kvbudget import KV_DTYPE_BYTES
+
+    if not named or prefill.kv_dtype not in KV_DTYPE_BYTES:
+        return shape
+    return replace(shape, bytes_per_element=float(KV_DTYPE_BYTES[prefill.kv_dtype]))
 
 
 def _ratios(value: Any) -> tuple[tuple[int, int], ...]:

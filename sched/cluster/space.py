@@ -55,10 +55,27 @@ class Hardware:
     predictor: str
     kv_capacity: int
     speculative: str | None = None
+    #: weights' and KV cache's dtype: the entry's stated ones, else what its table
+    #: records (None: neither says); a stated one is checked against the table
+    dtype: str | None = None
+    kv_dtype: str | None = None
+    stated: tuple[str, ...] = ()  # which of dtype / kv_dtype the entry stated
 
     @property
     def name(self) -> str:
-        return f"{self.device}x{self.tp}" + ("+spec" if self.speculative else "")
+        return (
+            f"{self.device}x{self.tp}" + self.dtype_suffix + ("+spec" if self.speculative else "")
+        )
+
+    @property
+    def dtype_suffix(self) -> str:
+        """``-fp8`` (weights and KV), ``-bf16-kvfp8``, ``-kvfp8``: the stated dtypes, so two
+        entries of one device and TP that differ by dtype are two candidates."""
+        weights = short_dtype(self.dtype) if "dtype" in self.stated else None
+        kv = short_dtype(self.kv_dtype) if "kv_dtype" in self.stated else None
+        if weights is not None and kv in (None, weights):
+            return f"-{weights}"
+        return (f"-{weights}" if weights else "") + (f"-kv{kv}" if kv else "")
 
 
 @dataclass(frozen=True)
@@ -97,6 +114,23 @@ class Space:
             combos += [(h, p, r) for h in self.disaggregated for p in self.prefill_policies
                        for r in self.routers if routable(p, r)]  # fmt: skip
         return sorted(combos, key=lambda c: c[0].price_per_hour)
+
+
+#: Other spellings of a dtype, as the fingerprints record it (aiconfigurator's and vLLM's
+#: ``fp8`` is e4m3).
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp32": "float32",
+                 "float": "float32", "fp8_e4m3": "fp8", "float8_e4m3fn": "fp8"}  # fmt: skip
+#: Short names in candidates' names (``H100x1-fp8``).
+SHORT_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def canonical_dtype(name: str) -> str:
+    """``name`` as fingerprints spell it (``bf16`` → ``bfloat16``, ``fp8_e4m3`` → ``fp8``)."""
+    return DTYPE_ALIASES.get(name.lower(), name.lower())
+
+
+def short_dtype(name: str | None) -> str | None:
+    return None if name is None else SHORT_DTYPES.get(name, name)
 
 
 def fleet_device(name: str) -> dict[str, Any]:
@@ -204,6 +238,7 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
             "predictor",
             "kv_tokens",
             "speculative",
+            "dtype",
             *KV_BUDGET,
         }
         if stray:
@@ -216,36 +251,66 @@ def _hardware(dev: Any, i: int, base: Path) -> list[Hardware]:
             found = {"truth": _truth(_get(entry, "truth", str, at), base, f"{at}.truth"),
                      "predictor": _predictor(_get(entry, "predictor", str, at), base, f"{at}.predictor"),  # noqa: E501
                      "kv_tokens": 500_000}  # fmt: skip
+        dtypes = _dtypes(entry, found["predictor"], at)
         kv = entry.get("kv_tokens", found["kv_tokens"])
-        if set(KV_BUDGET) & set(entry):
-            kv = _kv_from_memory(entry, size, at)
+        if "kv_memory_gb" in entry or "model" in entry:
+            kv = _kv_from_memory(entry, size, dtypes["kv_dtype"] or "bfloat16", at)
         if not isinstance(kv, int) or isinstance(kv, bool) or kv < 1:
             raise InputError(f"{at}.kv_tokens = {kv!r}: expected an integer >= 1")
         spec = _speculative(entry.get("speculative"), f"{at}.speculative")
-        out.append(Hardware(name, size, price * size, found["truth"], found["predictor"], kv, spec))
+        out.append(Hardware(name, size, price * size, found["truth"], found["predictor"], kv, spec,
+                            **dtypes))  # fmt: skip
     return out
 
 
+def _dtypes(entry: dict[str, Any], predictor: str, at: str) -> dict[str, Any]:
+    """The entry's weight and KV-cache dtypes: stated (``dtype``, ``kv_dtype``), else
+    what its table's fingerprint records (checked against the stated ones later, in
+    :func:`_check_dtypes`, with the table loaded under the command's trust)."""
+    recorded = _recorded_dtypes(predictor)
+    out: dict[str, Any] = {"stated": tuple(k for k in ("dtype", "kv_dtype") if k in entry)}
+    for key in ("dtype", "kv_dtype"):
+        value = entry.get(key)
+        if value is not None and not (isinstance(value, str) and value.strip()):
+            raise InputError(f"{at}.{key} = {value!r}: expected a dtype name (bfloat16, fp8, ...)")
+        out[key] = canonical_dtype(value) if value is not None else recorded.get(key)
+    return out
+
+
+def _recorded_dtypes(predictor: str) -> dict[str, str]:
+    """``dtype`` / ``kv_dtype`` of a table file's fingerprint (what it records, unchecked:
+    a name; ``{}`` for a predictor that is not a table file or records neither)."""
+    from servecal.sched.experiment.models import table_path
+
+    path = table_path(predictor)
+    if path is None:
+        return {}
+    try:
+        fingerprint = json.loads(Path(path).read_text()).get("fingerprint") or {}
+    except (OSError, ValueError, AttributeError):
+        return {}  # a broken file is refused with its own line when it is loaded
+    return {k: canonical_dtype(str(fingerprint[k])) for k in ("dtype", "kv_dtype")
+            if fingerprint.get(k) is not None}  # fmt: skip
+
+
 #: A ``[[device.tp]]`` entry may give its KV budget as memory instead of ``kv_tokens``:
-#: ``kv_memory_gb`` per GPU, the ``model`` shape and the ``kv_dtype`` (default bfloat16).
+#: ``kv_memory_gb`` per GPU and the ``model`` shape, at the entry's KV dtype (``kv_dtype``
+#: stated, else its table's, else bfloat16).
 KV_BUDGET = ("kv_memory_gb", "kv_dtype", "model")
 
 
-def _kv_from_memory(entry: dict[str, Any], tp: int, at: str) -> int:
-    """KV tokens of an entry that gives ``kv_memory_gb`` and ``model`` (``kv_dtype``
-    optional): an fp8 KV cache holds twice the tokens a bf16 one does."""
-    from servecal.profiler.kvbudget import kv_tokens
+def _kv_from_memory(entry: dict[str, Any], tp: int, kv_dtype: str, at: str) -> int:
+    """KV tokens of an entry that gives ``kv_memory_gb`` and ``model``: an fp8 KV cache
+    holds twice the tokens a bf16 one does."""
+    from servecal.profiler.kvbudget import KVBudget
     from servecal.profiler.shapes import ModelShape
 
     if "kv_tokens" in entry:
         raise InputError(f"{at}: give kv_tokens or kv_memory_gb, not both")
     memory = _get(entry, "kv_memory_gb", (int, float), at)
     model = ModelShape.resolve(_get(entry, "model", str, at))
-    kv_dtype = entry.get("kv_dtype", "bfloat16")
-    if not isinstance(kv_dtype, str):
-        raise InputError(f"{at}.kv_dtype = {kv_dtype!r}: expected a string")
     try:
-        return kv_tokens(model, memory, kv_dtype, tp)
+        return KVBudget(memory, model, kv_dtype, tp).tokens
     except InputError as exc:
         raise InputError(f"{at}: {exc}") from None
 
@@ -380,7 +445,45 @@ def _check_models(hardware: tuple[Hardware, ...], trust: TableTrust) -> None:
     ``--allow-mismatch``), as ``simulate`` refuses the same pair."""
     from servecal.sched.experiment.models import compare_provenance, load_predictor, load_truth
 
+    names = [h.name for h in hardware]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise InputError(f"[[device]]: two candidates are both {twice[0]!r} (give them other "
+                         "names, or state the dtype that tells them apart)")  # fmt: skip
     for h in hardware:
         load_truth(h.truth)
-        load_predictor(h.predictor, h.truth, trust)
+        table = load_predictor(h.predictor, h.truth, trust)
         compare_provenance(h.predictor, h.truth, trust)
+        _check_dtypes(h, table, trust)
+
+
+def _check_dtypes(h: Hardware, table: Any, trust: TableTrust) -> None:
+    """A stated dtype must be the one the candidate's table and truth were measured in
+    (a bf16 table cannot plan an fp8 deployment): a difference, or a table or samples
+    truth that records none, is refused like a fingerprint mismatch (one line, exit 2;
+    ``--allow-mismatch``: a warning)."""
+    import warnings
+
+    from servecal.costmodels.provenance import FingerprintMismatchWarning
+    from servecal.sched.experiment.models import table_path, truth_fingerprint
+
+    sides = []
+    if table_path(h.predictor) is not None:
+        sides.append((str(table_path(h.predictor)), getattr(table, "fingerprint", None) or {}))
+    truth_fp, source = truth_fingerprint(h.truth)
+    if h.truth.partition(":")[0] in ("samples", "fit"):
+        sides.append((source, truth_fp or {}))
+    if not sides:
+        sides.append((h.predictor, {}))  # a built-in predictor: it records no dtype
+    for key in h.stated:
+        want = getattr(h, key)
+        for name, fingerprint in sides:
+            have = fingerprint.get(key)
+            have = None if have is None else canonical_dtype(str(have))
+            if have == want:
+                continue
+            what = "records no " + key if have is None else f"was measured with {key} {have!r}"
+            message = f"{h.name}: {key} = {want!r} stated, but {name} {what}"
+            if trust.refuse_mismatch:
+                raise InputError(message + "; refused (pass --allow-mismatch to plan it anyway)")
+            warnings.warn(message, FingerprintMismatchWarning, stacklevel=2)

@@ -15,6 +15,13 @@
   ``imported_{a100,h100}x{1,2}/``: their imports (``samples.csv`` with its
   ``samples.fingerprint.json``: a plan device's truth; ``table.json``: its P50 table), by
   ``scripts/derive_imported_devices.py`` (docs/capacity.md).
+* ``aiconfigurator_h100_sxm_vllm0.24_llama-3-8b/``: aiconfigurator's H100 vLLM 0.24.0 GEMM
+  (bf16 and fp8) and attention (bf16 and fp8 KV cache) rows for Llama-3-8B at TP 1, from
+  the ``aiconfigurator-core`` 0.12.0 wheel (Apache-2.0, ``LICENSE`` and ``SOURCE.md``);
+  ``imported_h100x1_vllm0.24_{bf16,fp8}/``: its bf16 and its fp8-weights-and-KV imports
+  (the same files as above), the dtype candidates of ``examples/capacity/azure_fp8.toml``.
+* ``aiconfigurator_b200_sxm_vllm0.24_llama-3-8b/``: the same for the B200, whose GEMMs also
+  have 4-bit (``nvfp4``) weight rows (``servecal import aiconfigurator --dtype nvfp4``).
 * ``azure_conv_head4000.csv``: the first 4,000 rows of the Azure LLM inference trace
   2023, conversation service (Azure/AzurePublicDataset @ b469a113,
   ``data/AzureLLMInferenceTrace_conv.csv``, CC-BY 4.0; Patel et al., "Splitwise",

@@ -62,6 +62,12 @@ class RunOptions:
     predictor: str | None = _flag(None, help=PREDICTOR_HELP)
     power: str | None = _flag(None, help=POWER_HELP)
     kv_tokens: int = _flag(500_000, min=1, help="KV capacity M in tokens.")
+    kv_memory_gb: float | None = _flag(
+        None,
+        "--kv-memory-gb",
+        help="KV memory per GPU (10^9 bytes) instead of --kv-tokens: M at the model, KV dtype "
+        "and TP the --predictor table records (an fp8 KV cache holds twice the tokens).",
+    )
     prefix_cache: str = _flag("auto", "--prefix-cache", help=PREFIX_CACHE_HELP)
     speculative: str | None = _flag(None, "--speculative", help=SPECULATIVE_HELP)
     slo_classes: str | None = _flag(
@@ -110,6 +116,27 @@ class RunOptions:
 
         return driver_options(self.granularity, self.scheduling)
 
+    def kv_capacity(self) -> int:
+        """``M``: ``--kv-tokens``, or ``--kv-memory-gb`` over the bytes a token of the
+        ``--predictor`` table's KV takes (:class:`~servecal.profiler.kvbudget.KVBudget`)."""
+        if self.kv_memory_gb is None:
+            return self.kv_tokens
+        if self.kv_tokens != 500_000:
+            raise InputError("give --kv-tokens or --kv-memory-gb, not both")
+        from servecal.commands._runs import named
+        from servecal.costmodels.table import CostTable
+        from servecal.profiler.kvbudget import KVBudget
+        from servecal.sched.experiment.models import table_path
+
+        path = None if self.predictor is None else table_path(named("--predictor", self.predictor))
+        if path is None:
+            raise InputError(
+                "--kv-memory-gb: needs a --predictor cost table (its fingerprint says the "
+                "model and KV dtype), else --kv-tokens"
+            )
+        table = CostTable.load(path, trust=self.trust)
+        return KVBudget.of_table(self.kv_memory_gb, table.fingerprint, str(path)).tokens
+
     def spec_fields(self) -> dict[str, Any]:
         """The :class:`~servecal.sched.experiment.RunSpec` fields these options set."""
         from servecal.commands._runs import named
@@ -124,7 +151,7 @@ class RunOptions:
             if self.predictor is None
             else named("--predictor", self.predictor),
             "power": self.power,
-            "kv_capacity": self.kv_tokens,
+            "kv_capacity": self.kv_capacity(),
             "prefix_cache": self.prefix_cache,
             "speculative": self.speculative,
             "slo_classes": self.slo_classes,

@@ -61,7 +61,8 @@ def import_profile(
         help="aiconfigurator: price norms, rotary, activation, adds and the KV-cache write at 0.",
     ),
     dtype: str = typer.Option(
-        "bfloat16", help="aiconfigurator: weight dtype whose GEMM rows to read (bfloat16, fp8)."
+        "bfloat16",
+        help="aiconfigurator: weight dtype whose GEMM rows to read (bfloat16, fp8; nvfp4 on B200).",
     ),
     kv_dtype: str = typer.Option(
         "bfloat16",

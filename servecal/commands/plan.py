@@ -80,7 +80,8 @@ def plan_command(
 
         atomic_write_bytes(out / "frontier.png", _figure(doc))
     if as_json:
-        shown = {"answer": doc["answer"], "cheapest": doc["cheapest"], "rows": doc["rows"]}
+        shown = {"answer": doc["answer"], "cheapest": doc["cheapest"],
+                 "cheapest_by_dtype": doc["cheapest_by_dtype"], "rows": doc["rows"]}  # fmt: skip
         typer.echo(json.dumps(shown, default=float))
         return
     _print(doc)
@@ -123,6 +124,8 @@ def _row(space: Any, c: Any, pareto_ids: set[int]) -> dict[str, Any]:
         "hardware": h.name,
         "device": getattr(h, "device", None),
         "tp": getattr(h, "tp", None),
+        "dtype": h.dtype,
+        "kv_dtype": h.kv_dtype,
         **split,
         "policy": c.policy.label,
         "router": c.router.label,
@@ -170,6 +173,7 @@ def _document(space: Any, configs: list[Any], wall_s: float, pool: str) -> dict[
         if best is None
         else {k: v for k, v in by_label[best.label].items() if k != "probes"},  # fmt: skip
         "cheapest": _cheapest_by_mode(rows),
+        "cheapest_by_dtype": _cheapest_by_dtype(rows),
         "frontier": [by_label[c.label]["config"] for c in front],
         "simulations_to_answer": sum(r["simulations_to_answer"] for r in rows),
         "simulations": sum(r["simulations"] for r in rows),
@@ -185,6 +189,22 @@ def _cheapest_by_mode(rows: list[dict[str, Any]]) -> dict[str, Any]:
     for r in rows:
         if r["cost_per_hour"] is not None and r["mode"] not in out:
             out[r["mode"]] = {k: v for k, v in r.items() if k != "probes"}
+    return out
+
+
+def dtype_key(row: dict[str, Any]) -> str:
+    """``fp8/fp8``: a row's weight and KV-cache dtypes (``unstated`` where neither the
+    plan nor the table says)."""
+    return f"{row['dtype'] or 'unstated'}/{row['kv_dtype'] or 'unstated'}"
+
+
+def _cheapest_by_dtype(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Every weight/KV dtype pair among the candidates → its cheapest row meeting the
+    target (None: none of that pair does). Rows are by cost already."""
+    out: dict[str, Any] = {dtype_key(r): None for r in rows}
+    for r in rows:
+        if r["cost_per_hour"] is not None and out[dtype_key(r)] is None:
+            out[dtype_key(r)] = {k: v for k, v in r.items() if k != "probes"}
     return out
 
 
@@ -215,6 +235,27 @@ def _print_modes(doc: dict[str, Any]) -> None:
         typer.echo(f"{win} wins: the other costs {lose:.2f}× as much")
 
 
+def _print_dtypes(doc: dict[str, Any]) -> None:
+    """With candidates of more than one dtype: the cheapest fleet of each, and which wins
+    by how much."""
+    best = doc.get("cheapest_by_dtype", {})
+    if len(best) < 2:
+        return
+    for key, r in best.items():
+        weights, kv = key.split("/")
+        what = f"{weights} weights, {kv} KV"
+        if r is None:
+            typer.echo(f"cheapest {what}: none meets the target in the replica range")
+        else:
+            good = 100 * r["attainment"]
+            typer.echo(f"cheapest {what}: {_fleet(r)} × {r['config']}: "
+                       f"${r['cost_per_hour']:.2f}/hour, {good:.1f}% good")  # fmt: skip
+    costs = sorted((r["cost_per_hour"], key) for key, r in best.items() if r is not None)
+    if len(costs) >= 2:
+        (low, win), (next_low, other) = costs[0], costs[1]
+        typer.echo(f"{win} wins: the next dtype ({other}) costs {next_low / low:.2f}× as much")
+
+
 def _print(doc: dict[str, Any]) -> None:
     from servecal.commands._runs import fmt
 
@@ -239,6 +280,7 @@ def _print(doc: dict[str, Any]) -> None:
         lines,
     )  # fmt: skip
     _print_modes(doc)
+    _print_dtypes(doc)
     a = doc["answer"]
     n, total = doc["simulations_to_answer"], doc["simulations"]
     took = (f"{n} simulation{'' if n == 1 else 's'} to the answer, {total} in all, "

@@ -36,6 +36,39 @@ def test_the_shipped_table_is_the_fit_of_the_shipped_slice(tmp_path, gpu):
     assert len(truth) > 3 * len(samples)  # the denser truth grid
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "fp8"])
+def test_the_shipped_vllm024_dtype_devices_are_the_fit_of_their_dtypes_rows(tmp_path, dtype):
+    """``imported_h100x1_vllm0.24_{bf16,fp8}``: the import of the vLLM 0.24 slice with
+    ``--dtype`` and ``--kv-dtype`` (the dtype candidates of examples/capacity/azure_fp8.toml)."""
+    name = f"imported_h100x1_vllm0.24_{'bf16' if dtype == 'bfloat16' else dtype}"
+    out = tmp_path / "samples.parquet"
+    profile = str(DATA / "aiconfigurator_h100_sxm_vllm0.24_llama-3-8b")
+    args = ["import", "aiconfigurator", profile, "--model", "llama-3-8b", "--out", str(out),
+            "--dtype", dtype, "--kv-dtype", dtype]  # fmt: skip
+    done = runner.invoke(app, args)
+    assert done.exit_code == 0, done.output
+    samples = pd.read_parquet(out)
+    table = CostTable.load(DATA / name / "table.json")
+    assert (table.fingerprint["dtype"], table.fingerprint["kv_dtype"]) == (dtype, dtype)
+    cols = [samples[c].to_numpy() for c in ("n_decode", "chunk", "ctx", "prefix")]
+    predicted = np.array([float(table.predict(*row, q=0.5)) for row in zip(*cols, strict=True)])
+    error = np.abs(predicted / samples["ms"].to_numpy() - 1)
+    assert np.median(error) < 1e-6 and error.max() < 0.05
+
+
+def test_the_shipped_fp8_h100_decodes_are_shorter_than_its_bf16_ones_everywhere():
+    bf16 = pd.read_csv(DATA / "imported_h100x1_vllm0.24_bf16" / "samples.csv")
+    fp8 = pd.read_csv(DATA / "imported_h100x1_vllm0.24_fp8" / "samples.csv")
+    keys = ["n_decode", "chunk", "ctx", "prefix"]
+    assert (bf16[keys] == fp8[keys]).all().all()
+    ratio = fp8["ms"] / bf16["ms"]
+    decode = bf16["chunk"] == 0
+    assert ratio[decode].min() > 0.4 and ratio[decode].max() < 1.0
+    # most steps are shorter; the profile prices some mixed steps with 288-1,280-token
+    # chunks slower in fp8 (its fp8 GEMM and fp8-KV prefix-attention rows), up to 1.21x
+    assert ratio.median() < 0.9 and (ratio < 1).mean() > 0.85 and ratio.max() < 1.25
+
+
 def test_the_imported_h100_is_faster_than_the_imported_a100_everywhere():
     a = pd.read_csv(DATA / "imported_a100x1" / "samples.csv")
     h = pd.read_csv(DATA / "imported_h100x1" / "samples.csv")

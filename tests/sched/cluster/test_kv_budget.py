@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from servecal.costmodels.provenance import NO_TRUST, FingerprintMismatchWarning, TableTrust
 from servecal.profiler.kvbudget import kv_bytes_per_token, kv_tokens
 from servecal.profiler.shapes import ModelShape
 from servecal.sched.cluster.space import load_space
@@ -39,15 +40,20 @@ def test_unknown_kv_dtypes_and_empty_budgets_are_refused():
         kv_tokens(shape, 0, "fp8")
 
 
-def entry(tmp_path: Path, body: str):
+def entry(tmp_path: Path, body: str, trust: TableTrust = NO_TRUST):
     path = tmp_path / "plan.toml"
     path.write_text(HEAD + '[[device.tp]]\nsize = 1\nfleet = "A100x1"\n' + body)
-    return load_space(path)
+    return load_space(path, trust)
 
 
 def test_a_plan_entry_gives_its_kv_budget_as_memory_and_dtype(tmp_path: Path) -> None:
     bf16 = entry(tmp_path, 'kv_memory_gb = 40\nmodel = "llama-3-8b"\n').hardware[0]
-    fp8 = entry(tmp_path, 'kv_memory_gb = 40\nmodel = "llama-3-8b"\nkv_dtype = "fp8"\n')
+    fp8_body = 'kv_memory_gb = 40\nmodel = "llama-3-8b"\nkv_dtype = "fp8"\n'
+    # a stated KV dtype is checked against the table: the fleet tables record none
+    with pytest.raises(InputError, match="kv_dtype = 'fp8' stated, but fitted records no"):
+        entry(tmp_path, fp8_body)
+    with pytest.warns(FingerprintMismatchWarning, match="records no kv_dtype"):
+        fp8 = entry(tmp_path, fp8_body, TableTrust(allow_mismatch=True))
     assert bf16.kv_capacity == kv_tokens(ModelShape.from_name("llama-3-8b"), 40)
     assert fp8.hardware[0].kv_capacity == 610_351 == 2 * bf16.kv_capacity + 1  # rounding
     with pytest.raises(InputError, match=r"device\[0\]\.tp\[0\]: give kv_tokens or kv_memory_gb"):
