@@ -58,17 +58,22 @@ def qwen3_steps() -> pd.DataFrame:
     return pd.concat([decode, silicon_mixed_steps(SILICON)], ignore_index=True)
 
 
-def qwen3(engine: str = "graph", qk_norm: bool = True) -> pd.DataFrame:
-    """Every qwen3 step with its composed ``predicted`` ms (nothing fitted)."""
+def qwen3_sources(comm: str, qk_norm: bool) -> tuple[ModelShape, dict]:
+    """Qwen3-32B's shape and its H100 aiconfigurator sources at TP 2, 4 and 8."""
     shape = ModelShape.resolve(str(MODERN / "qwen3-32b.json"))
-    comm = CommOptions("vllm-v1" if engine == "graph" else "auto")
     sources = {
         tp: AiConfiguratorSource(
-            MODERN / "aiconfigurator_h100_qwen3_32b", shape, tp, ExtrapolationLog(), comm,
-            True, None, qk_norm,
+            MODERN / "aiconfigurator_h100_qwen3_32b", shape, tp, ExtrapolationLog(),
+            CommOptions(comm), True, None, qk_norm,
         )
         for tp in (2, 4, 8)
     }  # fmt: skip
+    return shape, sources
+
+
+def qwen3(engine: str = "graph", qk_norm: bool = True) -> pd.DataFrame:
+    """Every qwen3 step with its composed ``predicted`` ms (nothing fitted)."""
+    shape, sources = qwen3_sources("vllm-v1" if engine == "graph" else "auto", qk_norm)
     # graph: varlen attention and capture-size padding (--engine graph --graph-padding)
     composition = step_rules(engine, None, graph_padding=engine == "graph")[1]
     return composed_steps(sources, shape, qwen3_steps(), composition)
@@ -83,15 +88,7 @@ def sglang() -> tuple[pd.DataFrame, pd.DataFrame]:
     graded on it)."""
     decode = silicon_decode_steps(SGLANG, osl=512)
     decode = decode[decode["decode_dominated"]]
-    shape = ModelShape.resolve(str(MODERN / "qwen3-32b.json"))
-    comm = CommOptions("vllm-v1")
-    sources = {
-        tp: AiConfiguratorSource(
-            MODERN / "aiconfigurator_h100_qwen3_32b", shape, tp, ExtrapolationLog(), comm,
-            True, None, True,
-        )
-        for tp in (2, 4, 8)
-    }  # fmt: skip
+    shape, sources = qwen3_sources("vllm-v1", qk_norm=True)
     graph = step_rules("graph", None, graph_padding=True)[1]
     mixed = silicon_mixed_steps(SGLANG, short=128, long=512)
     floor = prompt_compute_floor_ms(shape, mixed["chunk"], mixed["tp"], H100_SXM_BF16_TFLOPS)

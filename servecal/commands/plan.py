@@ -222,17 +222,21 @@ def _print_modes(doc: dict[str, Any]) -> None:
     if not doc["question"].get("disaggregated"):
         return
     for mode in ("aggregated", "disaggregated"):
-        r = best.get(mode)
-        if r is None:
-            typer.echo(f"cheapest {mode}: none meets the target in the replica range")
-        else:
-            good = 100 * r["attainment"]
-            typer.echo(f"cheapest {mode}: {_fleet(r)} × {r['config']}: "
-                       f"${r['cost_per_hour']:.2f}/hour, {good:.1f}% good")  # fmt: skip
+        _echo_cheapest(mode, best.get(mode))
     if len(best) == 2:
         a, d = best["aggregated"]["cost_per_hour"], best["disaggregated"]["cost_per_hour"]
         win, lose = ("aggregated", d / a) if a <= d else ("disaggregated", a / d)
         typer.echo(f"{win} wins: the other costs {lose:.2f}× as much")
+
+
+def _echo_cheapest(what: str, r: dict[str, Any] | None) -> None:
+    """One line: the cheapest fleet of one kind (``what``), or that none meets the target."""
+    if r is None:
+        typer.echo(f"cheapest {what}: none meets the target in the replica range")
+        return
+    good = 100 * r["attainment"]
+    typer.echo(f"cheapest {what}: {_fleet(r)} × {r['config']}: "
+               f"${r['cost_per_hour']:.2f}/hour, {good:.1f}% good")  # fmt: skip
 
 
 def _print_dtypes(doc: dict[str, Any]) -> None:
@@ -243,13 +247,7 @@ def _print_dtypes(doc: dict[str, Any]) -> None:
         return
     for key, r in best.items():
         weights, kv = key.split("/")
-        what = f"{weights} weights, {kv} KV"
-        if r is None:
-            typer.echo(f"cheapest {what}: none meets the target in the replica range")
-        else:
-            good = 100 * r["attainment"]
-            typer.echo(f"cheapest {what}: {_fleet(r)} × {r['config']}: "
-                       f"${r['cost_per_hour']:.2f}/hour, {good:.1f}% good")  # fmt: skip
+        _echo_cheapest(f"{weights} weights, {kv} KV", r)
     costs = sorted((r["cost_per_hour"], key) for key, r in best.items() if r is not None)
     if len(costs) >= 2:
         (low, win), (next_low, other) = costs[0], costs[1]
