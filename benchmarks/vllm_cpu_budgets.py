@@ -17,7 +17,8 @@ Each repeat ``r`` draws its arrivals and lengths with seed ``r`` (common random
 numbers: every configuration sees the same requests in repeat ``r``). A search is
 ``servecal bench --max-goodput``'s (``GoodputSearch``: expanding bracket, then
 bisection to ``--rate-tol``), stopped after ``--max-probes`` probes: then its answer
-is the highest rate measured to meet the target (``≥``, the bisection left open).
+is the bracket its probes measured, and the rate where attainment crosses 90%,
+linear between them (:func:`crossing`), is the figure tabled.
 Prints one line per probe and per search, writes ``results.json`` and the table
 (markdown) to ``--out``; every probe's run folder (client view and the plug-in's
 server log) stays under ``--out``::
@@ -133,21 +134,40 @@ class Prober:
         return engine
 
 
+def crossing(probes: list[tuple[float, float]], target: float = 0.9) -> float:
+    """Where attainment crosses ``target``, linear between the highest rate measured to
+    meet it and the lowest measured to miss it (the rate met when none missed; 0 when
+    none met): a search's answer between its probes, for a search of few probes."""
+    good = [(r, a) for r, a in probes if a >= target]
+    bad = [(r, a) for r, a in probes if a < target]
+    if not good:
+        return 0.0
+    g_rate, g_att = max(good)
+    if not bad:
+        return g_rate
+    b_rate, b_att = min(bad)
+    return g_rate + (g_att - target) / (g_att - b_att) * (b_rate - g_rate)
+
+
 def search(prober: Prober, seed: int, slo: float, args: argparse.Namespace) -> dict[str, Any]:
     """One maximum-goodput search, at most ``args.max_probes`` probes."""
     from servecal.sched.experiment.goodput import Bracket, GoodputSearch
 
     lo, hi, cap = (float(x) for x in args.rate_range.split(":"))
     s = GoodputSearch(Bracket(lo, hi, cap, floor=lo / 2, rel_tol=args.rate_tol))
+    probes: list[tuple[float, float]] = []
     while (rate := s.next_rate()) is not None and s.probes < args.max_probes:
-        s.record(prober.attainment(round(rate, 4), seed, slo))
+        probes.append((round(rate, 4), prober.attainment(round(rate, 4), seed, slo)))
+        s.record(probes[-1][1])
+    found = {"probes": s.probes, "attainments": probes, "crossing": crossing(probes)}
     if s.next_rate() is None:
         res = s.result
-        return {"rate": res.rate, "bound": res.bound, "probes": res.probes, "text": res.text()}
+        return {**found, "good": res.rate, "bound": res.bound, "text": res.text()}
     good = s.good or 0.0
-    bad = f", misses at {s.bad:g}" if s.bad is not None else ""
-    return {"rate": good, "bound": "open", "probes": s.probes,
-            "text": f">= {good:g}{bad}"}  # fmt: skip
+    text = f"{good:g}–{s.bad:g}" if s.bad is not None else f">= {good:g}"
+    if s.good is None:
+        text = f"< {s.bad:g}"
+    return {**found, "good": good, "bound": "open", "text": text}
 
 
 def serve(cfg: ServerConfig, args: argparse.Namespace, results: list[dict[str, Any]]) -> None:
@@ -177,8 +197,9 @@ def serve(cfg: ServerConfig, args: argparse.Namespace, results: list[dict[str, A
                 row = {"config": cfg.name, "policy": cfg.policy, "budget": cfg.budget,
                        "tpot_slo_ms": slo, "repeat": rep, **found}  # fmt: skip
                 results.append(row)
-                print(f"{cfg.name} r{rep} TPOT {slo:g} ms: max goodput {found['text']} req/s "
-                      f"({found['probes']} probes)", flush=True)  # fmt: skip
+                print(f"{cfg.name} r{rep} TPOT {slo:g} ms: max goodput {found['text']} req/s, "
+                      f"crossing {found['crossing']:.3g} ({found['probes']} probes)",
+                      flush=True)  # fmt: skip
                 (args.out / "results.json").write_text(json.dumps(results, indent=1) + "\n")
     print(f"{cfg.name}: {prober.probes} probes served in {time.monotonic() - started:.0f} s",
           flush=True)  # fmt: skip
@@ -186,19 +207,22 @@ def serve(cfg: ServerConfig, args: argparse.Namespace, results: list[dict[str, A
 
 def table(results: list[dict[str, Any]], slos: list[float]) -> str:
     """The markdown grid: per configuration and target, every repeat, median, spread;
-    then SLOWeave against vLLM's best budget (by median) per target."""
-    lines = ["| configuration | TPOT SLO | max goodput per repeat (req/s) | median | min–max |",
-             "| --- | --- | --- | --- | --- |"]  # fmt: skip
+    then SLOWeave against vLLM's best budget (by median) per target. The figures are
+    each search's :func:`crossing`; the brackets are what its probes measured."""
+    lines = ["| configuration | TPOT SLO | bracket per repeat (req/s) | crossing per repeat | "
+             "median | min–max |",
+             "| --- | --- | --- | --- | --- | --- |"]  # fmt: skip
     medians: dict[tuple[str, float], float] = {}
     for name in dict.fromkeys(r["config"] for r in results):
         for slo in slos:
             rows = [r for r in results if r["config"] == name and r["tpot_slo_ms"] == slo]
             if not rows:
                 continue
-            values = [r["rate"] for r in rows]
+            values = [r["crossing"] for r in rows]
             medians[(name, slo)] = med = statistics.median(values)
             texts = ", ".join(r["text"] for r in rows)
-            lines.append(f"| {name} | {slo:g} ms | {texts} | {med:.3g} | "
+            cross = ", ".join(f"{v:.3g}" for v in values)
+            lines.append(f"| {name} | {slo:g} ms | {texts} | {cross} | {med:.3g} | "
                          f"{min(values):.3g}–{max(values):.3g} |")  # fmt: skip
     lines += ["", "| TPOT SLO | SLOWeave (median) | vLLM's best budget (median) | ratio |",
               "| --- | --- | --- | --- |"]  # fmt: skip
@@ -226,10 +250,10 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--requests", type=int, default=100)
     ap.add_argument("--workload", default="mixed")
     ap.add_argument("--max-model-len", type=int, default=2048)
-    ap.add_argument("--rate-range", default="1:4:32", help="LO:HI:CAP req/s")
+    ap.add_argument("--rate-range", default="2:3:48", help="LO:HI:CAP req/s")
     ap.add_argument("--rate-tol", type=float, default=0.3)
-    ap.add_argument("--max-probes", type=int, default=4)
-    ap.add_argument("--timeout-s", type=float, default=90.0)
+    ap.add_argument("--max-probes", type=int, default=2)
+    ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--nice", type=int, default=None)
     ap.add_argument("--only", default=None, help="comma-separated configuration names")
     return ap.parse_args(argv)
