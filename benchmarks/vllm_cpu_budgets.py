@@ -237,6 +237,31 @@ def table(results: list[dict[str, Any]], slos: list[float]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def explain(out: Path, slos: list[float]) -> str:
+    """What failed, from each server's own log under ``out``: step-time quantiles, and
+    per target the requests that missed TTFT or TPOT (a probe is 100 requests in
+    arrival order) and the P99 of their per-request P99 gaps."""
+    import numpy as np
+
+    from servecal.costmodels.segments import read_table
+    from servecal.sched.metrics import outcome_columns
+
+    lines = []
+    for log in sorted(out.glob("*/server-log")):
+        steps = read_table(log / "iterations.parquet")["duration_ms"]
+        reqs = read_table(log / "requests.parquet").sort_values("arrival_ms")
+        q = f"{steps.median():.1f}/{steps.quantile(0.99):.1f}/{steps.max():.0f}"
+        lines.append(f"{log.parent.name}: {len(reqs)} requests, step P50/P99/max {q} ms")
+        for slo in slos:
+            o = outcome_columns(reqs.assign(tpot_slo_ms=slo))
+            ttft = (~o["ttft_met"]).sum()
+            tpot = (~o["tpot_met"]).sum()
+            p99 = np.nanpercentile(reqs["tpot_p99_ms"], 99)
+            lines.append(f"  TPOT {slo:g} ms: TTFT misses {ttft}, TPOT misses {tpot}, "
+                         f"P99 of request P99 gaps {p99:.0f} ms")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
 def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--table", type=Path, required=True)
@@ -256,6 +281,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--timeout-s", type=float, default=60.0)
     ap.add_argument("--nice", type=int, default=None)
     ap.add_argument("--only", default=None, help="comma-separated configuration names")
+    ap.add_argument(
+        "--explain",
+        action="store_true",
+        help="only read --out's server logs: what failed (no server started)",
+    )
     return ap.parse_args(argv)
 
 
@@ -265,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: --table {args.table}: no such file", file=sys.stderr)
         return 2
     slos = [float(s) for s in args.tpot_slo.split(",")]
+    if args.explain:
+        print(explain(args.out, slos), end="")
+        return 0
     configs = grid([int(b) for b in args.budgets.split(",")], args.sloweave_budget, slos)
     if args.only:
         configs = [c for c in configs if c.name in args.only.split(",")]
