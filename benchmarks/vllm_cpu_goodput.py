@@ -10,6 +10,10 @@ engine's Python (scripts/vllm_cpu_env.sh) and a cost table for the ``tiny`` shap
 
     python benchmarks/vllm_cpu_goodput.py --table cal/costtable.json \\
         --server-python "$(bash scripts/vllm_cpu_env.sh)" --out runs/vllm-cpu-goodput
+
+Each search starts its own server and is judged on the client's view. The grid
+against every budget, one server per configuration and the engine's view:
+``benchmarks/vllm_cpu_budgets.py``.
 """
 
 from __future__ import annotations

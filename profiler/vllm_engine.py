@@ -47,6 +47,9 @@ _HF = {"n_layers": "num_hidden_layers", "hidden": "hidden_size", "n_heads": "num
        "n_kv_heads": "num_key_value_heads", "head_dim": "head_dim",
        "intermediate": "intermediate_size", "vocab": "vocab_size"}  # fmt: skip
 _BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: MoE shape fields and the config names they come from (Qwen-MoE, then Mixtral's).
+_HF_MOE = {"experts": ("num_experts", "num_local_experts"), "top_k": ("num_experts_per_tok",),
+           "expert_intermediate": ("moe_intermediate_size",)}  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -112,8 +115,44 @@ def shape_of_folder(folder: Path) -> ModelShape:
     missing = [_HF[k] for k, v in fields.items() if not isinstance(v, int)]
     if missing:
         raise InputError(f"--model-dir {folder}: config.json lacks {', '.join(missing)}")
-    return ModelShape(name=folder.name, rope_theta=float(cfg.get("rope_theta", 10000.0)),
-                      norm_eps=float(cfg.get("rms_norm_eps", 1e-5)), **fields)  # fmt: skip
+    try:
+        return ModelShape(name=folder.name, rope_theta=float(cfg.get("rope_theta", 10000.0)),
+                          norm_eps=float(cfg.get("rms_norm_eps", 1e-5)), **fields,
+                          **_moe_fields(cfg))  # fmt: skip
+    except ValueError as exc:
+        raise InputError(f"--model-dir {folder}: {exc}") from None
+
+
+def _moe_fields(cfg: dict[str, Any]) -> dict[str, int]:
+    """A MoE config's experts, top-k, expert width and shared experts (none for a
+    dense one). Mixtral names its experts' width ``intermediate_size``; Qwen2-MoE's
+    shared expert counts as ``shared_expert_intermediate_size / moe_intermediate_size``."""
+    found = {k: next((cfg[n] for n in names if isinstance(cfg.get(n), int)), None)
+             for k, names in _HF_MOE.items()}  # fmt: skip
+    if not found["experts"]:
+        return {}
+    if found["expert_intermediate"] is None:  # Mixtral
+        found["expert_intermediate"] = cfg.get("intermediate_size")
+    moe = {k: int(v or 0) for k, v in found.items()}
+    shared = cfg.get("shared_expert_intermediate_size") or 0
+    if isinstance(shared, int) and shared and moe["expert_intermediate"]:
+        moe["shared_experts"] = max(1, round(shared / moe["expert_intermediate"]))
+    return moe
+
+
+def _check_moe_served(shape: ModelShape) -> None:
+    """A MoE shape vLLM can serve here: one device (no expert parallelism), its own
+    router (random weights decide the routing, not ``routing_skew``)."""
+    if shape.ep != 1:
+        raise InputError(
+            f"--model {shape.name}: --engine vllm serves on one device; ep {shape.ep} "
+            "needs a deployment with expert parallelism (calibrate the shape at ep 1)"
+        )
+    if shape.routing_skew:
+        raise InputError(
+            f"--model {shape.name}: --engine vllm routes with vLLM's own router on random "
+            f"weights; routing_skew {shape.routing_skew:g} cannot be imposed (use 0)"
+        )
 
 
 def _settings(
@@ -164,6 +203,7 @@ def _new_plan(cfg: CalibrateConfig, opts: EngineOptions, store: ShardStore) -> d
         from servecal.profiler.model_folder import write_model_folder
 
         shape = ModelShape.resolve(cfg.model or "tiny")
+        _check_moe_served(shape)
         model_dir = write_model_folder(shape.name if cfg.model is None else cfg.model,
                                        cfg.out / "model").resolve()  # fmt: skip
     device = "cpu" if cfg.device in ("auto", "cpu") else cfg.device
@@ -333,6 +373,15 @@ def _engine_info(store: ShardStore) -> dict[str, Any]:
         return {"engine": "vllm", "engine_version": None}
 
 
+def _architecture(plan: dict[str, Any]) -> str | None:
+    """The architecture vLLM served (the model folder's ``config.json``)."""
+    try:
+        folder = Path(plan["engine_settings"]["model_dir"])
+        return json.loads((folder / "config.json").read_text())["architectures"][0]
+    except (OSError, ValueError, KeyError, IndexError, TypeError):
+        return None
+
+
 def _provenance(plan: dict[str, Any], engine: dict[str, Any], cfg: CalibrateConfig) -> dict:
     import datetime as dt
 
@@ -351,6 +400,8 @@ def _provenance(plan: dict[str, Any], engine: dict[str, Any], cfg: CalibrateConf
         "model": shape.name,
         "model_shape": shape.to_dict(),
         "model_hash": shape.hash,
+        **({"moe": shape.moe_label} if shape.is_moe else {}),
+        "architecture": _architecture(plan),
         "dtype": plan["dtype"],
         "tp": 1,
         "layers_timed": shape.n_layers,

@@ -44,27 +44,47 @@ def request_columns(received: list[Received]) -> dict[str, np.ndarray]:
     return typed(rows)
 
 
-def server_steps(run_dir: Path, start_unix: float, end_unix: float) -> Any:
-    """The steps a plug-in's run log holds between two wall-clock times, with their
-    start times moved onto the bench's clock (ms after ``start_unix``); None when
-    the folder has no steps yet."""
+def _window(run_dir: Path, name: str, column: str, start_unix: float, end_unix: float,
+            times: tuple[str, ...] = ()) -> Any:  # fmt: skip
+    """The rows of a plug-in's run-log table ``name`` whose ``column`` (server ms) lies
+    between two wall-clock times, with it and the other time columns ``times`` moved
+    onto the bench's clock (ms after ``start_unix``); None when the folder has no such
+    rows yet."""
     from servecal.costmodels.segments import read_table
     from servecal.util.errors import InputError
 
     try:
         meta = json.loads((run_dir / "run.json").read_text())
-        frame = read_table(run_dir / "iterations.parquet")
+        frame = read_table(run_dir / name)
     except (OSError, ValueError, InputError):
         return None
     origin = meta.get("config", {}).get("vllm", {}).get("clock_origin_unix")
     if origin is None:
         return None
     shift = (start_unix - float(origin)) * 1000.0  # server ms → bench ms
-    start = frame["start_ms"].to_numpy(dtype=float) - shift
-    keep = (start >= 0) & (start <= (end_unix - start_unix) * 1000.0)
+    at = frame[column].to_numpy(dtype=float) - shift
+    keep = (at >= 0) & (at <= (end_unix - start_unix) * 1000.0)
     out = frame.loc[keep].reset_index(drop=True)
-    out["start_ms"] = start[keep]
+    out[column] = at[keep]
+    for other in times:
+        out[other] = out[other].to_numpy(dtype=float) - shift
     return out
+
+
+def server_steps(run_dir: Path, start_unix: float, end_unix: float) -> Any:
+    """The steps a plug-in's run log holds between two wall-clock times, with their
+    start times moved onto the bench's clock (ms after ``start_unix``); None when
+    the folder has no steps yet."""
+    return _window(run_dir, "iterations.parquet", "start_ms", start_unix, end_unix)
+
+
+def server_requests(run_dir: Path, start_unix: float, end_unix: float) -> Any:
+    """The requests a plug-in's run log holds (the engine's view: its own arrival,
+    first-token and step times) that arrived between two wall-clock times, arrival
+    moved onto the bench's clock; None when the folder has none yet. A request the
+    engine has not finished is not in the log yet."""
+    return _window(run_dir, "requests.parquet", "arrival_ms", start_unix, end_unix,
+                   ("first_token_ms", "completion_ms"))  # fmt: skip
 
 
 def write_bench_run(folder: Path, received: list[Received], iterations: Any,

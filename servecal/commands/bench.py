@@ -137,7 +137,8 @@ def bench_command(
     dummy_model: str = typer.Option(
         None,
         "--dummy-model",
-        help="Instead of --model-dir: a Llama folder of this servecal model shape, random weights.",
+        help="Instead of --model-dir: a folder of this servecal model shape (Llama; Qwen-MoE for "
+        "a MoE shape), random weights.",
     ),
     table: Path = typer.Option(None, help="With --model-dir: the plug-in's cost table."),
     policy: str = typer.Option(

@@ -99,6 +99,47 @@ def test_a_model_folder_reads_as_its_shape(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("name", "architecture", "shared"),
+    [("tiny-moe", "Qwen2MoeForCausalLM", 1), ("tiny-moe-noshared", "Qwen3MoeForCausalLM", 0)],
+)
+def test_a_moe_shape_becomes_a_qwen_moe_folder_that_reads_back_as_itself(
+    name: str, architecture: str, shared: int, tmp_path: Path
+) -> None:
+    """The folder vLLM serves for a MoE shape carries its experts, top-k and widths,
+    and ``--model-dir`` on it reads the same shape back (so the fingerprint and the
+    plug-in's model check agree with what was served)."""
+    from servecal.profiler.model_folder import write_model_folder
+
+    moe = ModelShape.resolve("tiny-moe").to_dict() | {"name": name, "shared_experts": shared}
+    spec = tmp_path / f"{name}.json"
+    spec.write_text(json.dumps(moe))
+    folder = write_model_folder(str(spec), tmp_path / "m")
+    config = json.loads((folder / "config.json").read_text())
+    assert config["architectures"] == [architecture]
+    assert (config["num_experts"], config["num_experts_per_tok"]) == (8, 2)
+    assert config["moe_intermediate_size"] == 192 and config["intermediate_size"] == 384
+    back = shape_of_folder(folder)
+    assert {k: v for k, v in back.to_dict().items() if k != "name"} == {
+        k: v for k, v in moe.items() if k != "name"
+    }
+    assert back.moe_label == f"E8 top-2 ffn 192{' shared 1' if shared else ''} EP 1"
+
+
+@pytest.mark.parametrize(
+    ("extra", "match"), [({"ep": 2}, "ep 2 needs"), ({"routing_skew": 0.5}, "routing_skew 0.5")]
+)
+def test_a_moe_shape_vllm_cannot_serve_on_one_device_is_refused(
+    extra: dict, match: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = tmp_path / "moe.json"
+    spec.write_text(json.dumps(ModelShape.resolve("tiny-moe").to_dict() | extra))
+    args = ["--engine", "vllm", "--server-python", sys.executable, "--model", str(spec),
+            "--out", str(tmp_path / "cal")]  # fmt: skip
+    _fails(args, match, monkeypatch)
+    assert not (tmp_path / "cal" / "shards").exists()
+
+
 def test_the_driver_gets_the_served_workers_openmp_binding() -> None:
     env = served_omp_env(None, {})
     threads = int(env["OMP_NUM_THREADS"])

@@ -143,3 +143,32 @@ def test_only_loopback_urls_are_driven() -> None:
     assert loopback_url("http://[::1]:8000") == "http://[::1]:8000"
     with pytest.raises(Exception, match="loopback"):
         loopback_url("http://192.168.1.2:8000")
+
+
+def test_the_server_log_window_moves_every_time_column_onto_the_bench_clock(
+    tmp_path: Path,
+) -> None:
+    """``server_requests``: the requests a plug-in logged that arrived in the bench's
+    window, arrival, first token and completion on the bench's clock (so TTFT is the
+    engine's own), the steps likewise."""
+    import pandas as pd
+
+    from servecal.integrations.bench.record import server_requests, server_steps
+
+    origin = 1_000_000.0  # the server's 0 ms, unix seconds
+    log = tmp_path / "log"
+    log.mkdir()
+    (log / "run.json").write_text(json.dumps({"config": {"vllm": {"clock_origin_unix": origin}}}))
+    pd.DataFrame(
+        {
+            "arrival_ms": [500.0, 2500.0, 9000.0],
+            "first_token_ms": [600.0, 2700.0, 9100.0],
+            "completion_ms": [900.0, 3000.0, 9500.0],
+        }
+    ).to_parquet(log / "requests.parquet")
+    pd.DataFrame({"start_ms": [550.0, 2600.0]}).to_parquet(log / "iterations.parquet")
+    got = server_requests(log, origin + 2.0, origin + 5.0)  # bench 0 ms = server 2000 ms
+    assert got["arrival_ms"].tolist() == [500.0]
+    assert got["first_token_ms"].tolist() == [700.0] and got["completion_ms"].tolist() == [1000.0]
+    assert server_steps(log, origin + 2.0, origin + 5.0)["start_ms"].tolist() == [600.0]
+    assert server_requests(tmp_path, origin, origin + 1) is None  # no run log there
