@@ -261,3 +261,10 @@ def test_the_servers_cached_tokens_join_the_clients_rows(tmp_path: Path) -> None
     got = [Received(Request(i, 0.0, 40, 2), token_ms=[5.0, 6.0]) for i in range(2)]
     summary = write_bench_run(tmp_path / "run", got, None, {"seed": 0}, cached)
     assert summary["prefix_hit_share"] == 32 / 80
+    from servecal.sched.experiment.versus import run_quantiles, table
+
+    measured = run_quantiles(tmp_path / "run")
+    assert measured["prefix_hit_share"] == 32 / 80
+    assert "| prefix-cache hits (prompt tokens) | 40.0% | 40.0% | +0.0 pts |" in table(
+        measured, measured
+    )
