@@ -191,7 +191,8 @@ def bench_command(
         "--block-tokens",
         min=1,
         help="Scale requests with prefix identity (a Mooncake trace, NAME+prefix) to blocks "
-        "of this many tokens (512 -> 16: lengths / 32); a started server's KV block size too.",
+        "of this many tokens (512 -> 32: lengths / 16; the CPU engine takes multiples of 32); "
+        "a started server's KV block size too.",
     ),
     server_arg: list[str] = typer.Option(
         [], "--server-arg", help="One more vLLM flag (repeatable)."
