@@ -61,6 +61,10 @@ class EngineOptions:
     kv_cache_bytes: int | None = None
     enforce_eager: bool = True
     nice: int | None = None  # the engine's niceness (servecal.util.niceness); None: ours
+    # vLLM's KV block size (None: the platform's default, 128 on the CPU): the served
+    # engine's, when it serves with another (a prefix-cache bench serves with its
+    # workload's block size)
+    kv_block_size: int | None = None
 
 
 #: Exits 0 where vLLM imports and finds a device to run on (a GPU build installed
@@ -184,6 +188,7 @@ def _settings(
         "max_num_batched_tokens": int(batched),
         "max_num_seqs": int(max(8, n_max + 2)),
         "enforce_eager": opts.enforce_eager,
+        "kv_block_size": opts.kv_block_size,
         "seed": cfg.seed,
         "vocab": shape.vocab,
     }

@@ -3,9 +3,11 @@
 Each request is sent at its arrival time (ms after the bench starts), streaming,
 with ``max_tokens`` = its output length and ``ignore_eos`` (so it produces exactly
 that many tokens, as the simulator assumes), its prompt as token ids (no tokenizer
-needed on either side), and its SLOs in ``vllm_xargs`` (the servecal plug-in plans
-on a request's own ``tpot_slo_ms``). ``return_token_ids`` makes every streamed
-chunk say how many tokens it carries, so coalesced chunks are counted right.
+needed on either side; a request with prefix identity sends its blocks' tokens, so
+shared prefixes are shared token for token: :mod:`.prompts`), and its SLOs in
+``vllm_xargs`` (the servecal plug-in plans on a request's own ``tpot_slo_ms``).
+``return_token_ids`` makes every streamed chunk say how many tokens it carries, so
+coalesced chunks are counted right.
 
 A request that errors, or has not finished when the bench's deadline passes, is
 kept with what it received and its error: it counts as missed, never dropped.
@@ -17,18 +19,21 @@ import asyncio
 import ipaddress
 import json
 import math
+import re
 import time
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-import numpy as np
-
+from servecal.integrations.bench.prompts import PROMPT_IDS, prompt_ids
 from servecal.sched.request import Request
 from servecal.util.errors import InputError
 
-#: Prompt token ids are drawn from this range: inside any real vocabulary, clear of
-#: the special tokens at the bottom.
-PROMPT_IDS = (100, 1000)
+__all__ = ["ID_PREFIX", "PROMPT_IDS", "Received", "prompt_ids", "rid_of", "send_workload",
+           "served_model"]  # fmt: skip
+
+#: Each request goes out with ``X-Request-Id: ID_PREFIX-RID`` (vLLM names the request
+#: after it, so the plug-in's run log can be joined to the client's rows: :func:`rid_of`).
+ID_PREFIX = "servecal"
 
 
 @dataclass
@@ -64,11 +69,11 @@ def loopback_url(url: str) -> str:
     return url.rstrip("/")
 
 
-def prompt_ids(requests: list[Request], seed: int) -> list[list[int]]:
-    """One random token-id prompt per request (seeded: the same work every run)."""
-    rng = np.random.default_rng(seed)
-    lo, hi = PROMPT_IDS
-    return [rng.integers(lo, hi, size=r.prompt_tokens).tolist() for r in requests]
+def rid_of(server_request_id: str, id_prefix: str = ID_PREFIX) -> int | None:
+    """The bench's ``rid`` of a request sent with ``X-Request-Id: PREFIX-RID``, from the
+    name the server gave it (vLLM: ``cmpl-PREFIX-RID-0-xxxxxxxx``); None for any other."""
+    found = re.search(rf"(?:^|-){re.escape(id_prefix)}-(\d+)(?:-|$)", server_request_id)
+    return int(found.group(1)) if found else None
 
 
 def _body(model: str, req: Request, prompt: list[int]) -> dict:
@@ -102,7 +107,8 @@ def _tokens_in(chunk: dict) -> int:
     return 1 if choices[0].get("text") else 0
 
 
-async def _send(session, url: str, model: str, got: Received, prompt: list[int], t0: float) -> None:  # noqa: ANN001
+async def _send(session, url: str, model: str, got: Received, prompt: list[int], t0: float,
+                id_prefix: str) -> None:  # noqa: ANN001  # fmt: skip
     now_ms = lambda: (time.perf_counter() - t0) * 1000.0  # noqa: E731
     delay = got.request.arrival_ms - now_ms()
     if delay > 0:
@@ -111,7 +117,9 @@ async def _send(session, url: str, model: str, got: Received, prompt: list[int],
     got.sent_ms = now_ms()
     try:
         async with session.post(
-            f"{url}/v1/completions", json=_body(model, got.request, prompt)
+            f"{url}/v1/completions",
+            json=_body(model, got.request, prompt),
+            headers={"X-Request-Id": f"{id_prefix}-{got.request.rid}"},
         ) as r:
             if r.status != 200:
                 got.error = f"HTTP {r.status}: {(await r.text())[:200]}"
@@ -137,7 +145,7 @@ async def _send(session, url: str, model: str, got: Received, prompt: list[int],
 
 
 async def _drive(url: str, model: str, requests: list[Request], prompts: list[list[int]],
-                 deadline_s: float) -> list[Received]:  # fmt: skip
+                 deadline_s: float, id_prefix: str = ID_PREFIX) -> list[Received]:  # fmt: skip
     import aiohttp
 
     received = [Received(r) for r in requests]
@@ -150,7 +158,7 @@ async def _drive(url: str, model: str, requests: list[Request], prompts: list[li
     async with aiohttp.ClientSession(connector=limits, timeout=timeout) as session:
         t0 = time.perf_counter()
         tasks = [
-            asyncio.ensure_future(_send(session, url, model, got, prompt, t0))
+            asyncio.ensure_future(_send(session, url, model, got, prompt, t0, id_prefix))
             for got, prompt in zip(received, prompts, strict=True)
         ]
         done, pending = await asyncio.wait(tasks, timeout=deadline_s)
@@ -164,10 +172,13 @@ async def _drive(url: str, model: str, requests: list[Request], prompts: list[li
 
 
 def send_workload(url: str, model: str, requests: list[Request], seed: int,
-                  deadline_s: float) -> list[Received]:  # fmt: skip
+                  deadline_s: float, id_prefix: str = ID_PREFIX) -> list[Received]:  # fmt: skip
     """Send ``requests`` to ``url`` at their arrival times; every request comes back,
-    complete, failed or cut off at ``deadline_s`` after the start."""
-    return asyncio.run(_drive(url, model, requests, prompt_ids(requests, seed), deadline_s))
+    complete, failed or cut off at ``deadline_s`` after the start. Prompts are token
+    ids (:mod:`.prompts`: realising the requests' shared prefixes where they carry
+    prefix identity); each request's ``X-Request-Id`` is ``id_prefix-RID``."""
+    prompts = prompt_ids(requests, seed)
+    return asyncio.run(_drive(url, model, requests, prompts, deadline_s, id_prefix))
 
 
 def served_model(url: str, timeout_s: float = 10.0) -> tuple[str, int | None]:

@@ -8,6 +8,12 @@ function). A request that failed or was cut off has no completion: it counts as
 missed. ``iterations.parquet`` holds the steps the server's plug-in logged while
 this run was in flight (empty when the bench has no server log), so the same
 ``report`` draws both, and ``validate`` gates a table on them.
+
+Requests with prefix identity keep it: ``block_ids`` (a list per request) and
+``block_size``, so ``simulate --workload trace:RUN`` replays the same shared prefixes.
+With a server log that says what vLLM's prefix cache served each request
+(``cached_tokens``, joined by the ``X-Request-Id`` the client sent), the rows carry
+it too, and the summary its ``prefix_hit_share``.
 """
 
 from __future__ import annotations
@@ -22,7 +28,11 @@ import numpy as np
 from servecal.integrations.bench.client import Received
 
 
-def request_columns(received: list[Received]) -> dict[str, np.ndarray]:
+def request_columns(received: list[Received], cached: dict[int, int] | None = None
+                    ) -> dict[str, np.ndarray]:  # fmt: skip
+    """The engine's request columns of what the client saw, plus the requests' prefix
+    identity where they carry one and ``cached_tokens`` where ``cached`` (rid → tokens
+    vLLM's prefix cache served; NaN for a request the server did not log) is given."""
     from servecal.sched.result import REQUEST_COLUMNS, append_request_row
     from servecal.sched.result import request_columns as typed
 
@@ -41,7 +51,39 @@ def request_columns(received: list[Received]) -> dict[str, np.ndarray]:
             slo_exception=False,
             rejected=False,
         )
-    return typed(rows)
+    columns = typed(rows)
+    reqs = [got.request for got in received]
+    if any(r.block_ids for r in reqs):
+        ids = np.empty(len(reqs), dtype=object)  # one list per request (lengths differ)
+        for k, r in enumerate(reqs):
+            ids[k] = [int(b) for b in r.block_ids]
+        columns["block_ids"] = ids
+        columns["block_size"] = np.array([r.block_size for r in reqs], dtype=np.int64)
+    if cached is not None:
+        columns["cached_tokens"] = np.array([cached.get(r.rid, np.nan) for r in reqs], dtype=float)
+    return columns
+
+
+def served_cached_tokens(run_dir: Path, id_prefix: str) -> dict[int, int] | None:
+    """rid → prompt tokens vLLM's prefix cache served, from a plug-in's run log (its
+    ``requests.parquet``'s ``cached_tokens``, the rows named ``id_prefix-RID``); None
+    when the log has no such column."""
+    from servecal.costmodels.segments import read_table
+    from servecal.integrations.bench.client import rid_of
+    from servecal.util.errors import InputError
+
+    try:
+        frame = read_table(run_dir / "requests.parquet")
+    except (OSError, ValueError, InputError):
+        return None
+    if "cached_tokens" not in frame or "request_id" not in frame:
+        return None
+    out = {}
+    for name, tokens in zip(frame["request_id"], frame["cached_tokens"], strict=True):
+        rid = rid_of(str(name), id_prefix)
+        if rid is not None and tokens == tokens:  # NaN: a row without it
+            out[rid] = int(tokens)
+    return out
 
 
 def _window(run_dir: Path, name: str, column: str, start_unix: float, end_unix: float,
@@ -88,8 +130,10 @@ def server_requests(run_dir: Path, start_unix: float, end_unix: float) -> Any:
 
 
 def write_bench_run(folder: Path, received: list[Received], iterations: Any,
-                    config: dict[str, Any]) -> dict[str, Any]:  # fmt: skip
-    """Write the run folder (atomically, as every run) and return its summary."""
+                    config: dict[str, Any], cached: dict[int, int] | None = None
+                    ) -> dict[str, Any]:  # fmt: skip
+    """Write the run folder (atomically, as every run) and return its summary
+    (``cached``: :func:`served_cached_tokens`)."""
     import pandas as pd
 
     from servecal.sched.engine import ITERATION_COLUMNS
@@ -97,7 +141,7 @@ def write_bench_run(folder: Path, received: list[Received], iterations: Any,
     from servecal.sched.result import RunResult
     from servecal.sched.runfolder import write_run
 
-    requests = pd.DataFrame(request_columns(received))
+    requests = pd.DataFrame(request_columns(received, cached))
     if iterations is None:
         iterations = pd.DataFrame({c: np.zeros(0) for c in ITERATION_COLUMNS})
     summary = summarize(requests, iterations)

@@ -54,6 +54,10 @@ class ServerSpec:
     dtype: str | None = None  # None: vLLM's choice for the model
     flush_s: float = 2.0
     nice: int | None = None  # the server's niceness (servecal.util.niceness); None: ours
+    # vLLM's automatic prefix caching; off, every prompt is prefilled whole (what a
+    # cost table and a simulation without prefix identity assume)
+    prefix_caching: bool = False
+    block_size: int | None = None  # vLLM's KV block size (None: the platform's default)
     extra_args: Sequence[str] = field(default_factory=tuple)
 
     def command(self, port: int) -> list[str]:
@@ -68,12 +72,13 @@ class ServerSpec:
             "--max-num-batched-tokens", str(self.max_num_batched_tokens),
             "--max-model-len", str(self.max_model_len),
             "--kv-cache-memory-bytes", str(self.kv_cache_bytes),
-            # every prompt is prefilled whole: what the simulator and the table assume
-            "--no-enable-prefix-caching",
+            "--enable-prefix-caching" if self.prefix_caching else "--no-enable-prefix-caching",
             "--shutdown-timeout", str(SHUTDOWN_S),
             "--scheduler-cls", SCHEDULER_CLS,
             "--additional-config", json.dumps({"servecal": section}),
         ]  # fmt: skip
+        if self.block_size is not None:  # a cached block is a workload block
+            cmd += ["--block-size", str(self.block_size)]
         if self.dummy_weights:
             cmd += ["--load-format", "dummy"]
         if self.enforce_eager:

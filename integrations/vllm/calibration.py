@@ -151,6 +151,8 @@ class _Driver:
         }
         if settings["dummy_weights"]:
             kwargs["load_format"] = "dummy"
+        if settings.get("kv_block_size"):  # the served engine's (a calibration before it: none)
+            kwargs["block_size"] = settings["kv_block_size"]
         self.llm = LLM(**kwargs)
         self.engine = self.llm.llm_engine
         core = self.engine.engine_core.engine_core  # InprocClient -> EngineCore

@@ -3,7 +3,9 @@
 Every step vLLM executed becomes one row of ``iterations.parquet`` in the engine's
 schema (:data:`servecal.sched.engine.ITERATION_COLUMNS`, plus ``planned_chunk``,
 ``token_budget`` and ``raw_ms``); every request one row of ``requests.parquet``
-(:data:`servecal.sched.result.REQUEST_COLUMNS`, plus vLLM's ``request_id``). So
+(:data:`servecal.sched.result.REQUEST_COLUMNS`, plus vLLM's ``request_id`` and
+``cached_tokens``: the prompt tokens vLLM's prefix cache served it at admission, the
+engine's own column, so readers give the run's ``prefix_hit_share``). So
 ``servecal validate TABLE RUN_DIR`` gates the table on production traffic and
 ``servecal report RUN_DIR`` draws predicted against actual.
 
@@ -98,7 +100,7 @@ class _Track:
 
     __slots__ = ("rid", "request_id", "arrival_ms", "prompt_tokens", "max_tokens",
                  "ttft_slo_ms", "tpot_slo_ms", "streaks", "recomputes", "done_ms",
-                 "tokens_out")  # fmt: skip
+                 "tokens_out", "cached_tokens")  # fmt: skip
 
     def __init__(self, rid: int, request_id: str, arrival_ms: float, prompt_tokens: int,
                  max_tokens: int, ttft_slo_ms: float, tpot_slo_ms: float) -> None:  # fmt: skip
@@ -113,6 +115,7 @@ class _Track:
         self.recomputes = 0  # vLLM preempts by freeing the KV: a recompute
         self.done_ms = math.nan
         self.tokens_out: int | None = None
+        self.cached_tokens = 0  # prompt tokens vLLM's prefix cache had at admission
 
     def open(self) -> bool:
         return bool(self.streaks) and self.streaks[-1][1] is None
@@ -181,8 +184,8 @@ def _open_tails(folder: Path) -> tuple[TailWriter, TailWriter]:
     )
     requests = TailWriter(
         folder / "requests.parquet",
-        (*REQUEST_COLUMNS, "request_id"),
-        [np.dtype(REQUEST_DTYPES[c]).name for c in REQUEST_COLUMNS] + ["object"],
+        (*REQUEST_COLUMNS, "request_id", "cached_tokens"),
+        [np.dtype(REQUEST_DTYPES[c]).name for c in REQUEST_COLUMNS] + ["object", "int64"],
         key="request_id",
         encoding="json",
     )
@@ -275,6 +278,13 @@ class RunLog:
         with self._lock:
             self._tracks[request_id] = track
 
+    def admitted(self, request_id: str, cached_tokens: int) -> None:
+        """vLLM admitted ``request_id`` for the first time, its prefix-cache lookup
+        having found ``cached_tokens`` of its prompt already computed."""
+        t = self._tracks.get(request_id)
+        if t is not None:
+            t.cached_tokens = cached_tokens
+
     def started(self, request_id: str, step: int) -> None:
         """``request_id`` got a token in ``step`` and will in each step it runs next."""
         t = self._tracks.get(request_id)
@@ -322,6 +332,7 @@ class RunLog:
         _append_request(rows, t, ends, first)
         row = {c: values[0] for c, values in rows.items()}
         row["request_id"] = t.request_id
+        row["cached_tokens"] = t.cached_tokens
         return row
 
     @property
@@ -457,6 +468,7 @@ class RunLog:
 
         cols = request_columns({c: [row[c] for row in done] for c in REQUEST_COLUMNS})
         cols["request_id"] = np.array([row["request_id"] for row in done], dtype=object)
+        cols["cached_tokens"] = np.array([row["cached_tokens"] for row in done], dtype=np.int64)
         with atomic_path(self._next_part("requests.parquet")) as tmp:
             write_parquet(cols, tmp)
         self._parts += 1

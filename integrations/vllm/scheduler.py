@@ -419,6 +419,8 @@ class SLOWeaveScheduler(Scheduler):
             else:
                 kv_book.scheduled(self.running, n_before, out.num_scheduled_tokens,
                                   out.total_num_scheduled_tokens)  # fmt: skip
+        if out.scheduled_new_reqs and self._sw_log is not None:
+            self._sw_admitted(out.scheduled_new_reqs)
         if out.total_num_scheduled_tokens <= 0:
             return out
         step = self._sw_step_of(out, start, n, ctx, n_before, partial, prompts, decision_us, plan)
@@ -429,6 +431,15 @@ class SLOWeaveScheduler(Scheduler):
             self._sw_apply(step, self._sw_busy_until)
         self._sw_inflight[id(out)] = step
         return out
+
+    def _sw_admitted(self, new_reqs: Sequence[Any]) -> None:
+        """Log what vLLM's prefix cache served each request it admitted for the first
+        time: a new request's ``num_computed_tokens`` in the step's output is taken
+        after vLLM's prefix-cache lookup and before this step's tokens are added (a
+        resumed request is not new, so only the first admission counts)."""
+        log = self._sw_log
+        for new in new_reqs:
+            log.admitted(new.req_id, int(new.num_computed_tokens))
 
     def _sw_settle(self) -> None:
         """The margin controller hears of the requests freed since the last step (after

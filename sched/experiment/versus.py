@@ -6,6 +6,9 @@ Both are servecal run folders (``requests.parquet``): the measured one from
 requests: TTFT is first token minus arrival, TPOT a request's mean gap between
 tokens (``tpot_mean_ms``); attainment is the share of requests that met both SLOs
 (:func:`servecal.sched.metrics.outcome_columns`, the rule every run summary uses).
+A run with a prefix cache (a ``cached_tokens`` column: the simulator's, or the vLLM
+plug-in's as ``servecal bench`` joins it) also has its prefix-hit share: prompt tokens
+served from cache over prompt tokens.
 """
 
 from __future__ import annotations
@@ -39,11 +42,18 @@ def run_quantiles(folder: Path) -> dict[str, Any]:
                 for q in QUANTILES}  # fmt: skip
 
     n = len(requests)
+    prompt = float(requests["prompt_tokens"].sum())
+    hits = (
+        float(np.nansum(requests["cached_tokens"].to_numpy(dtype=float))) / prompt
+        if "cached_tokens" in requests and prompt > 0
+        else float("nan")
+    )
     return {
         "requests": n,
         "ttft_ms": quantiles(out["ttft_ms"]),
         "tpot_ms": quantiles(tpot),
         "attainment": float(out["good"].sum() / n) if n else float("nan"),
+        "prefix_hit_share": hits,
     }
 
 
@@ -59,6 +69,9 @@ def compare(measured: dict[str, Any], simulated: dict[str, Any]) -> dict[str, An
             for q in QUANTILES
         }
     errors["attainment_points"] = simulated["attainment"] - measured["attainment"]
+    errors["prefix_hit_points"] = simulated.get("prefix_hit_share", float("nan")) - measured.get(
+        "prefix_hit_share", float("nan")
+    )
     return errors
 
 
@@ -76,4 +89,10 @@ def table(measured: dict[str, Any], simulated: dict[str, Any]) -> str:
         f"| SLO attainment | {100 * measured['attainment']:.1f}% | "
         f"{100 * simulated['attainment']:.1f}% | {100 * err['attainment_points']:+.1f} pts |"
     )
+    if np.isfinite(err["prefix_hit_points"]):
+        lines.append(
+            f"| prefix-cache hits (prompt tokens) | {100 * measured['prefix_hit_share']:.1f}% | "
+            f"{100 * simulated['prefix_hit_share']:.1f}% | "
+            f"{100 * err['prefix_hit_points']:+.1f} pts |"
+        )
     return "\n".join(lines)

@@ -6,7 +6,8 @@ Accepted columns (first match wins):
 * plain: ``prompt_tokens, output_tokens[, arrival_s]``;
 * a servecal run folder (its ``requests.parquet``: ``prompt_tokens, output_tokens,
   arrival_ms``), e.g. a ``servecal bench`` run on a real server, to simulate the
-  same arrivals;
+  same arrivals (with the prefix identity it carries, ``block_ids`` and
+  ``block_size``, when it has them);
 * Vidur's processed traces: ``num_prefill_tokens, num_decode_tokens`` (lengths only);
 * Mooncake's JSONL traces (``.jsonl``): one object a line with ``timestamp`` (ms),
   ``input_length``, ``output_length`` and ``hash_ids``, the prompt's 512-token KV
@@ -285,6 +286,7 @@ def load_trace(
     prompt, output = clip_to_context(prompt[order], output[order], context_limit)
 
     blocks = _block_ids(table, order)
+    block_size = _block_size(table, path)
     if duration_s is not None:
         keep = arrival_ms <= duration_s * 1000.0
         arrival_ms, prompt, output = arrival_ms[keep], prompt[keep], output[keep]
@@ -296,15 +298,28 @@ def load_trace(
     requests = build_requests(arrival_ms, prompt, output, ttft, tpot, names)
     if blocks is None:
         return requests
-    return with_block_ids(requests, blocks, MOONCAKE_BLOCK_SIZE)
+    return with_block_ids(requests, blocks, block_size)
 
 
 def _block_ids(table: Any, order: np.ndarray) -> list[list[int]] | None:
-    """Each kept row's ``hash_ids`` (in ``order``), or None for a trace without them."""
-    if "hash_ids" not in table.column_names:
+    """Each kept row's block ids (in ``order``): a Mooncake trace's ``hash_ids``, a run
+    folder's ``block_ids``; None for a trace without them."""
+    name = next((c for c in ("hash_ids", "block_ids") if c in table.column_names), None)
+    if name is None:
         return None
-    ids = table.column("hash_ids").to_pylist()
+    ids = table.column(name).to_pylist()
     return [ids[i] or [] for i in order]
+
+
+def _block_size(table: Any, path: Path) -> int:
+    """Tokens per block: a run folder's ``block_size`` (one for the run), else Mooncake's."""
+    if "block_size" not in table.column_names:
+        return MOONCAKE_BLOCK_SIZE
+    sizes = {v for v in table.column("block_size").to_pylist() if v is not None}
+    if len(sizes) != 1 or not all(isinstance(v, int) and v >= 1 for v in sizes):
+        raise InputError(f"{path}: column block_size: expected one whole number >= 1 for "
+                         f"every request, got {sorted(sizes, key=str)[:5]}")  # fmt: skip
+    return int(sizes.pop())
 
 
 def with_block_ids(

@@ -18,13 +18,19 @@ DEFAULT_RANGE = "0.5:8"
 
 
 def _requests(workload: str, rate: float, n: int, seed: int, tpot_slo: float,
-              context_limit: int | None) -> list:  # fmt: skip
+              context_limit: int | None, block_tokens: int | None = None) -> list:  # fmt: skip
+    """The workload's requests; with ``block_tokens``, those with prefix identity scaled
+    to blocks of that many tokens (:mod:`servecal.sched.workloads.block_scale`); clipped
+    to the server's context, their block ids cut to what their prompts still cover."""
     import numpy as np
 
+    from servecal.sched.workloads.block_scale import with_block_size
     from servecal.sched.workloads.build import clip_to_context
     from servecal.sched.workloads.generate import generate
 
     drawn = generate(workload, rate, n, tpot_slo_ms=tpot_slo, rng=np.random.default_rng(seed))
+    if block_tokens is not None:
+        drawn = with_block_size(drawn, block_tokens)
     if context_limit is None:
         return drawn
     prompt, output = clip_to_context(
@@ -33,9 +39,10 @@ def _requests(workload: str, rate: float, n: int, seed: int, tpot_slo: float,
         context_limit,
     )
     return [
-        replace(r, prompt_tokens=int(p), output_tokens=int(o))
+        replace(r, prompt_tokens=int(p), output_tokens=int(o),
+                block_ids=r.block_ids[: -(-int(p) // r.block_size)])
         for r, p, o in zip(drawn, prompt, output, strict=True)
-    ]
+    ]  # fmt: skip
 
 
 def _next_free(out: Path, stem: str) -> Path:
@@ -58,19 +65,26 @@ class _Bench:
 
     def run(self, rate: float, name: str | None = None) -> dict:
         from servecal.integrations.bench.client import send_workload
-        from servecal.integrations.bench.record import server_steps, write_bench_run
+        from servecal.integrations.bench.record import (
+            served_cached_tokens,
+            server_steps,
+            write_bench_run,
+        )
 
         s = self.settings
         requests = _requests(s["workload"], rate, s["requests"], s["seed"], s["tpot_slo_ms"],
-                             self.context_limit)  # fmt: skip
+                             self.context_limit, s.get("block_tokens"))  # fmt: skip
         self.probes += 1
+        id_prefix = f"servecal-p{self.probes}"  # names this probe's requests in the server log
         start = time.time()
-        received = send_workload(self.url, self.model, requests, s["seed"], s["timeout_s"])
+        received = send_workload(self.url, self.model, requests, s["seed"], s["timeout_s"],
+                                 id_prefix)  # fmt: skip
         end = time.time()
-        steps = None
+        steps = cached = None
         if self.server_log is not None:
             time.sleep(self.flush_s + 1.0)  # the plug-in flushes at least every flush_s
             steps = server_steps(self.server_log, start, end)
+            cached = served_cached_tokens(self.server_log, id_prefix)
         folder = self.out / (name or f"probe-{self.probes:02d}-rate-{rate:g}")
         config = {
             **s,
@@ -79,12 +93,14 @@ class _Bench:
             "url": self.url,
             "served_model": self.model,  # not "model": that key is a fingerprint's
         }
-        summary = write_bench_run(folder, received, steps, config)
+        summary = write_bench_run(folder, received, steps, config, cached)
         p99_tpot = summary["p99_tpot_ms"] if summary["p99_tpot_ms"] is not None else math.nan
+        hits = summary.get("prefix_hit_share")
         typer.echo(
             f"{folder.name}: {rate:g} req/s, attainment {summary['attainment']:.1%}, "
             f"goodput {summary['goodput']:.3g} req/s, P99 TPOT {p99_tpot:.2f} ms, "
             f"{summary['errors']} errors"
+            + (f", prefix-cache hits {hits:.1%} of prompt tokens" if hits is not None else "")
         )
         return summary
 
@@ -165,6 +181,20 @@ def bench_command(
         help="With --model-dir: the server's niceness, -20..19 (-20 on a shared host keeps "
         "neighbours' load out of its steps; below 0 needs root). Default: this process's.",
     ),
+    prefix_caching: bool = typer.Option(
+        False,
+        "--prefix-caching/--no-prefix-caching",
+        help="With --model-dir: vLLM's automatic prefix caching (off: every prompt is "
+        "prefilled whole, as the cost table and a simulation without identity assume).",
+    ),
+    block_tokens: int = typer.Option(
+        None,
+        "--block-tokens",
+        min=1,
+        help="Scale requests with prefix identity (a Mooncake trace, NAME+prefix) to blocks "
+        "of this many tokens (512 -> 32: lengths / 16; the CPU engine takes multiples of 32); "
+        "a started server's KV block size too.",
+    ),
     server_arg: list[str] = typer.Option(
         [], "--server-arg", help="One more vLLM flag (repeatable)."
     ),
@@ -203,6 +233,8 @@ def bench_command(
     settings = {"workload": workload, "requests": requests, "seed": seed,
                 "tpot_slo_ms": tpot_slo, "timeout_s": timeout_s,
                 "policy": policy if url is None else "server"}  # fmt: skip
+    if block_tokens is not None:
+        settings["block_tokens"] = block_tokens
     _requests(workload, rate or 1.0, 1, seed, tpot_slo, None)  # a bad workload fails here
     out.mkdir(parents=True, exist_ok=True)
 
@@ -242,8 +274,10 @@ def bench_command(
         kv_cache_bytes=kv_cache_bytes, dummy_weights=not real_weights,
         enforce_eager=not compile_model,
         dtype=table_dtype(table), nice=nice, extra_args=tuple(server_arg),
+        prefix_caching=prefix_caching, block_size=block_tokens,
     )  # fmt: skip
     settings["max_num_batched_tokens"] = max_num_batched_tokens
+    settings["prefix_caching"] = prefix_caching
     typer.echo(f"starting vLLM ({policy}) on {model_dir} ...")
     with running_server(spec, out / f"{server_log.name}.txt") as served:
         model, limit = served_model(served)

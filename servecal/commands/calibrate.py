@@ -72,6 +72,13 @@ def calibrate(
     kv_cache_bytes: int = typer.Option(
         None, min=1, help="With --engine vllm: vLLM's KV cache (default: sized for the grid)."
     ),
+    kv_block_size: int = typer.Option(
+        None,
+        "--kv-block-size",
+        min=1,
+        help="With --engine vllm: vLLM's KV block size, as the served engine's (default: "
+        "vLLM's; the CPU engine takes multiples of 32).",
+    ),
     nice: int = typer.Option(
         None,
         help="With --engine vllm: the engine's niceness, -20..19 (-20 on a shared host keeps "
@@ -87,9 +94,11 @@ def calibrate(
 
     if engine not in ("servecal", "vllm"):
         raise InputError(f"--engine {engine!r}: expected servecal or vllm")
-    if engine == "servecal" and (server_python, model_dir, kv_cache_bytes, nice) != (None,) * 4:
+    vllm_only = (server_python, model_dir, kv_cache_bytes, nice, kv_block_size)
+    if engine == "servecal" and vllm_only != (None,) * 5:
         raise InputError(
-            "--server-python, --model-dir, --kv-cache-bytes and --nice need --engine vllm"
+            "--server-python, --model-dir, --kv-cache-bytes, --kv-block-size and --nice need "
+            "--engine vllm"
         )
     cfg = CalibrateConfig(
         out=out,
@@ -113,7 +122,8 @@ def calibrate(
         if engine == "vllm":
             from servecal.profiler.vllm_engine import EngineOptions, calibrate_vllm
 
-            opts = EngineOptions(server_python, model_dir, kv_cache_bytes, nice=nice)
+            opts = EngineOptions(server_python, model_dir, kv_cache_bytes, nice=nice,
+                                 kv_block_size=kv_block_size)  # fmt: skip
             result = calibrate_vllm(cfg, opts, on_message=say, on_progress=bars.points())
         else:
             result = run(

@@ -39,6 +39,7 @@ def _fails(args: list[str], match: str, monkeypatch: pytest.MonkeyPatch) -> None
         (["--server-python", sys.executable], "need --engine vllm"),
         (["--model-dir", "."], "need --engine vllm"),
         (["--nice", "-5"], "need --engine vllm"),
+        (["--kv-block-size", "32"], "need --engine vllm"),
         (["--engine", "vllm", "--server-python", sys.executable, "--nice", "40"],
          "expected -20..19"),
         (["--engine", "vllm", "--server-python", sys.executable, "--layers", "2"],

@@ -304,3 +304,39 @@ def test_an_llm_script_that_simply_exits_keeps_every_step(root: Path) -> None:
         sum(50 * (i + 1) for i in range(8)),
         8 * 19,
     )
+
+
+#: Two turns of one conversation and an unrelated request, Mooncake's format (512-token
+#: blocks); scaled to 32-token blocks: prompts of 64, 100 and 44 tokens.
+CONVERSATION = [
+    {"timestamp": 0, "input_length": 1024, "output_length": 64, "hash_ids": [1, 2]},
+    {"timestamp": 1000, "input_length": 1600, "output_length": 64, "hash_ids": [1, 2, 3, 4]},
+    {"timestamp": 2000, "input_length": 700, "output_length": 64, "hash_ids": [5, 6]},
+]
+
+
+def test_the_log_carries_what_vllms_prefix_cache_served_each_request(root: Path) -> None:
+    """With prefix caching on, the second turn of a conversation finds the first turn's
+    two blocks in vLLM's cache: the plug-in's row says 64 cached prompt tokens (vLLM's
+    own ``num_computed_tokens`` at admission), the others 0, and the bench's run gives
+    the served prefix-hit share."""
+    trace = root / "conversation.jsonl"
+    trace.write_text("".join(json.dumps(row) + "\n" for row in CONVERSATION))
+    result = runner.invoke(app, [
+        "bench", "--out", str(root / "bench-prefix"), "--model-dir", str(root / "model"),
+        "--table", str(root / "cal" / "costtable.json"), "--policy", "vllm",
+        "--server-python", PYTHON, "--workload", f"trace:{trace}", "--requests", "3",
+        "--rate", "0.5", "--tpot-slo", str(TPOT_SLO), "--max-num-batched-tokens", "256",
+        "--prefix-caching", "--block-tokens", "32",
+    ])  # fmt: skip
+    assert result.exit_code == 0, result.output
+    out = root / "bench-prefix"
+    served = read_table(out / "server-log" / "requests.parquet").sort_values("arrival_ms")
+    assert served["prompt_tokens"].tolist() == [64, 100, 44]
+    assert served["cached_tokens"].tolist() == [0, 64, 0]
+    run = read_table(out / "run" / "requests.parquet")
+    assert run["cached_tokens"].tolist() == [0, 64, 0]  # joined by the request's id
+    summary = json.loads((out / "run" / "run.json").read_text())["summary"]
+    assert summary["prefix_hit_share"] == pytest.approx(64 / 208)
+    steps = read_table(out / "server-log" / "iterations.parquet")
+    assert int(steps["chunk"].sum()) == 208 - 64  # the cached tokens were not prefilled
