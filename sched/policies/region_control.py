@@ -19,12 +19,16 @@ elsewhere; a fixed chunk that happens to sit where the table is pessimistic wins
   table's own median for that iteration. The running mean ``m_r`` of ``log g`` per
   region (a plain mean for its first 20 iterations, then exponential with weight
   0.05) corrects that region's prediction: it plans at ``s · exp(−m_r)``, within
-  ``[min_scale, region_max_scale]``.
+  ``[min_scale, region_max_scale]``. The same mean is kept per finer bucket, the
+  region × ``log2`` of the batch's decodes × ``log2`` of their mean context, and used
+  once it has :data:`FINE_MIN` iterations: a coarse grid steps in those axes too, so
+  one chunk region can hold batches the table prices right and batches it prices
+  2× low.
 
 A region not yet counted plans at ``s``; where the table's median is right (a smooth
 truth) ``m_r ≈ 0`` and every region plans at ``s``, as the pooled controller does. The
-region's ``log g`` is clipped to ±0.5 so that a stall moves its mean no more than a
-slow iteration does (stalls are the tail's business, and ``s``'s).
+region's ``log g`` is clipped to ±1 (a factor 2.7) so that a stall moves its mean no
+more than a badly wrong grid cell does (stalls are the tail's business, and ``s``'s).
 
 The decision (:meth:`RegionMissControl.choose`) is the largest chunk feasible under
 its own region's scale: regions are tried from the top down, the chunk restricted to
