@@ -19,12 +19,16 @@ elsewhere; a fixed chunk that happens to sit where the table is pessimistic wins
   table's own median for that iteration. The running mean ``m_r`` of ``log g`` per
   region (a plain mean for its first 20 iterations, then exponential with weight
   0.05) corrects that region's prediction: it plans at ``s · exp(−m_r)``, within
-  ``[min_scale, region_max_scale]``.
+  ``[min_scale, region_max_scale]``. The same mean is kept per finer bucket, the
+  region × ``log2`` of the batch's decodes × ``log2`` of their mean context, and used
+  once it has :data:`FINE_MIN` iterations: a coarse grid steps in those axes too, so
+  one chunk region can hold batches the table prices right and batches it prices
+  2× low.
 
 A region not yet counted plans at ``s``; where the table's median is right (a smooth
 truth) ``m_r ≈ 0`` and every region plans at ``s``, as the pooled controller does. The
-region's ``log g`` is clipped to ±0.5 so that a stall moves its mean no more than a
-slow iteration does (stalls are the tail's business, and ``s``'s).
+region's ``log g`` is clipped to ±1 (a factor 2.7) so that a stall moves its mean no
+more than a badly wrong grid cell does (stalls are the tail's business, and ``s``'s).
 
 The decision (:meth:`RegionMissControl.choose`) is the largest chunk feasible under
 its own region's scale: regions are tried from the top down, the chunk restricted to
@@ -50,7 +54,10 @@ WARMUP = 20
 #: Weight of each new iteration after that (an effective memory of 20 iterations).
 WEIGHT = 1.0 / WARMUP
 #: ``log f`` is clipped to ``±CLIP`` before it enters a mean.
-CLIP = 0.5
+CLIP = 1.0
+#: Iterations a (chunk, prefix, decodes, context) bucket needs before its own mean is
+#: used instead of its (chunk, prefix) region's.
+FINE_MIN = WARMUP // 2
 
 
 def bucket(x: int) -> int:
@@ -82,28 +89,39 @@ class RegionMissControl(GapMissControl):
 
     region_max_scale: float = 1.5
     regions: dict[tuple[int, int], _Mean] = field(default_factory=dict)
+    #: the same bias per (chunk, prefix, decodes, context) bucket: used once it has
+    #: :data:`FINE_MIN` iterations, the coarser region's until then
+    fine: dict[tuple[int, int, int, int], _Mean] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if not self.region_max_scale >= self.max_scale:
             raise ValueError("RegionMissControl.region_max_scale must be >= max_scale")
         self._prefix_bucket = -1  # the current decision's
+        self._batch = (-1, -1)  # the current decision's decodes and context buckets
+        self._pending_batch = (-1, -1)
         self._start = math.nan
         self._p50 = math.nan
         self._pending_region = (-1, -1)
 
     def region_scale(self, region: int) -> float:
         """The budget scale of chunk bucket ``region`` at the current prefix bucket."""
-        mean = self.regions.get((region, self._prefix_bucket))
+        mean = self.fine.get((region, self._prefix_bucket, *self._batch))
+        if mean is None or mean.n < FINE_MIN:
+            mean = self.regions.get((region, self._prefix_bucket))
         if mean is None:
             return self._scale
         s = self._scale * math.exp(-mean.value)
         return min(max(s, self.min_scale), self.region_max_scale)
 
-    def choose(self, fit: Fit, limit: int, prefix: int = 0) -> int:
+    def choose(
+        self, fit: Fit, limit: int, prefix: int = 0, n_decode: int = 0, ctx: float = 0.0
+    ) -> int:
         """The largest chunk up to ``limit`` that fits the budget under its own region's
-        scale (0: none); ``prefix``: the prompt's tokens already prefilled."""
+        scale (0: none); ``prefix``: the prompt's tokens already prefilled, ``n_decode``
+        and ``ctx`` the batch's decodes and their mean context."""
         self._prefix_bucket = bucket(prefix)
+        self._batch = (bucket(n_decode), bucket(int(ctx)))
         region, top = bucket(limit), limit
         while region >= 0:
             scale = self.region_scale(region)
@@ -133,6 +151,7 @@ class RegionMissControl(GapMissControl):
         self._pending = deadline_ms
         if chunk > 0 and p50_ms > 0:
             self._pending_region = (bucket(chunk), self._prefix_bucket)
+            self._pending_batch = self._batch
             self._start, self._p50 = now_ms, p50_ms
         else:
             self._pending_region = (-1, -1)
@@ -149,10 +168,9 @@ class RegionMissControl(GapMissControl):
         took = now_ms - self._start
         if not took > 0.0:
             return
-        mean = self.regions.get(key)
-        if mean is None:
-            mean = self.regions[key] = _Mean()
-        mean.add(min(max(math.log(took / self._p50), -CLIP), CLIP))
+        g = min(max(math.log(took / self._p50), -CLIP), CLIP)
+        self.regions.setdefault(key, _Mean()).add(g)
+        self.fine.setdefault((*key, *self._pending_batch), _Mean()).add(g)
 
     def summary(self) -> dict[str, float | int]:
         """The pooled summary and how many regions it learned."""

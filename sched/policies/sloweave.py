@@ -225,7 +225,8 @@ def _region_chunk(
 ) -> tuple[int, float, bool]:
     """:func:`controlled_chunk` under a per-region controller: the largest chunk that
     :func:`deadline_chunk` fits under its own region's scale (aging left out of the
-    search, applied to what it found), counted in that region when the budget cut it."""
+    search, applied to what it found), counted in that region whenever it carries a
+    chunk (the pooled controller counts only chunks the budget cut)."""
 
     def fit(top: int, scale: float) -> int:
         return deadline_chunk(
@@ -233,11 +234,13 @@ def _region_chunk(
             earliest_deadline_ms, -math.inf, scale,
         )[0]  # fmt: skip
 
-    c = control.choose(fit, limit, prefix)
+    c = control.choose(fit, limit, prefix, n_decode, ctx)
     budget = max(0.0, earliest_deadline_ms - now_ms)
     if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
-    if 0 < c < limit:
+    # every chunk is counted, the whole remainder too: it was fitted to the deadline
+    # as well, and where a coarse grid steps, short tails beside many decodes overshoot
+    if c > 0:
         p50 = float(predictor.predict(n_decode, c, ctx, prefix, 0.5))
         control.planned(earliest_deadline_ms, c, now_ms, p50)
     return c, budget, False

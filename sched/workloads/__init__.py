@@ -1,4 +1,4 @@
-"""Workloads: synthetic request streams (chat, mixed, long, bursty, tenants, multislo)
+"""Workloads: synthetic request streams (chat, mixed, long, bursty, tenants, twoclass, multislo)
 and trace replay.
 
 Every parameter lives in frozen dataclasses in :mod:`.spec` and is explained in

@@ -110,6 +110,15 @@ TENANT_TIERS = (
     TpotTier("relaxed", 0.3, 2.0),
 )
 
+# Two classes: a minority of interactive requests at a tight TPOT, the rest lenient:
+# 10 ms for 20%, 50 ms for 80% at --tpot-slo 25 (0.4x / 2x, tenants' outer tiers), drawn
+# independently of the mixed lengths: where a chunk sized per batch should beat one
+# static chunk sized for the tight class (docs/results/2026-12-04-slo-classes.md).
+TWO_CLASS_TIERS = (
+    TpotTier("tight", 0.2, 0.4),
+    TpotTier("lenient", 0.8, 2.0),
+)
+
 WORKLOADS: dict[str, WorkloadSpec] = {
     "chat": WorkloadSpec(
         "chat",
@@ -134,6 +143,12 @@ WORKLOADS: dict[str, WorkloadSpec] = {
         "tenants",
         "the mixed lengths; TPOT SLO 0.4x / 1x / 2x the run's target for 30 / 40 / 30%",
         tiered(_MIX, TENANT_TIERS),
+        PoissonArrivals(),
+    ),
+    "twoclass": WorkloadSpec(
+        "twoclass",
+        "the mixed lengths; TPOT SLO 0.4x the run's target for 20%, 2x for 80%",
+        tiered(_MIX, TWO_CLASS_TIERS),
         PoissonArrivals(),
     ),
     "multislo": WorkloadSpec(

@@ -12,7 +12,13 @@ import pytest
 from servecal.sched import experiment as ex
 from servecal.sched.coarse_replay import coarse_replay
 from servecal.sched.experiment.goodput import Bracket, search_sequentially
-from servecal.sched.policies.region_control import RegionMissControl, _Mean, bucket
+from servecal.sched.policies.region_control import (
+    CLIP,
+    FINE_MIN,
+    RegionMissControl,
+    _Mean,
+    bucket,
+)
 from servecal.sched.policies.registry import PolicySpec
 from servecal.sched.policies.sloweave import SLOWeaveConfig, controlled_chunk
 
@@ -93,7 +99,31 @@ def test_a_stall_moves_the_bias_no_more_than_the_clip() -> None:
     control.choose(linear_fit(10.0, 0.01, []), 701)
     control.planned(1000.0, 700, 0.0, 5.0)
     control.settle(500.0)  # 100× the table's median
-    assert control.regions[(9, -1)].value == pytest.approx(0.5)
+    assert control.regions[(9, -1)].value == pytest.approx(CLIP)
+    assert math.log(100.0) > CLIP
+
+
+def test_a_batch_bucket_uses_its_own_bias_once_it_has_enough_iterations() -> None:
+    # the table 2.3× optimistic for 17-31 decodes at 2-4k context (a coarse grid's step
+    # in the decode axis), right for 8-15 decodes: the chunk region alone mixes both
+    control = RegionMissControl()
+    now = 0.0
+    for k in range(2 * FINE_MIN):
+        for n_decode, bias in ((20, 2.3), (10, 1.0)):
+            control.choose(linear_fit(10.0, 0.01, []), 701, 0, n_decode, 3000.0)
+            control.planned(now + 100.0, 700, now, 5.0)
+            now += 5.0 * bias
+            control.settle(now)
+        if k == FINE_MIN - 2:  # not yet: the region's pooled mean of both
+            control.choose(linear_fit(10.0, 0.01, []), 4096, 0, 20, 3000.0)
+            pooled = control.region_scale(9)
+    control.choose(linear_fit(10.0, 0.01, []), 4096, 0, 20, 3000.0)
+    slow = control.region_scale(9)
+    control.choose(linear_fit(10.0, 0.01, []), 4096, 0, 10, 3000.0)
+    right = control.region_scale(9)
+    assert slow == pytest.approx(control.scale() / 2.3, rel=0.02)
+    assert right == pytest.approx(control.scale(), rel=0.02)
+    assert slow < pooled < right
 
 
 def test_the_vllm_planner_decides_with_the_same_region_controller() -> None:
