@@ -35,7 +35,9 @@ part of a band (every point with chunk ≥ 64 of a 16-128 grid), each point with
 enough repeats to reject alone.
 
 Family: 3 global tests (slowdown, speedup, tail) share a sixth of α, the point
-tests another sixth, the 2 × B region tests (slowdown and speedup per band or
+tests a twelfth, the half-space tests on pooled rows at ±10%
+(:mod:`servecal.costmodels.drift.scan`, samples only) another twelfth, the 2 × B
+region tests (slowdown and speedup per band or
 tail region, :class:`Bands`) the other two thirds (weighted Bonferroni): the
 probability that any test fires on a table that holds is ≤ α. The regions get
 the larger share because a drift is usually regional (long prefills, large
@@ -477,7 +479,9 @@ def _scan(
     first = np.unique(inverse, return_index=True)[1]
     per_cluster = {a: np.asarray(v, dtype=float)[first] for a, v in (coords or {}).items()}
     spaces = HalfSpaces.of(per_cluster, cuts) if coords else HalfSpaces((), np.zeros((0, c.size)))
-    return RegionScan.of(spaces, c.rows, c.above, c.below, config.alpha_scan, config.false_alarm)
+    return RegionScan.of(
+        spaces, c.rows, c.far_above, c.far_below, config.alpha_scan, config.false_alarm
+    )
 
 
 def _unseen(factor: float, coverage: float | None, config: GateConfig) -> str | None:
