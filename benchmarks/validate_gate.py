@@ -310,11 +310,15 @@ def partial(args) -> None:  # noqa: ANN001
     pts = pts[(pts["n_decode"] > 0) | (pts["chunk"] > 0)].reset_index(drop=True)
 
     def found_edge(r: dict) -> bool:
-        found = [reg for reg in r["regions"] if reg["axis"] == "points"]
-        return bool(found) and found[0]["extent"]["chunk"] == [64, 128]
+        found = [reg for reg in r["regions"] if reg["axis"] in ("points", "half-space")]
+        return bool(found) and (
+            found[0].get("extent", {}).get("chunk") == [64, 128]
+            or found[0]["region"] == "slowdown in half-space chunk 64+"
+        )
 
-    for sigma in (0.03, 0.05):
-        truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6, sigma=sigma)
+    heavy = {"sigma": 0.30, "spike_prob": 0.05, "spike_scale": 2.5}  # a loaded host's shape
+    for noise in ({"sigma": 0.03}, {"sigma": 0.05}, {"sigma": 0.10}, heavy):
+        truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6, **noise)
         exact = compile_predictor(ExactMedian(truth), CPU_AXES, quantiles=(0.5, 0.99))
         edges = [0]
 
@@ -335,9 +339,12 @@ def partial(args) -> None:  # noqa: ANN001
             frame["ms"] *= (1 + TOLERANCE) / noise_median(truth)
             return replay(exact, frame)
 
-        label = f"{len(pts)} pts x 20, sigma {sigma}"
+        label = f"{len(pts)} pts x 20, sigma {noise['sigma']}" + (
+            " + 5% stalls x2.5" if "spike_prob" in noise else ""
+        )
         run(f"{label}: chunk >= 64 x1.15", args.power_sets, slowed)
-        print(f"  ... found region's chunk extent exactly 64-128 in {edges[0]} of "
+        print(f"  ... first region found (points' extent or half-space) exactly chunk 64-128 "
+              f"in {edges[0]} of "
               f"{args.power_sets} sets")  # fmt: skip
         run(f"{label}: same truth", args.sets, same)
         run(f"{label}: null's edge", args.sets, at_edge)

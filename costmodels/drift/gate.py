@@ -35,7 +35,9 @@ part of a band (every point with chunk ≥ 64 of a 16-128 grid), each point with
 enough repeats to reject alone.
 
 Family: 3 global tests (slowdown, speedup, tail) share a sixth of α, the point
-tests another sixth, the 2 × B region tests (slowdown and speedup per band or
+tests a twelfth, the half-space tests on pooled rows at ±10%
+(:mod:`servecal.costmodels.drift.scan`, samples only) another twelfth, the 2 × B
+region tests (slowdown and speedup per band or
 tail region, :class:`Bands`) the other two thirds (weighted Bonferroni): the
 probability that any test fires on a table that holds is ≤ α. The regions get
 the larger share because a drift is usually regional (long prefills, large
@@ -69,6 +71,7 @@ from scipy import stats
 
 from servecal.costmodels.drift.pointwise import PointTests, sign_p_values
 from servecal.costmodels.drift.regions import RegionGrid
+from servecal.costmodels.drift.scan import HalfSpaces, RegionScan
 
 #: Verdicts; ``undecided``: the verdict hangs on a single row.
 VERDICTS = ("valid", "drifted", "undecided")
@@ -129,8 +132,13 @@ class GateConfig:
 
     @property
     def alpha_points(self) -> float:
-        """Family-wise level of the per-point tests (a sixth of the bound, Holm)."""
-        return self.false_alarm / 6
+        """Family-wise level of the per-point tests (a twelfth of the bound, Holm)."""
+        return self.false_alarm / 12
+
+    @property
+    def alpha_scan(self) -> float:
+        """Family-wise level of the half-space tests (a twelfth of the bound, Bonferroni)."""
+        return self.false_alarm / 12
 
     def alpha_band(self, bands: int) -> float:
         """Level of each of the 2 × ``bands`` region tests (two thirds of the bound)."""
@@ -386,6 +394,8 @@ class GateResult:
     cluster_of_row: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cluster_median: np.ndarray = field(default_factory=lambda: np.zeros(0))
     coverage: float | None = None
+    #: the half-spaces the pooled tests reject (each with its clusters' ``mask``)
+    found: list[dict[str, Any]] = field(default_factory=list)
 
 
 def decide(
@@ -396,6 +406,8 @@ def decide(
     chunk: np.ndarray,
     config: GateConfig | None = None,
     quarter: np.ndarray | None = None,
+    coords: dict[str, np.ndarray] | None = None,
+    cuts: dict[str, Any] | None = None,
 ) -> GateResult:
     """Run the test family on checked rows and check the verdict against every row's removal.
 
@@ -420,15 +432,19 @@ def decide(
     fam = _Family(config, family_bands.size, exceed is not None)
     state = _State.of(c, fam)
     points = PointTests.of(c.rows, c.far_above, c.far_below, config.alpha_points)
-    drifted = state.drifted() or points.rejects
+    scan = _scan(c, inverse, coords, cuts, config)
+    drifted = state.drifted() or points.rejects or scan.rejects
     code = row_kinds(log_ratio, hits, config)
     pair, first = np.unique(inverse * KINDS + code, return_index=True)
-    flips = _single_row_flips(c, state, points, (pair // KINDS, pair % KINDS, first), drifted)
+    kinds = (pair // KINDS, pair % KINDS, first)
+    flips = _single_row_flips(c, state, points, kinds, drifted, scan.rejects_without(*kinds[:2]))
     factor = math.exp(float(np.median(c.median)))
     coverage = None if exceed is None else 1.0 - float(hits.mean())
-    verdict, reason = _verdict(flips, drifted, _unseen(factor, coverage, config))
+    unseen = [u for u in (_unseen(factor, coverage, config), scan.suggestive()) if u]
+    verdict, reason = _verdict(flips, drifted, " and ".join(unseen) or None)
     slowed, sped_up = points.rejected()
     tests = state.describe_global() + _describe_points(points, slowed, sped_up)
+    tests += scan.describe()
     return GateResult(
         verdict=verdict,
         drifted=drifted,
@@ -448,6 +464,23 @@ def decide(
         cluster_of_row=inverse,
         cluster_median=c.median,
         coverage=coverage,
+        found=scan.found(c.median),
+    )
+
+
+def _scan(
+    c: Clusters,
+    inverse: np.ndarray,
+    coords: dict[str, np.ndarray] | None,
+    cuts: dict[str, Any] | None,
+    config: GateConfig,
+) -> RegionScan:
+    """The half-space tests over the clusters (none without ``coords``)."""
+    first = np.unique(inverse, return_index=True)[1]
+    per_cluster = {a: np.asarray(v, dtype=float)[first] for a, v in (coords or {}).items()}
+    spaces = HalfSpaces.of(per_cluster, cuts) if coords else HalfSpaces((), np.zeros((0, c.size)))
+    return RegionScan.of(
+        spaces, c.rows, c.far_above, c.far_below, config.alpha_scan, config.false_alarm
     )
 
 
@@ -634,11 +667,13 @@ def _single_row_flips(
     points: PointTests,
     kinds: tuple[np.ndarray, np.ndarray, np.ndarray],
     drifted: bool,
+    scan_still: np.ndarray,
 ) -> list[int]:
     """Rows whose removal flips the verdict, one per (cluster, kind of row): exact.
 
     ``kinds``: for each (cluster, kind) pair present, the cluster, the kind code
-    (:func:`row_kinds`) and one row of that kind. A removal changes one
+    (:func:`row_kinds`) and one row of that kind; ``scan_still``: per pair, whether a
+    half-space test still rejects without it. A removal changes one
     cluster: the global tests and its bands' tests; every other band keeps its
     answer.
     """
@@ -652,7 +687,7 @@ def _single_row_flips(
     rest = np.maximum(c.rows[cl] - 1, 0)
     p_ups = sign_p_values(c.far_above[cl] - (kind >> 4 & 1), rest)
     p_downs = sign_p_values(c.far_below[cl] - (kind >> 3 & 1), rest)
-    for g, code, row, p_up, p_down in zip(*kinds, p_ups, p_downs, strict=True):
+    for g, code, row, p_up, p_down, still in zip(*kinds, p_ups, p_downs, scan_still, strict=True):
         ia, ib, ih = code >> 2 & 1, code >> 1 & 1, code & 1
         n, a, b, h = int(c.rows[g]), int(c.above[g]), int(c.below[g]), int(c.hits[g])
         if n == 1:  # its last row: the cluster goes
@@ -661,7 +696,9 @@ def _single_row_flips(
             gone, nf = 0, (h - ih) / (n - 1)
             nu, nd = int(2 * (a - ia) > n - 1), int(2 * (b - ib) > n - 1)
         du, dd = nu - int(s.up[g]), nd - int(s.down[g])
-        answer = points.rejects_without(int(g), float(p_up), float(p_down), bool(gone))
+        answer = bool(still) or points.rejects_without(
+            int(g), float(p_up), float(p_down), bool(gone)
+        )
         answer = answer or any(
             fam.global_rejects(g_all - gone, up_all + du, down_all + dd, tail_sum - s.frac[g] + nf)
         )

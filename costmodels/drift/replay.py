@@ -176,7 +176,8 @@ def replay(
     by_box = kind == "run" and ref is not None
     unit, cluster, quarter = _units(predictor, sub, by_box, n_dec, chunk, config)
     hit_rows = None if hit is None else hit[rows]
-    result = _decide(r, hit_rows, cluster, n_dec, chunk, config, quarter, unit)
+    half_spaces = _half_space_inputs(predictor, by_box, cols, rows)
+    result = _decide(r, hit_rows, cluster, (n_dec, chunk), config, quarter, unit, half_spaces)
     outside = _outside(hit, inside)
     bands = Bands(config.grid, quarters=quarter is not None).of(n_dec, chunk, quarter)
     for reg in result.regions:
@@ -210,6 +211,16 @@ def replay(
     return doc
 
 
+def _half_space_inputs(
+    predictor: Any, by_box: bool, cols: dict[str, np.ndarray], rows: np.ndarray
+) -> tuple[dict | None, dict | None]:
+    """Each checked row's coordinates and the table's grid, for the half-space tests:
+    a samples file's grid points only (a run's boxes mix coordinates and its rows are
+    not interleaved repeats)."""
+    coords = None if by_box else {a: cols[a][rows] for a in QUERY_COLUMNS}
+    return coords, getattr(predictor, "axes", None)
+
+
 def _found_regions(
     predictor: Any, sub: pd.DataFrame, result: Any, hit: np.ndarray | None, unit: str
 ) -> list[dict[str, Any]]:
@@ -220,6 +231,11 @@ def _found_regions(
     )
     for reg, mask in zip(found, [m for m in rejected.values() if m.any()], strict=True):
         reg["grid"] = _grid_span(predictor, sub, mask[result.cluster_of_row])
+    for reg in result.found:  # the half-spaces whose pooled rows reject
+        mine = reg.pop("mask")[result.cluster_of_row]
+        reg["coverage"] = None if hit is None else 1.0 - float(hit[mine].mean())
+        reg["grid"] = _grid_span(predictor, sub, mine)
+        found.append(reg)
     return found
 
 
@@ -227,16 +243,17 @@ def _decide(
     r: np.ndarray,
     hit: np.ndarray | None,
     cluster: np.ndarray,
-    n_dec: np.ndarray,
-    chunk: np.ndarray,
+    bands: tuple[np.ndarray, np.ndarray],
     config: GateConfig,
     quarter: np.ndarray | None,
     unit: str,
+    half_spaces: tuple[dict | None, dict | None],
 ) -> Any:
     """The gate's decision; too few units to decide is :class:`CannotDecide`, worded in
-    the run's unit."""
+    the run's unit. ``bands``: each row's n_decode and chunk; ``half_spaces``: each row's
+    coordinates (samples only) and the table's grid that cuts them."""
     try:
-        return decide(r, hit, cluster, n_dec, chunk, config, quarter)
+        return decide(r, hit, cluster, *bands, config, quarter, *half_spaces)
     except ValueError as exc:
         raise CannotDecide(
             f"cannot decide: {str(exc).replace('grid points', plural(unit))}"
@@ -372,11 +389,12 @@ def _recalibrate(doc: dict[str, Any], checked: str) -> str:
 
 def _moved_everywhere(doc: dict[str, Any], rejected: list[str], moved: list[dict]) -> bool:
     """No region moved on its own, or at least half the regions shifted the way a
-    rejecting test says."""
+    rejecting test says (a half-space found from the data overlaps the bands: not counted)."""
     tol = math.log1p(doc["min_shift"])
     direction = 1 if "slowdown" in rejected else (-1 if "speedup" in rejected else 0)
-    shifted = [r for r in doc["regions"] if direction * math.log(r["factor"]) > tol]
-    return not moved or bool(direction and 2 * len(shifted) >= len(doc["regions"]))
+    regions = [r for r in doc["regions"] if r["axis"] != "half-space"]
+    shifted = [r for r in regions if direction * math.log(r["factor"]) > tol]
+    return not moved or bool(direction and 2 * len(shifted) >= len(regions))
 
 
 def _regions_text(moved: list[dict]) -> str:

@@ -139,6 +139,11 @@ def _test_text(t: dict[str, Any], units: str) -> str:
             f"{t['test']}, each point alone: {t['rejected_points']} of {t['points']} {units} "
             f"reject ({t['method']}; the first rejects at p <= {t['critical']:.2g})"
         )
+    if t["scope"] == "half-spaces":
+        return (
+            f"{t['test']}, pooled rows of {t['points']} half-spaces: best {t['region']} "
+            f"({t['rows']} rows; rejects at p <= {t['critical']:.2g})"
+        )
     return (
         f"{t['test']}: {t['votes']} of {t['points']} {units} past the tolerance "
         f"(rejects at {t['critical']})"

@@ -247,10 +247,11 @@ def test_json_is_json_even_when_it_cannot_decide(files, tmp_path: Path) -> None:
 
 def test_a_large_shift_no_test_confirms_is_undecided_never_valid(files, tmp_path) -> None:
     """12 points, 7 of them 35% faster: the median moved to about ×0.65, yet too few
-    points past the tolerance for a count to reject at the 1% bound, and 10 repeats are
-    too few for a point alone. Not ``valid`` beside a shift like that: ``undecided``
-    (exit 2), "measure more"."""
-    fresh = off_grid(10, points=12, repeats=10)
+    points past the tolerance for a count to reject at the 1% bound, and one repeat per
+    point is too few for a point alone or for a half-space's pooled rows (at most 7 rows
+    all faster: p = 2⁻⁷). Not ``valid`` beside a shift like that: ``undecided`` (exit 2),
+    "measure more"."""
+    fresh = off_grid(10, points=12, repeats=1)
     key = fresh.groupby(["n_decode", "chunk", "ctx", "prefix"], sort=False).ngroup()
     fresh = fresh.assign(ms=np.where(key < 7, fresh["ms"] * 0.65, fresh["ms"]))
     write_samples(fresh, tmp_path / "fast.parquet", PROV)

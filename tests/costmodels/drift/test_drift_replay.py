@@ -52,16 +52,18 @@ def test_slowed_ten_percent_drifted_with_size(table) -> None:
 
 
 def test_one_region_slowed_is_named(table) -> None:
-    """Named twice: from the data (the points that reject alone, and their extent on
-    each axis) and by the fixed band whose test rejects."""
+    """Named three times: from the data (the points that reject alone, and their extent
+    on each axis; the half-space whose pooled rows reject) and by the fixed band whose
+    test rejects."""
     frame = fresh()
     long_prefill = frame["chunk"] >= 1024
     frame.loc[long_prefill, "ms"] *= 1.2
     r = replay(table, frame)
     assert r["verdict"] == "drifted"
     moved = [reg for reg in r["regions"] if reg["status"] == "drift"]
-    assert [reg["axis"] for reg in moved] == ["points", "chunk"]
-    found, band = moved
+    assert [reg["axis"] for reg in moved] == ["points", "half-space", "chunk"]
+    found, half, band = moved
+    assert half["region"] == "slowdown in half-space chunk 1024+"
     assert found["extent"]["chunk"] == [1024, 2048]  # exactly the slowed points' edge
     # the points that reject alone (beyond ±10% on their own 20 repeats) lie in it
     assert 0 < found["points"] <= found["points_in_extent"] == 20
@@ -70,7 +72,7 @@ def test_one_region_slowed_is_named(table) -> None:
         assert reg["direction"] == "slowdown"
         assert reg["factor"] == pytest.approx(1.2, abs=0.03)
     grid = {"n_decode": [0, 64], "chunk": [1024, 2048], "ctx": [0, 512], "prefix": [0, 0]}
-    assert r["recalibrate"] == [grid, grid]
+    assert r["recalibrate"] == [grid, grid, grid]
     assert r["recommendation"].startswith("recalibrate slowdown at")
 
 
