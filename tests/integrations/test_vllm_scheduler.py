@@ -35,6 +35,7 @@ from servecal.integrations.vllm.config import PluginConfigError  # noqa: E402
 from servecal.sched.policies.sloweave import SLOWeave, SLOWeaveConfig  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "sched"))
+from energyrows import priced_per_token  # noqa: E402
 from enginekit import FakeLive, FakeView  # noqa: E402
 
 SLO = 10.0  # ms, the default TPOT SLO of these runs
@@ -393,17 +394,6 @@ def test_a_meter_named_module_attr_gives_every_step_its_joules(root: Path) -> No
     out = runner.invoke(app, ["report", str(root / "metered"), "--out", str(root / "rep-e")])
     assert out.exit_code == 0, out.output
     assert priced_per_token((root / "rep-e" / "report.html").read_text()) > 0
-
-
-def priced_per_token(html: str) -> float:
-    """The J per output token the report's energy table gives the plug-in's run priced
-    by the fake meter (NaN when there is no such row)."""
-    import re
-
-    text = re.sub(r"<[^>]+>", " ", html)
-    number = r"[0-9][0-9.]*(?:e-?[0-9]+)?"
-    row = re.search(rf"sloweave-vllm\s+{number}\s+(?:—|{number})\s+({number})\s+fake meter", text)
-    return float(row.group(1)) if row else math.nan
 
 
 @pytest.mark.parametrize(
