@@ -274,7 +274,9 @@ def test_the_chunk_equals_the_engine_policys_for_the_same_state(
     settings = {} if margin_control == "slo" else {"margin_control": margin_control}
     s, clock = make(root, c_max=1024, **settings)
     policy = SLOWeave(SLOWeaveConfig(c_max=1024, margin_control=margin_control))
-    counts = same_steps(s, clock, policy, 150)
+    # 220 steps: region control's per-bucket biases (learned from the steps it scores)
+    # hold chunks smaller early on than one scale does; 150 finished 13 requests there
+    counts = same_steps(s, clock, policy, 220)
     assert counts["compared"] > 60 and counts["finished"] >= 16
     assert (s._sw_control is None) == (margin_control == "fixed")
 
