@@ -29,30 +29,19 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 from servecal.sched.experiment.versus import run_quantiles, table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from sim_vs_real import checked, servecal  # noqa: E402  (one runner for both scripts)
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "sched" / "data" / "mooncake" / "conversation_head2000.jsonl"
 #: The scaled trace's prompts: mean ~900 tokens, up to ~7,500 (chunked at N=512).
 GRID = {"n_decode": [0, 1, 2, 4, 8], "chunk": [0, 32, 128, 512], "ctx": [32, 512, 2048],
         "prefix": [0, 512, 2048, 6144]}  # fmt: skip
-
-
-def servecal(*args: str) -> subprocess.CompletedProcess:
-    cmd = [sys.executable, "-m", "servecal", *args]
-    print("$ servecal " + " ".join(args), file=sys.stderr, flush=True)
-    return subprocess.run(cmd, capture_output=True, text=True)
-
-
-def checked(*args: str) -> str:
-    done = servecal(*args)
-    if done.returncode != 0:
-        sys.exit(f"failed ({done.returncode}): {done.stderr.strip()[-800:]}")
-    return done.stdout
 
 
 def served_kv_tokens(server_text: Path) -> int | None:
