@@ -37,6 +37,7 @@ from servecal.costmodels.crossval import (
     out_of_fold,
     point_folds,
 )
+from servecal.costmodels.drift.reference import CALIBRATION_MEDIANS, calibration_medians
 from servecal.costmodels.evaluate import evaluate, metrics_from_predictions, pinball_losses
 from servecal.costmodels.grid import (
     FEATURES,
@@ -274,6 +275,7 @@ def fit_cost_table(
         "folds": k,
         "points": shape.points,
         **_jsonable(metrics),
+        CALIBRATION_MEDIANS: calibration_medians(frame),
     }
     table = CostTable(
         axes=table_axes,
