@@ -202,17 +202,16 @@ def controlled_chunk(
             earliest_deadline_ms, waited_ms,
         )  # fmt: skip
 
-    def fit(top: int, scale: float) -> int:
-        return deadline_chunk(
-            predictor, config, n_decode, ctx, prefix, top, now_ms,
-            earliest_deadline_ms, -math.inf, scale,
-        )[0]  # fmt: skip
+    budget = max(0.0, earliest_deadline_ms - now_ms)
+    q, use_margin = config.quantile, config.use_margin
+
+    def fit(top: int, scale: float) -> int:  # deadline_chunk's search, aging left out
+        return predictor.max_chunk(n_decode, ctx, prefix, budget * scale, top, q, use_margin)
 
     def median(chunk: int) -> float:
         return float(predictor.predict(n_decode, chunk, ctx, prefix, 0.5))
 
     c = control.choose(fit, limit, prefix, n_decode, ctx)
-    budget = max(0.0, earliest_deadline_ms - now_ms)
     if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
     if c > 0:
