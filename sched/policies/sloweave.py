@@ -30,7 +30,7 @@ from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.live import RequestView
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.policies._common import room_for
-from servecal.sched.policies.margin import MarginControl
+from servecal.sched.policies.margin import Fit, MarginControl, Median
 from servecal.sched.policies.miss_control import GapMissControl
 from servecal.sched.policies.region_control import RegionMissControl
 from servecal.sched.view import EngineView
@@ -203,20 +203,31 @@ def controlled_chunk(
         )  # fmt: skip
 
     budget = max(0.0, earliest_deadline_ms - now_ms)
-    q, use_margin = config.quantile, config.use_margin
-
-    def fit(top: int, scale: float) -> int:  # deadline_chunk's search, aging left out
-        return predictor.max_chunk(n_decode, ctx, prefix, budget * scale, top, q, use_margin)
-
-    def median(chunk: int) -> float:
-        return float(predictor.predict(n_decode, chunk, ctx, prefix, 0.5))
-
+    fit, median = _searches(predictor, config, n_decode, ctx, prefix, budget)
     c = control.choose(fit, limit, prefix, n_decode, ctx)
     if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
     if c > 0:
         control.count(earliest_deadline_ms, c, limit, now_ms, median)
     return c, budget, False
+
+
+def _searches(
+    predictor: Predictor, config: SLOWeaveConfig, n_decode: int, ctx: float, prefix: int,
+    budget_ms: float,
+) -> tuple[Fit, Median]:  # fmt: skip
+    """One decision's questions to the table, for its margin controller: ``fit``,
+    :func:`deadline_chunk`'s search with aging left out, and the table's median. (A
+    function of its own: closures in :func:`controlled_chunk` would slow every call.)"""
+    q, use_margin = config.quantile, config.use_margin
+
+    def fit(top: int, scale: float) -> int:
+        return predictor.max_chunk(n_decode, ctx, prefix, budget_ms * scale, top, q, use_margin)
+
+    def median(chunk: int) -> float:
+        return float(predictor.predict(n_decode, chunk, ctx, prefix, 0.5))
+
+    return fit, median
 
 
 class SLOWeave:
