@@ -143,3 +143,25 @@ def test_smooth_truth_wastes_no_room_against_the_fixed_margin() -> None:
 def test_the_vllm_planner_decides_with_the_same_controller() -> None:
     plugin, _, chunks = plugin_beside_engine(SLOWeaveConfig())
     assert plugin.misses == 15 and plugin.scale() < 1.0 and chunks[-1] < chunks[0]
+
+
+def test_the_pooled_control_chooses_at_its_scale_and_counts_only_a_cut_chunk() -> None:
+    control = GapMissControl(u=-math.log(1.1))
+    asked: list[tuple[int, float]] = []
+
+    def fit(top: int, scale: float) -> int:
+        asked.append((top, scale))
+        return top // 2
+
+    assert control.choose(fit, 1000, 7, 8, 512.0) == 500
+    assert asked == [(1000, control.scale())] and control.scale() == pytest.approx(1.1)
+
+    def no_median(chunk: int) -> float:
+        raise AssertionError("the pooled control needs no median")
+
+    control.count(50.0, 1000, 1000, 0.0, no_median)  # the whole limit: not cut, not counted
+    control.settle(60.0)
+    assert control.counted == 0
+    control.count(50.0, 999, 1000, 0.0, no_median)
+    control.settle(60.0)
+    assert (control.counted, control.misses) == (1, 1)

@@ -179,3 +179,18 @@ def test_smooth_truth_wastes_no_room_against_the_pooled_scale() -> None:
     old, old_chunk = _at_rate(SMOOTH, "fitted", "slo", 24.0)
     assert new["attainment"] >= old["attainment"] and new["tpot_attainment"] >= 0.9
     assert new_chunk >= 0.98 * old_chunk  # measured 609 against 615 tokens
+
+
+def test_the_region_control_counts_every_chunk_with_the_tables_median() -> None:
+    control = RegionMissControl()
+    assert control.choose(linear_fit(10.0, 0.01, []), 700) == 700  # the whole limit fits
+    asked: list[int] = []
+
+    def median(chunk: int) -> float:
+        asked.append(chunk)
+        return 5.0
+
+    control.count(100.0, 700, 700, 0.0, median)  # counted though the budget did not cut it
+    control.settle(10.0)  # took 10 ms against a 5 ms median
+    assert asked == [700] and (control.counted, control.misses) == (1, 0)
+    assert control.regions[(bucket(700), bucket(0))].value == pytest.approx(math.log(2.0))
