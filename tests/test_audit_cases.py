@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from plankit import device, plan_head
 from typer.testing import CliRunner
 
 from servecal.cli import app
@@ -16,7 +17,6 @@ from servecal.costmodels.samples import write_samples
 from servecal.costmodels.synthetic import SyntheticTruth, grid_points
 
 runner = CliRunner()
-TRACE = Path(__file__).resolve().parents[1] / "sched" / "data" / "azure_conv_head4000.csv"
 CPU_TINY = {"device_name": "cpu", "model": "tiny", "model_hash": "t1", "tp": 1}
 
 
@@ -114,29 +114,9 @@ def test_export_without_format_takes_the_suffixs(cpu_tiny_table: Path, tmp_path:
     assert (tmp_path / "x.csv").read_text().startswith("n_decode")
 
 
-PLAN = f"""
-[workload]
-trace = "{TRACE}"
-requests = 50
-rate = 20
-tpot_slo_ms = 50
-
-[target]
-attainment = 0.5
-
-[search]
-replicas = [1, 1]
-policies = ["fixed-512"]
-routers = ["round-robin"]
-
-[[device]]
-name = "A100"
-price_per_gpu_hour = 2.0
-[[device.tp]]
-size = 1
-truth = "device"
-predictor = "{{table}}"
-"""
+PLAN = plan_head(50, 20, 50, 0.5, (1, 1), ["fixed-512"], ["round-robin"]) + device(
+    "A100", 2.0, truth="device", predictor="{table}"
+)
 
 
 def test_plan_refuses_a_table_of_another_device_than_its_truth(

@@ -23,7 +23,7 @@ import math
 from typing import NamedTuple
 
 from servecal.costmodels.predictor import Predictor
-from servecal.sched.policies.miss_control import GapMissControl
+from servecal.sched.policies.margin import MarginControl
 from servecal.sched.policies.sloweave import SLOWeaveConfig, controlled_chunk
 
 
@@ -73,7 +73,7 @@ def plan_chunk(
     next_remaining: int,
     token_cap: int,
     next_waited_ms: float = 0.0,
-    control: GapMissControl | None = None,
+    control: MarginControl | None = None,
 ) -> tuple[int, int | None, float]:
     """:func:`plan_step` on the numbers themselves (:class:`StepState`'s fields, in its
     order) and as a plain ``(chunk, token_budget, budget_ms)``: what the vLLM
@@ -103,7 +103,7 @@ def plan_step(
     state: StepState,
     predictor: Predictor,
     config: SLOWeaveConfig,
-    control: GapMissControl | None = None,
+    control: MarginControl | None = None,
 ) -> StepPlan:
     """SLOWeave's chunk for ``state`` and the token budget that gives vLLM exactly it."""
     return StepPlan._make(plan_chunk(predictor, config, *state, control=control))

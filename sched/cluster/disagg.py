@@ -1,7 +1,8 @@
 """A disaggregated deployment: a prefill pool, a KV transfer, a decode pool (docs/capacity.md).
 
 :class:`DisaggSpec` is a run the experiment layer runs (``backend = disaggregated``,
-the same workload fields as :class:`~servecal.sched.cluster.ClusterSpec`, so a seed
+the same workload fields as :class:`~servecal.sched.cluster.ClusterSpec`: both are a
+:class:`~servecal.sched.cluster.spec.FleetWorkload`, so a seed
 draws the same requests for an aggregated and a disaggregated fleet). Its runner:
 
 1. **Prefill pool.** Each request, cut to its prefill (one output token), goes through
@@ -29,9 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from servecal.costmodels.provenance import NO_TRUST, TableTrust
 from servecal.sched.cluster.kv_transfer import LINKS, MODELS, KVShape, Link, transfer_ms
-from servecal.sched.cluster.spec import ReplicaSpec, replica_rng
+from servecal.sched.cluster.spec import FleetWorkload, ReplicaSpec, replica_rng
 from servecal.sched.policies.registry import DRIVER, ENGINE, ROUTER, PolicySpec
 from servecal.sched.request import Request
 from servecal.sched.result import REQUEST_COLUMNS, RunResult, append_request_row, request_columns
@@ -40,13 +40,13 @@ DISAGGREGATED = "disaggregated"
 
 
 @dataclass(frozen=True)
-class DisaggSpec:
+class DisaggSpec(FleetWorkload):
     """A disaggregated run: ``prefill`` and ``decode`` replicas (a decode replica's
     ``policy`` is not used: decode-only iterations have nothing to choose), each pool's
     router, the ``link`` and the model's KV ``shape``, ``layerwise`` overlap; the
-    workload fields mean what they mean on a cluster spec."""
+    workload fields (:class:`~servecal.sched.cluster.spec.FleetWorkload`) mean what they
+    mean on a cluster spec."""
 
-    workload: str
     prefill: tuple[ReplicaSpec, ...]
     decode: tuple[ReplicaSpec, ...]
     prefill_router: PolicySpec = field(default_factory=lambda: PolicySpec("round-robin"))
@@ -54,32 +54,13 @@ class DisaggSpec:
     link: Link = LINKS["ib-ndr"]
     shape: KVShape = MODELS["llama-3-8b"]
     layerwise: bool = False
-    tpot_slo_ms: float | None = None
-    rate: float | None = None
-    n_requests: int = 2000
-    seeds: tuple[int, ...] = (0,)
-    setting: str = "colocated"
-    slo_classes: str | None = None
-    prompt_scale: float = 1.0
-    ttft_scale: float = 1.0
-    #: The command's table flags: whether a table loads, never what a run computes.
-    trust: TableTrust = field(default=NO_TRUST, compare=False)
 
     backend = DISAGGREGATED  # not a field: what the experiment layer's RUNNERS dispatch on
 
     def __post_init__(self) -> None:
         if not self.prefill or not self.decode:
             raise ValueError("a disaggregated fleet needs at least one prefill and one decode")
-        if self.rate is None and not self.workload.startswith("trace:"):
-            raise ValueError("rate is required for a synthetic workload")
-        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
-            raise ValueError("rate must be > 0")
-        if self.n_requests < 1 or not self.seeds:
-            raise ValueError("need n_requests >= 1 and at least one seed")
-
-    @property
-    def slos(self) -> tuple[str, ...]:
-        return ("ttft", "tpot")
+        self.check_workload()
 
     @property
     def models(self) -> str:
@@ -96,9 +77,6 @@ class DisaggSpec:
         p, d = self.prefill[0], self.decode[0]
         return (f"P {len(self.prefill)}×{p.name}[{p.policy.label}] · D {len(self.decode)}×{d.name}"
                 f" · {self.link.name} · {self.prefill_router.label}")  # fmt: skip
-
-    def at_rate(self, rate: float) -> DisaggSpec:
-        return replace(self, rate=rate)
 
     def describe(self) -> dict[str, Any]:
         doc = asdict(self)

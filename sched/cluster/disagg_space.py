@@ -111,12 +111,7 @@ def disagg_spec(space: Any, pair: PoolPair, policy: PolicySpec, router: PolicySp
         pair.link,
         pair.shape,
         pair.layerwise,
-        tpot_slo_ms=space.tpot_slo_ms,
-        rate=rate,
-        n_requests=space.n_requests,
-        seeds=space.seeds,
-        slo_classes=space.slo_classes,
-        trust=space.trust,
+        **space.fleet_workload(rate),
     )
 
 

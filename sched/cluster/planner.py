@@ -138,13 +138,8 @@ def cluster_spec(space: Space, config: Config, n: int, rate: float | None) -> Cl
         space.workload,
         (replica,) * n,
         config.router,
-        tpot_slo_ms=space.tpot_slo_ms,
-        rate=rate,
-        n_requests=space.n_requests,
-        seeds=space.seeds,
-        slo_classes=space.slo_classes,
-        trust=space.trust,
         prefix_cache=space.prefix_cache,
+        **space.fleet_workload(rate),
     )
 
 

@@ -102,6 +102,19 @@ class Space:
     prefill_policies: tuple[PolicySpec, ...] = ()
     prefix_cache: str = "auto"  # [workload] prefix_cache: auto|on|off (docs/prefix_cache.md)
 
+    def fleet_workload(self, rate: float | None) -> dict[str, Any]:
+        """The workload fields of this question's runs at ``rate``: keywords of a
+        :class:`~servecal.sched.cluster.spec.FleetWorkload` (a cluster or a
+        disaggregated spec)."""
+        return {
+            "tpot_slo_ms": self.tpot_slo_ms,
+            "rate": rate,
+            "n_requests": self.n_requests,
+            "seeds": self.seeds,
+            "slo_classes": self.slo_classes,
+            "trust": self.trust,
+        }
+
     @property
     def configs(self) -> list[tuple[Any, PolicySpec, PolicySpec]]:
         """Every (hardware, policy, router), then every (pool pair, prefill policy,

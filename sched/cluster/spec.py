@@ -1,11 +1,12 @@
 """A cluster run as the experiment layer runs it: :class:`ClusterSpec` and its runner.
 
 A :class:`ClusterSpec` names the workload the way a :class:`RunSpec` does (the same
-fields, so :func:`servecal.sched.experiment.run.requests_for` draws the same requests
-for a seed) and, instead of one policy on one engine, its replicas and router. Its
-``backend`` is ``cluster``, whose runner (:func:`run_cluster`) the experiment layer's
-``RUNNERS`` table names, so :func:`~servecal.sched.experiment.sweep` runs cluster specs
-as it runs engine specs: run folders, seeds, max-goodput searches, local or Ray pools.
+fields, :class:`FleetWorkload`, so :func:`servecal.sched.experiment.run.requests_for`
+draws the same requests for a seed) and, instead of one policy on one engine, its
+replicas and router. Its ``backend`` is ``cluster``, whose runner (:func:`run_cluster`)
+the experiment layer's ``RUNNERS`` table names, so
+:func:`~servecal.sched.experiment.sweep` runs cluster specs as it runs engine specs:
+run folders, seeds, max-goodput searches, local or Ray pools.
 
 Randomness: replica 0 draws its iteration noise from the run's executor stream (child
 1 of ``SeedSequence(seed)``, as a single engine does: a 1-replica cluster *is* that
@@ -15,8 +16,8 @@ run), replica ``i > 0`` from its own child ``SeedSequence(seed, spawn_key=(1, i)
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import KW_ONLY, asdict, dataclass, field, replace
+from typing import Any, Self
 
 import numpy as np
 
@@ -54,20 +55,15 @@ class ReplicaSpec:
 
 
 @dataclass(frozen=True)
-class ClusterSpec:
-    """Everything a cluster run depends on (see the module docstring).
-
-    ``replicas``; ``router`` (a registry name such as ``round-robin`` or
-    ``module:Class``, with options); ``groups``: SLO-class routing, ``(tier, replica
-    indices)`` pairs (``()``: every request may go anywhere). The workload fields mean
-    what they mean on :class:`~servecal.sched.experiment.spec.RunSpec`, and so does
-    ``prefix_cache`` (each replica has its own cache).
-    """
+class FleetWorkload:
+    """The workload of a fleet run: what :class:`ClusterSpec` and
+    :class:`~servecal.sched.cluster.disagg.DisaggSpec` share, each field meaning what it
+    means on :class:`~servecal.sched.experiment.spec.RunSpec` (so a seed draws the same
+    requests for an engine, an aggregated and a disaggregated fleet). All but
+    ``workload`` are keyword-only: a spec's own fields keep their places after it."""
 
     workload: str
-    replicas: tuple[ReplicaSpec, ...]
-    router: PolicySpec = field(default_factory=lambda: PolicySpec("round-robin"))
-    groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    _: KW_ONLY
     tpot_slo_ms: float | None = None
     rate: float | None = None
     n_requests: int = 2000
@@ -78,6 +74,39 @@ class ClusterSpec:
     ttft_scale: float = 1.0
     #: The command's table flags: whether a table loads, never what a run computes.
     trust: TableTrust = field(default=NO_TRUST, compare=False)
+
+    def check_workload(self) -> None:
+        """Refuse a rate a synthetic workload lacks or cannot run at, and no requests."""
+        if self.rate is None and not self.workload.startswith("trace:"):
+            raise ValueError("rate is required for a synthetic workload")
+        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
+            raise ValueError("rate must be > 0")
+        if self.n_requests < 1 or not self.seeds:
+            raise ValueError("need n_requests >= 1 and at least one seed")
+
+    @property
+    def slos(self) -> tuple[str, ...]:
+        return ("ttft", "tpot")
+
+    def at_rate(self, rate: float) -> Self:
+        return replace(self, rate=rate)
+
+
+@dataclass(frozen=True)
+class ClusterSpec(FleetWorkload):
+    """Everything a cluster run depends on (see the module docstring).
+
+    ``replicas``; ``router`` (a registry name such as ``round-robin`` or
+    ``module:Class``, with options); ``groups``: SLO-class routing, ``(tier, replica
+    indices)`` pairs (``()``: every request may go anywhere). The workload fields
+    (:class:`FleetWorkload`) mean what they mean on
+    :class:`~servecal.sched.experiment.spec.RunSpec`, and so does ``prefix_cache``
+    (each replica has its own cache).
+    """
+
+    replicas: tuple[ReplicaSpec, ...]
+    router: PolicySpec = field(default_factory=lambda: PolicySpec("round-robin"))
+    groups: tuple[tuple[str, tuple[int, ...]], ...] = ()
     prefix_cache: str = "auto"
 
     def __post_init__(self) -> None:
@@ -87,12 +116,7 @@ class ClusterSpec:
             raise ValueError("a cluster needs at least one replica")
         if self.setting != "colocated":
             raise ValueError(f"a cluster runs the colocated setting (of {', '.join(SETTINGS)})")
-        if self.rate is None and not self.workload.startswith("trace:"):
-            raise ValueError("rate is required for a synthetic workload")
-        if self.rate is not None and not (self.rate > 0 and math.isfinite(self.rate)):
-            raise ValueError("rate must be > 0")
-        if self.n_requests < 1 or not self.seeds:
-            raise ValueError("need n_requests >= 1 and at least one seed")
+        self.check_workload()
         for tier, members in self.groups:
             if not members or any(not 0 <= i < len(self.replicas) for i in members):
                 raise ValueError(
@@ -100,10 +124,6 @@ class ClusterSpec:
                 )
 
     backend = CLUSTER  # not a field: what the experiment layer's RUNNERS dispatch on
-
-    @property
-    def slos(self) -> tuple[str, ...]:
-        return ("ttft", "tpot")
 
     @property
     def models(self) -> str:
@@ -122,9 +142,6 @@ class ClusterSpec:
         fleet = " + ".join(f"{n}×{k}" for k, n in parts.items())
         tiers = " (tiers " + ", ".join(t for t, _ in self.groups) + ")" if self.groups else ""
         return f"{fleet} · {self.router.label}{tiers}"
-
-    def at_rate(self, rate: float) -> ClusterSpec:
-        return replace(self, rate=rate)
 
     def describe(self) -> dict[str, Any]:
         doc = asdict(self)

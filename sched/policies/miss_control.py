@@ -33,6 +33,8 @@ from functools import lru_cache
 
 import numpy as np
 
+from servecal.sched.policies.margin import Fit, Median
+
 #: Gap count assumed before any request has finished (the chat output median, 129
 #: tokens: docs/workloads.md).
 PRIOR_GAPS = 128
@@ -132,7 +134,8 @@ class GapMissControl:
 
     Use: ``settle(now_ms)`` at each decision (scores the last counted iteration),
     ``scale()`` for the budget, ``planned(deadline_ms)`` after deciding a chunk the
-    budget cut, ``finished(gaps)`` when a request completes.
+    budget cut, ``finished(gaps)`` when a request completes; ``choose`` and ``count``
+    are the same steps as a :class:`~servecal.sched.policies.margin.MarginControl`.
     """
 
     target: float = 0.9
@@ -193,6 +196,21 @@ class GapMissControl:
     def planned(self, deadline_ms: float) -> None:
         """The chunk just decided was cut by the budget to end by ``deadline_ms``."""
         self._pending = deadline_ms
+
+    def choose(
+        self, fit: Fit, limit: int, prefix: int = 0, n_decode: int = 0, ctx: float = 0.0
+    ) -> int:
+        """The largest chunk up to ``limit`` that the budget × :meth:`scale` fits (one
+        scale for every chunk: the batch's numbers do not matter here)."""
+        return fit(limit, self._scale)
+
+    def count(
+        self, deadline_ms: float, chunk: int, limit: int, now_ms: float, median: Median
+    ) -> None:
+        """The chunk (``> 0``) just decided: counted only when the budget cut it
+        (``chunk < limit``), the iterations a margin moves."""
+        if chunk < limit:
+            self._pending = deadline_ms
 
     def finished(self, gaps: int) -> None:
         """A request completed with ``gaps`` inter-token gaps (output tokens − 1)."""

@@ -40,14 +40,10 @@ two calls of the chunk search.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from servecal.sched.policies.margin import Fit, Median
 from servecal.sched.policies.miss_control import GapMissControl
-
-#: ``fit(limit, scale) -> chunk``: the largest chunk up to ``limit`` that the budget ×
-#: ``scale`` fits (SLOWeave's ``deadline_chunk`` with its arguments bound).
-Fit = Callable[[int, float], int]
 
 #: Iterations a region's mean is a plain mean over before it turns exponential.
 WARMUP = 20
@@ -155,6 +151,14 @@ class RegionMissControl(GapMissControl):
             self._start, self._p50 = now_ms, p50_ms
         else:
             self._pending_region = (-1, -1)
+
+    def count(
+        self, deadline_ms: float, chunk: int, limit: int, now_ms: float, median: Median
+    ) -> None:
+        """The chunk (``> 0``) just decided: every one is counted, the whole remainder
+        too: it was fitted to the deadline as well, and where a coarse grid steps, short
+        tails beside many decodes overshoot."""
+        self.planned(deadline_ms, chunk, now_ms, median(chunk))
 
     def settle(self, now_ms: float) -> None:
         """Score the last counted iteration (pooled) and learn its region's bias."""

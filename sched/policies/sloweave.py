@@ -30,6 +30,7 @@ from servecal.costmodels.predictor import PLAN_QUANTILE, Predictor
 from servecal.sched.live import RequestView
 from servecal.sched.plan import DECODE_ONLY, Plan
 from servecal.sched.policies._common import room_for
+from servecal.sched.policies.margin import Fit, MarginControl, Median
 from servecal.sched.policies.miss_control import GapMissControl
 from servecal.sched.policies.region_control import RegionMissControl
 from servecal.sched.view import EngineView
@@ -103,7 +104,7 @@ class SLOWeaveConfig:
             )
         self.controller()  # checks the controller's options
 
-    def controller(self) -> GapMissControl | None:
+    def controller(self) -> MarginControl | None:
         """A fresh margin controller for one run (``None`` for ``margin_control=fixed``)."""
         if self.margin_control == FIXED:
             return None
@@ -172,7 +173,7 @@ def _ages(config: SLOWeaveConfig, chunk: int, limit: int, waited_ms: float) -> b
 
 
 def controlled_chunk(
-    control: GapMissControl | None,
+    control: MarginControl | None,
     predictor: Predictor,
     config: SLOWeaveConfig,
     n_decode: int,
@@ -186,64 +187,47 @@ def controlled_chunk(
     """:func:`deadline_chunk` under a margin controller (``None``: as it is).
 
     Scores the controller's last counted iteration against ``now_ms`` (when this
-    decision is taken, the previous iteration has ended), decides with its budget
-    scale, and counts this decision when the budget cut the chunk. A scheduler that
-    keeps one controller per engine and calls this every step decides as the engine
-    policy does (the vLLM plug-in: ``integrations/vllm/planner.py``).
+    decision is taken, the previous iteration has ended), lets it choose the chunk
+    :func:`deadline_chunk` fits under its scale (or each region's: aging left out of
+    that search, applied to what it found), and tells it of the chunk decided unless
+    aging overrode it. A scheduler that keeps one controller per engine and calls this
+    every step decides as the engine policy does (the vLLM plug-in:
+    ``integrations/vllm/planner.py``).
     """
-    if control is None:
+    if control is not None:
+        control.settle(now_ms)
+    if control is None or n_decode == 0:  # no controller, or no deadline binds
         return deadline_chunk(
             predictor, config, n_decode, ctx, prefix, limit, now_ms,
             earliest_deadline_ms, waited_ms,
         )  # fmt: skip
-    control.settle(now_ms)
-    if isinstance(control, RegionMissControl) and n_decode > 0:
-        return _region_chunk(
-            control, predictor, config, n_decode, ctx, prefix, limit, now_ms,
-            earliest_deadline_ms, waited_ms,
-        )  # fmt: skip
-    c, budget, aged = deadline_chunk(
-        predictor, config, n_decode, ctx, prefix, limit, now_ms,
-        earliest_deadline_ms, waited_ms, control.scale(),
-    )  # fmt: skip
-    if n_decode > 0 and 0 < c < limit and not aged:
-        control.planned(earliest_deadline_ms)
-    return c, budget, aged
 
-
-def _region_chunk(
-    control: RegionMissControl,
-    predictor: Predictor,
-    config: SLOWeaveConfig,
-    n_decode: int,
-    ctx: float,
-    prefix: int,
-    limit: int,
-    now_ms: float,
-    earliest_deadline_ms: float,
-    waited_ms: float,
-) -> tuple[int, float, bool]:
-    """:func:`controlled_chunk` under a per-region controller: the largest chunk that
-    :func:`deadline_chunk` fits under its own region's scale (aging left out of the
-    search, applied to what it found), counted in that region whenever it carries a
-    chunk (the pooled controller counts only chunks the budget cut)."""
-
-    def fit(top: int, scale: float) -> int:
-        return deadline_chunk(
-            predictor, config, n_decode, ctx, prefix, top, now_ms,
-            earliest_deadline_ms, -math.inf, scale,
-        )[0]  # fmt: skip
-
-    c = control.choose(fit, limit, prefix, n_decode, ctx)
     budget = max(0.0, earliest_deadline_ms - now_ms)
+    fit, median = _searches(predictor, config, n_decode, ctx, prefix, budget)
+    c = control.choose(fit, limit, prefix, n_decode, ctx)
     if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
-    # every chunk is counted, the whole remainder too: it was fitted to the deadline
-    # as well, and where a coarse grid steps, short tails beside many decodes overshoot
     if c > 0:
-        p50 = float(predictor.predict(n_decode, c, ctx, prefix, 0.5))
-        control.planned(earliest_deadline_ms, c, now_ms, p50)
+        control.count(earliest_deadline_ms, c, limit, now_ms, median)
     return c, budget, False
+
+
+def _searches(
+    predictor: Predictor, config: SLOWeaveConfig, n_decode: int, ctx: float, prefix: int,
+    budget_ms: float,
+) -> tuple[Fit, Median]:  # fmt: skip
+    """One decision's questions to the table, for its margin controller: ``fit``,
+    :func:`deadline_chunk`'s search with aging left out, and the table's median. (A
+    function of its own: closures in :func:`controlled_chunk` would slow every call.)"""
+    q, use_margin = config.quantile, config.use_margin
+
+    def fit(top: int, scale: float) -> int:
+        return predictor.max_chunk(n_decode, ctx, prefix, budget_ms * scale, top, q, use_margin)
+
+    def median(chunk: int) -> float:
+        return float(predictor.predict(n_decode, chunk, ctx, prefix, 0.5))
+
+    return fit, median
 
 
 class SLOWeave:

@@ -6,67 +6,17 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from plankit import TRACE, attainment, device, local_and_ray_plans, plan_head, run_plan, runner
 
 from servecal.cli import app
-from servecal.sched.cluster.planner import Config, ReplicaSearch, cluster_spec
 from servecal.sched.cluster.space import load_space
-from servecal.sched.experiment import run, summarize
 
-runner = CliRunner()
-TRACE = Path(__file__).resolve().parents[2] / "sched" / "data" / "azure_conv_head4000.csv"
-
-SMALL = f"""
-[workload]
-trace = "{TRACE}"
-requests = 300
-rate = 400
-tpot_slo_ms = 25
-
-[target]
-attainment = 0.9
-
-[search]
-replicas = [1, 6]
-policies = ["fixed-512"]
-routers = ["round-robin", "least-requests"]
-
-[[device]]
-name = "A100"
-price_per_gpu_hour = 2.0
-[[device.tp]]
-size = 1
-fleet = "A100x1"
-
-[[device]]
-name = "H100"
-price_per_gpu_hour = 3.5
-[[device.tp]]
-size = 1
-fleet = "H100x1"
-"""
-
-
-def _plan(tmp_path: Path, text: str, *args: str, name: str = "out"):
-    path = tmp_path / "plan.toml"
-    path.write_text(text)
-    out = tmp_path / name
-    result = runner.invoke(app, ["plan", str(path), "--out", str(out), "--jobs", "1", *args])
-    return result, out
-
-
-def _attainment(space, config_row: dict, n: int) -> float:
-    [config] = [
-        Config(0, h, p, r, ReplicaSearch(1, 1))
-        for h, p, r in space.configs
-        if f"{h.name} · {p.label} · {r.label}" == config_row["config"]
-    ]
-    spec = cluster_spec(space, config, n, space.rate)
-    return summarize(spec, run(spec, 0))["attainment"]
+HEAD = plan_head(300, 400, 25, 0.9, (1, 6), ["fixed-512"], ["round-robin", "least-requests"])
+SMALL = HEAD + device("A100", 2.0, fleet="A100x1") + device("H100", 3.5, fleet="H100x1")
 
 
 def test_plan_finds_the_cheapest_fleet_that_meets_the_target(tmp_path):
-    result, out = _plan(tmp_path, SMALL)
+    result, out = run_plan(tmp_path, SMALL)
     assert result.exit_code == 0, result.output
     assert "cheapest:" in result.output
     doc = json.loads((out / "plan.json").read_text())
@@ -76,9 +26,9 @@ def test_plan_finds_the_cheapest_fleet_that_meets_the_target(tmp_path):
     n = best["replicas"]
     assert best["cost_per_hour"] == pytest.approx(n * best["price_per_replica_hour"])
     # it meets the target with n replicas and misses it with one fewer
-    assert _attainment(space, best, n) >= 0.9
+    assert attainment(space, best["config"], n) >= 0.9
     if n > 1:
-        assert _attainment(space, best, n - 1) < 0.9
+        assert attainment(space, best["config"], n - 1) < 0.9
     # no other configuration that met the target is cheaper
     met = [r for r in doc["rows"] if r["replicas"] is not None]
     assert len(met) == 4 and min(r["cost_per_hour"] for r in met) == best["cost_per_hour"]
@@ -91,30 +41,17 @@ def test_plan_finds_the_cheapest_fleet_that_meets_the_target(tmp_path):
 
 
 def test_no_frontier_skips_the_goodput_searches(tmp_path):
-    result, out = _plan(tmp_path, SMALL, "--no-frontier", "--json")
+    result, out = run_plan(tmp_path, SMALL, "--no-frontier", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert doc["answer"]["max_goodput"] is None
     assert not (out / "frontier.png").exists()
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
 def test_plan_on_ray_gives_the_local_answer(tmp_path, ray_cluster):
-    local, out_local = _plan(tmp_path, SMALL, "--no-frontier", name="local")
-    on_ray, out_ray = _plan(tmp_path, SMALL, "--no-frontier", "--pool", "ray", name="ray")
-    assert local.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
-    a = json.loads((out_local / "plan.json").read_text())
-    b = json.loads((out_ray / "plan.json").read_text())
-    assert b["pool"] == "ray"
+    a, b = local_and_ray_plans(tmp_path, SMALL)
     assert a["answer"]["config"] == b["answer"]["config"]
     assert a["answer"]["replicas"] == b["answer"]["replicas"]
     assert a["answer"]["attainment"] == b["answer"]["attainment"]
@@ -154,7 +91,7 @@ BAD = [
 
 @pytest.mark.parametrize(("text", "message"), BAD)
 def test_a_bad_plan_is_one_line_and_exit_2_and_writes_nothing(tmp_path, text, message):
-    result, out = _plan(tmp_path, text)
+    result, out = run_plan(tmp_path, text)
     assert result.exit_code == 2, result.output
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0], lines
@@ -174,7 +111,7 @@ def test_an_interrupted_plan_keeps_every_simulation_that_finished(tmp_path, monk
         return real(task, *args, **kwargs)
 
     monkeypatch.setattr(planner, "execute", stop_at_third)
-    result, out = _plan(tmp_path, SMALL)
+    result, out = run_plan(tmp_path, SMALL)
     assert result.exit_code == 130
     doc = json.loads((out / "plan.json").read_text())
     assert doc["interrupted"] is True and doc["answer"] is None
@@ -190,13 +127,13 @@ def test_your_own_device_from_samples_and_a_fitted_table(tmp_path, monkeypatch):
     (own / "samples.parquet").write_bytes(samples.read_bytes())
     fitted = runner.invoke(app, ["fit", str(own / "samples.parquet"), "--out", str(own / "t.json")])
     assert fitted.exit_code == 0, fitted.output
-    text = SMALL.split("[[device]]")[0].replace("requests = 300", "requests = 40")
+    text = HEAD.replace("requests = 300", "requests = 40")
     text = text.replace("rate = 400", "rate = 20") + (
         '[[device]]\nname = "cpu"\nprice_per_gpu_hour = 0.1\n[[device.tp]]\nsize = 1\n'
         'truth = "samples:mine/samples.parquet"\npredictor = "mine/t.json"\n'
     )
     monkeypatch.chdir(tmp_path / "mine")
-    result, out = _plan(tmp_path, text, "--no-frontier")
+    result, out = run_plan(tmp_path, text, "--no-frontier")
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "plan.json").read_text())
     [hardware] = doc["question"]["hardware"]
@@ -208,7 +145,7 @@ def test_the_imported_a100_and_h100_plan_with_options_inline(tmp_path):
     """The shipped aiconfigurator imports as plan devices (samples truth, P50 table),
     with SLOWeave and the predicted-latency router told to plan on P50 inline."""
     data = Path(__file__).resolve().parents[2] / "sched" / "data"
-    text = SMALL.split("[[device]]")[0].replace("rate = 400", "rate = 60")
+    text = HEAD.replace("rate = 400", "rate = 60")
     text = text.replace('policies = ["fixed-512"]', 'policies = [{name = "sloweave", quantile'
                         ' = 0.5, use_margin = false}]')  # fmt: skip
     text = text.replace('"least-requests"]', '{name = "predicted-latency", quantile = 0.5, '
@@ -219,7 +156,7 @@ def test_the_imported_a100_and_h100_plan_with_options_inline(tmp_path):
             f'size = 1\ntruth = "samples:{data}/imported_{gpu}x1/samples.csv"\n'
             f'predictor = "{data}/imported_{gpu}x1/table.json"\n'
         )
-    result, out = _plan(tmp_path, text, "--no-frontier")
+    result, out = run_plan(tmp_path, text, "--no-frontier")
     assert result.exit_code == 0, result.output
     doc = json.loads((out / "plan.json").read_text())
     rows = {r["config"]: r for r in doc["rows"]}

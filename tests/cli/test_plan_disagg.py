@@ -6,64 +6,27 @@ import json
 from pathlib import Path
 
 import pytest
-from typer.testing import CliRunner
+from plankit import attainment, device, local_and_ray_plans, plan_head, run_plan
 
-from servecal.cli import app
 from servecal.sched.cluster.disagg_space import PoolPair
-from servecal.sched.cluster.planner import Config, ReplicaSearch, cluster_spec
 from servecal.sched.cluster.space import load_space
-from servecal.sched.experiment import run, summarize
 
-runner = CliRunner()
 ROOT = Path(__file__).resolve().parents[2]
-TRACE = ROOT / "sched" / "data" / "azure_conv_head4000.csv"
-
-SMALL = f"""
-[workload]
-trace = "{TRACE}"
-requests = 200
-rate = 200
-tpot_slo_ms = 25
-
-[target]
-attainment = 0.9
-
-[search]
-replicas = [1, 6]
-policies = ["fixed-512"]
-routers = ["round-robin"]
-
+SPLIT = """
 [disaggregated]
 prefill_policies = ["fcfs-chunk-512"]
 ratios = [[1, 1], [1, 2]]
-links = ["ib-ndr", {{name = "slow", gbytes_per_s = 1, latency_ms = 2}}]
-
-[[device]]
-name = "A100"
-price_per_gpu_hour = 2.0
-[[device.tp]]
-size = 1
-fleet = "A100x1"
+links = ["ib-ndr", {name = "slow", gbytes_per_s = 1, latency_ms = 2}]
 """
-
-
-def _plan(tmp_path: Path, text: str, *args: str, name: str = "out"):
-    path = tmp_path / "plan.toml"
-    path.write_text(text)
-    out = tmp_path / name
-    result = runner.invoke(app, ["plan", str(path), "--out", str(out), "--jobs", "1", *args])
-    return result, out
-
-
-def _attainment(space, label: str, n: int) -> float:
-    [config] = [Config(0, h, p, r, ReplicaSearch(1, 1)) for h, p, r in space.configs
-                if f"{h.name} · {p.label} · {r.label}" == label]  # fmt: skip
-    spec = cluster_spec(space, config, n, space.rate)
-    return summarize(spec, run(spec, 0))["attainment"]
+SMALL = (
+    plan_head(200, 200, 25, 0.9, (1, 6), ["fixed-512"], ["round-robin"])
+    + SPLIT
+    + device("A100", 2.0, fleet="A100x1")
+)
 
 
 def test_plan_answers_aggregated_and_disaggregated_with_modes_in_json(tmp_path):
-    result, out = _plan(tmp_path, SMALL, "--no-frontier")
+    result, out = run_plan(tmp_path, SMALL, "--no-frontier")
     assert result.exit_code == 0, result.output
     assert "cheapest aggregated:" in result.output
     assert "cheapest disaggregated:" in result.output
@@ -79,9 +42,9 @@ def test_plan_answers_aggregated_and_disaggregated_with_modes_in_json(tmp_path):
     # its unit count meets the target and one unit fewer misses it
     space = load_space(tmp_path / "plan.toml")
     n = split["units"]
-    assert _attainment(space, split["config"], n) >= 0.9
+    assert attainment(space, split["config"], n) >= 0.9
     if n > 1:
-        assert _attainment(space, split["config"], n - 1) < 0.9
+        assert attainment(space, split["config"], n - 1) < 0.9
     # the cost of a unit: P prefill and D decode replicas at the device's price
     p, d = split["ratio"]
     assert split["cost_per_hour"] == pytest.approx(n * (p + d) * 2.0)
@@ -91,7 +54,7 @@ def test_plan_answers_aggregated_and_disaggregated_with_modes_in_json(tmp_path):
 
 
 def test_json_rows_carry_the_mode(tmp_path):
-    result, _ = _plan(tmp_path, SMALL, "--no-frontier", "--json")
+    result, _ = run_plan(tmp_path, SMALL, "--no-frontier", "--json")
     assert result.exit_code == 0, result.output
     doc = json.loads(result.output)
     assert all(r["mode"] in ("aggregated", "disaggregated") for r in doc["rows"])
@@ -99,23 +62,10 @@ def test_json_rows_carry_the_mode(tmp_path):
     assert set(doc["cheapest"]) == {"aggregated", "disaggregated"}
 
 
-@pytest.fixture(scope="module")
-def ray_cluster():
-    ray = pytest.importorskip("ray")
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield ray
-    ray.shutdown()
-
-
 @pytest.mark.ray
 @pytest.mark.xdist_group("ray")
 def test_a_disaggregated_plan_on_ray_gives_the_local_answer(tmp_path, ray_cluster):
-    local, out_local = _plan(tmp_path, SMALL, "--no-frontier", name="local")
-    on_ray, out_ray = _plan(tmp_path, SMALL, "--no-frontier", "--pool", "ray", name="ray")
-    assert local.exit_code == 0 and on_ray.exit_code == 0, on_ray.output
-    a = json.loads((out_local / "plan.json").read_text())
-    b = json.loads((out_ray / "plan.json").read_text())
-    assert b["pool"] == "ray"
+    a, b = local_and_ray_plans(tmp_path, SMALL)
     for mode in ("aggregated", "disaggregated"):
         x, y = a["cheapest"][mode], b["cheapest"][mode]
         assert (x["config"], x["replicas"], x["attainment"]) == (
@@ -141,7 +91,7 @@ def test_a_bad_disaggregated_table_is_one_line_and_exit_2(tmp_path, line, messag
                          and not x.startswith(key + ' = ["ib-ndr"'))  # fmt: skip
         text = text.replace("[disaggregated]", f"[disaggregated]\n{line}", 1)
         text = text.replace(f"\n{line}\n", "\n", 1) if text.count(line) > 1 else text
-    result, out = _plan(tmp_path, text)
+    result, out = run_plan(tmp_path, text)
     assert result.exit_code == 2, result.output
     assert message in result.output and "Traceback" not in result.output
     assert not out.exists()

@@ -7,9 +7,8 @@ import math
 
 import numpy as np
 import pytest
+from margincontrolkit import max_goodput, plugin_beside_engine, sloweave_spec
 
-from servecal.sched import experiment as ex
-from servecal.sched.experiment.goodput import Bracket, search_sequentially
 from servecal.sched.policies.miss_control import (
     GapMissControl,
     affordable_miss_rate,
@@ -122,20 +121,8 @@ SMOOTH = "device:sigma=0.02,spike_prob=0"
 
 def _max_goodput(truth: str, control: str, workload: str = "long", requests: int = 300):
     """SLOWeave's max goodput (one seed, the compare search) and the TPOT attainment at it."""
-    spec = ex.RunSpec(
-        workload, PolicySpec.parse("sloweave", {"margin_control": control}), 10.0, 1.0,
-        n_requests=requests, truth=truth,
-    )  # fmt: skip
-    seen: dict[float, dict] = {}
-
-    def attainment(rate: float) -> float:
-        at = spec.at_rate(rate)
-        seen[rate] = ex.summarize(at, ex.run(at, 0))
-        return seen[rate]["attainment"]
-
-    found = search_sequentially(attainment, Bracket(1.0, 200.0))
-    assert found.bound == "measured"
-    return found.rate, seen[found.rate]["tpot_attainment"]
+    rate, summary = max_goodput(sloweave_spec(truth, control, requests, workload))
+    return rate, summary["tpot_attainment"]
 
 
 def test_noisy_spiky_truth_keeps_tpot_at_its_own_maximum() -> None:
@@ -154,20 +141,27 @@ def test_smooth_truth_wastes_no_room_against_the_fixed_margin() -> None:
 
 
 def test_the_vllm_planner_decides_with_the_same_controller() -> None:
-    from servecal.integrations.vllm.planner import StepState, plan_step
-    from servecal.sched.experiment.models import load_predictor
-    from servecal.sched.policies.sloweave import controlled_chunk
-
-    table = load_predictor("fitted", "device")
-    cfg = SLOWeaveConfig()
-    plugin, engine = cfg.controller(), cfg.controller()
-    now, chunks = 0.0, []
-    for step in range(60):
-        deadline = now + 10.0
-        plan = plan_step(StepState(now, 8, 8, 1024.0, deadline, 0, 5000, 8192), table, cfg, plugin)
-        c, _, _ = controlled_chunk(engine, table, cfg, 8, 1024.0, 0, 4096, now, deadline, 0.0)
-        assert plan.chunk == c
-        chunks.append(c)
-        now = deadline + (0.5 if step % 4 == 0 else -1.0)  # every fourth step overshoots
-    assert plugin.summary() == engine.summary()
+    plugin, _, chunks = plugin_beside_engine(SLOWeaveConfig())
     assert plugin.misses == 15 and plugin.scale() < 1.0 and chunks[-1] < chunks[0]
+
+
+def test_the_pooled_control_chooses_at_its_scale_and_counts_only_a_cut_chunk() -> None:
+    control = GapMissControl(u=-math.log(1.1))
+    asked: list[tuple[int, float]] = []
+
+    def fit(top: int, scale: float) -> int:
+        asked.append((top, scale))
+        return top // 2
+
+    assert control.choose(fit, 1000, 7, 8, 512.0) == 500
+    assert asked == [(1000, control.scale())] and control.scale() == pytest.approx(1.1)
+
+    def no_median(chunk: int) -> float:
+        raise AssertionError("the pooled control needs no median")
+
+    control.count(50.0, 1000, 1000, 0.0, no_median)  # the whole limit: not cut, not counted
+    control.settle(60.0)
+    assert control.counted == 0
+    control.count(50.0, 999, 1000, 0.0, no_median)
+    control.settle(60.0)
+    assert (control.counted, control.misses) == (1, 1)

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from margincontrolkit import max_goodput, plugin_beside_engine, sloweave_spec
 
 from servecal.sched import experiment as ex
 from servecal.sched.coarse_replay import coarse_replay
-from servecal.sched.experiment.goodput import Bracket, search_sequentially
 from servecal.sched.policies.region_control import (
     CLIP,
     FINE_MIN,
@@ -19,8 +19,7 @@ from servecal.sched.policies.region_control import (
     _Mean,
     bucket,
 )
-from servecal.sched.policies.registry import PolicySpec
-from servecal.sched.policies.sloweave import SLOWeaveConfig, controlled_chunk
+from servecal.sched.policies.sloweave import SLOWeaveConfig
 
 
 def linear_fit(budget: float, per_token: float, calls: list[int]):
@@ -127,22 +126,8 @@ def test_a_batch_bucket_uses_its_own_bias_once_it_has_enough_iterations() -> Non
 
 
 def test_the_vllm_planner_decides_with_the_same_region_controller() -> None:
-    from servecal.integrations.vllm.planner import StepState, plan_step
-    from servecal.sched.experiment.models import load_predictor
-
-    table = load_predictor("fitted", "device")
-    cfg = SLOWeaveConfig(margin_control="region")
-    plugin, engine = cfg.controller(), cfg.controller()
+    _, engine, chunks = plugin_beside_engine(SLOWeaveConfig(margin_control="region"))
     assert isinstance(engine, RegionMissControl)
-    now, chunks = 0.0, []
-    for step in range(60):
-        deadline = now + 10.0
-        plan = plan_step(StepState(now, 8, 8, 1024.0, deadline, 0, 5000, 8192), table, cfg, plugin)
-        c, _, _ = controlled_chunk(engine, table, cfg, 8, 1024.0, 0, 4096, now, deadline, 0.0)
-        assert plan.chunk == c
-        chunks.append(c)
-        now = deadline + (0.5 if step % 4 == 0 else -1.0)  # every fourth step overshoots
-    assert plugin.summary() == engine.summary()
     assert engine.regions and chunks[-1] < chunks[0]
 
 
@@ -165,10 +150,7 @@ def coarse(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def _at_rate(truth: str, predictor: str, control: str, rate: float, requests: int = 300):
-    spec = ex.RunSpec(
-        "long", PolicySpec.parse("sloweave", {"margin_control": control}), 10.0, 1.0,
-        n_requests=requests, truth=truth, predictor=predictor,
-    ).at_rate(rate)  # fmt: skip
+    spec = sloweave_spec(truth, control, requests, predictor=predictor).at_rate(rate)
     run = ex.run(spec, 0)
     chunks = np.asarray(run.iterations["chunk"])
     return ex.summarize(spec, run), float(chunks[chunks > 0].mean())
@@ -189,22 +171,26 @@ def test_coarse_grid_truth_holds_attainment_where_one_scale_fails(
 
 
 def test_smooth_truth_wastes_no_room_against_the_pooled_scale() -> None:
-    def max_goodput(control: str) -> float:
-        spec = ex.RunSpec(
-            "long", PolicySpec.parse("sloweave", {"margin_control": control}), 10.0, 1.0,
-            n_requests=300, truth=SMOOTH,
-        )  # fmt: skip
-
-        def attainment(rate: float) -> float:
-            at = spec.at_rate(rate)
-            return ex.summarize(at, ex.run(at, 0))["attainment"]
-
-        found = search_sequentially(attainment, Bracket(1.0, 200.0))
-        assert found.bound == "measured"
-        return found.rate
-
-    assert max_goodput("region") >= max_goodput("slo")
+    assert (
+        max_goodput(sloweave_spec(SMOOTH, "region"))[0]
+        >= max_goodput(sloweave_spec(SMOOTH, "slo"))[0]
+    )
     new, new_chunk = _at_rate(SMOOTH, "fitted", "region", 24.0)
     old, old_chunk = _at_rate(SMOOTH, "fitted", "slo", 24.0)
     assert new["attainment"] >= old["attainment"] and new["tpot_attainment"] >= 0.9
     assert new_chunk >= 0.98 * old_chunk  # measured 609 against 615 tokens
+
+
+def test_the_region_control_counts_every_chunk_with_the_tables_median() -> None:
+    control = RegionMissControl()
+    assert control.choose(linear_fit(10.0, 0.01, []), 700) == 700  # the whole limit fits
+    asked: list[int] = []
+
+    def median(chunk: int) -> float:
+        asked.append(chunk)
+        return 5.0
+
+    control.count(100.0, 700, 700, 0.0, median)  # counted though the budget did not cut it
+    control.settle(10.0)  # took 10 ms against a 5 ms median
+    assert asked == [700] and (control.counted, control.misses) == (1, 0)
+    assert control.regions[(bucket(700), bucket(0))].value == pytest.approx(math.log(2.0))
