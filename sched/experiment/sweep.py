@@ -52,7 +52,8 @@ def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any
         raise KeyboardInterrupt
     _running = True
     try:
-        result = run(task.spec, task.seed, on_progress)
+        beside = None if task.folder is None else str(Path(task.folder).parent)
+        result = run(task.spec, task.seed, on_progress, stream_dir=beside)
         summary = summarize(task.spec, result)
         if task.folder is not None:
             from servecal.sched.runfolder import as_recorded, write_run
