@@ -20,7 +20,7 @@ import math
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -213,6 +213,8 @@ def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | Non
     workers = max(1, min(jobs or os.cpu_count() or 1, tasks))
     if workers == 1:
         return InProcess(on_run_progress)
+    from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
+
     return ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
 
 

@@ -12,8 +12,10 @@ import typer
 
 from servecal.sched.fitted_table import SHIPPED_PATH
 
-#: Libraries the simulate path never uses (pandas: only for frames a user asks for).
-UNUSED = ("pandas", "scipy", "numba", "sklearn", "lightgbm", "torch", "matplotlib", "rich")
+#: Libraries the simulate path never uses (pandas: only for frames a user asks for;
+#: multiprocessing: only for a pool of more than one job).
+UNUSED = ("pandas", "scipy", "numba", "sklearn", "lightgbm", "torch", "matplotlib", "rich",
+          "multiprocessing")  # fmt: skip
 
 
 def _typer_needs_pydantic() -> bool:
