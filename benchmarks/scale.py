@@ -2,7 +2,8 @@
 time, iterations per second and peak memory.
 
 Run: ``python benchmarks/scale.py [--sizes 2000,20000,200000,1000000] [--workload mixed]
-[--table sched/data/device_a100_fitted.json]``.
+[--table sched/data/device_a100_fitted.json] [--stream]``; ``--stream`` runs each size with
+``--stream-iterations`` (iteration rows written to the run folder in batches, not kept).
 
 Each size is one fresh process (startup included) running ``servecal simulate
 --workload W --requests N --seeds 1 --policy sloweave-p50 --predictor table:TABLE
@@ -54,7 +55,10 @@ def main() -> None:
     parser.add_argument("--workload", default="mixed")
     parser.add_argument("--table", default=str(ROOT / "sched/data/device_a100_fitted.json"))
     parser.add_argument("--extra", default="", help="more simulate options, space-separated")
+    parser.add_argument("--stream", action="store_true", help="add --stream-iterations")
     args = parser.parse_args()
+    if args.stream:
+        args.extra = f"{args.extra} --stream-iterations".strip()
     sizes = [int(s) for s in args.sizes.split(",")]
     table = str(Path(args.table).resolve())
     print(f"servecal simulate --workload {args.workload} --predictor table:{Path(table).name} "

@@ -27,16 +27,18 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from statistics import NormalDist
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
 from numpy.typing import ArrayLike
 
 from servecal.costmodels.predictor import PLAN_QUANTILE, largest_fitting
 from servecal.sched.power import DEFAULT_POWER_MODEL, PricedExecutor, load_power_model
 from servecal.sched.truth import Drift, _Draws, drifted_at_power, truth_options, with_drift
 from servecal.util.errors import InputError
+
+if TYPE_CHECKING:  # a simulation never builds a frame: pandas only for draw()'s caller
+    import pandas as pd
 
 DEVICE_SCHEMA = "servecal.device_truth/1"
 PROFILE_PATH = Path(__file__).resolve().parent / "data" / "device_a100.json"

@@ -29,6 +29,8 @@ from heapq import heapify, heappop, heappush
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from servecal.costmodels.predictor import TAIL_QUANTILE, Predictor
 from servecal.sched.executor import Executor
 from servecal.sched.live import LiveRequest, Phase
@@ -44,6 +46,7 @@ from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
     from servecal.profiler.kvbudget import KVBudget
+    from servecal.sched.iteration_stream import IterationStream
     from servecal.sched.result import RunResult
     from servecal.sched.speculative import SpeculativeConfig
 
@@ -56,12 +59,16 @@ class EngineConfig:
     requests that carry ``block_ids``; ``None``: every prompt is prefilled whole.
     ``speculative``: decode with ``k`` draft tokens verified per step
     (:mod:`servecal.sched.speculative`; ``None``: one token per decode per step).
-    The two are not modelled together (refused)."""
+    The two are not modelled together (refused). ``stream_iterations_to``: write the
+    iteration rows to this Parquet file in batches as the run goes
+    (:mod:`servecal.sched.iteration_stream`) instead of keeping them (refused with
+    observers, which add columns, and with speculative decoding)."""
 
     kv_capacity: int = 500_000
     horizon_ms: float | None = None
     prefix_cache: PrefixCacheConfig | None = None
     speculative: SpeculativeConfig | None = None
+    stream_iterations_to: str | None = None
 
     def __post_init__(self) -> None:
         if self.kv_capacity < 1:
@@ -73,6 +80,8 @@ class EngineConfig:
                 "speculative decoding with the prefix cache is not modelled yet: "
                 "pass --prefix-cache off with --speculative"
             )
+        if self.stream_iterations_to is not None and self.speculative is not None:
+            raise ValueError("--stream-iterations with --speculative is not supported yet")
 
     @classmethod
     def from_budget(cls, budget: KVBudget, **options: Any) -> EngineConfig:
@@ -138,17 +147,30 @@ def _answer(query: Callable[[], Any]) -> float:
 class IterationLog:
     """What the engine recorded per iteration, for :mod:`servecal.sched.result`.
 
-    ``rows``: one tuple per iteration (``ROW_COLUMNS``); ``predictions``: ``(P50,
-    P99, margin)`` per iteration when observers asked for them during the run (else
-    empty: they are computed in one vectorised call at the end); ``extra``: columns
-    observers added."""
+    ``rows``: one tuple per iteration (``ROW_COLUMNS``) — with a ``stream``
+    (:class:`~servecal.sched.iteration_stream.IterationStream`), only those not yet
+    written to its file; ``predictions``: ``(P50, P99, margin)`` per iteration when
+    observers asked for them during the run (else empty: they are computed in one
+    vectorised call at the end); ``extra``: columns observers added."""
 
-    __slots__ = ("rows", "predictions", "extra")
+    __slots__ = ("rows", "predictions", "extra", "stream")
 
-    def __init__(self) -> None:
-        self.rows: list[tuple[Any, ...]] = []
+    def __init__(self, stream: IterationStream | None = None) -> None:
+        self.stream = stream
+        self.rows: list[tuple[Any, ...]] = [] if stream is None else stream.rows
         self.predictions: list[tuple[float, float, float]] = []
         self.extra: dict[str, list[Any]] = {}
+
+    def __len__(self) -> int:
+        """Iterations recorded so far (written and held)."""
+        return len(self.rows) + (0 if self.stream is None else self.stream.count)
+
+    def durations(self) -> np.ndarray:
+        """Every iteration's duration (ms), in order."""
+        held = np.array([row[1] for row in self.rows], dtype=float)
+        if self.stream is None:
+            return held
+        return np.concatenate([np.frombuffer(self.stream.durations, dtype=float), held])
 
 
 class Engine:
@@ -192,8 +214,9 @@ class Engine:
         if len({r.rid for r in pending}) != len(pending):
             raise ValueError("request ids must be unique")
         self.state = EngineState(pending, self._config.kv_capacity)
-        self.log = IterationLog()
-        self._record = self.log.rows.append  # the hot loop's one append per iteration
+        self.log = IterationLog(self._stream(predictor))
+        # the hot loop's one append per iteration (streamed: flushed when a batch is full)
+        self._record = self.log.rows.append if self.log.stream is None else self.log.stream.record
         self._fail = self.fail  # bound once: handed to the plan checks every iteration
         self.view = EngineView(self.state)
         self._next = 0  # index of the next arrival in state.requests
@@ -204,13 +227,32 @@ class Engine:
         self.prefix_cache = None if cache_config is None else PrefixCache(cache_config)
         self._keys = {} if cache_config is None else block_keys(pending, cache_config)
 
+    def _stream(self, predictor: Predictor) -> IterationStream | None:
+        path = self._config.stream_iterations_to
+        if path is None:
+            return None
+        if self.observers:  # they add columns whose type only the whole run tells
+            names = ", ".join(type(o).__name__ for o in self.observers)
+            raise InputError(
+                f"--stream-iterations: {names} observe(s) the iterations and add columns; "
+                "run without --stream-iterations"
+            )
+        from servecal.sched.iteration_stream import IterationStream
+
+        return IterationStream(path, predictor)
+
     # -- the loop -------------------------------------------------------------------
     def run(self) -> RunResult:
         """Run until every request is done or rejected (or the horizon); return the run."""
         step = self.step
-        while step():
-            pass
-        return self.result()
+        try:
+            while step():
+                pass
+            return self.result()
+        except BaseException:
+            if self.log.stream is not None:  # no file that reads as a finished run
+                self.log.stream.abort()
+            raise
 
     def step(self) -> bool:
         """One scheduling step (usually one iteration); False when the run is over."""

@@ -31,13 +31,15 @@ import os
 import warnings
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
-import pandas as pd
 
 from servecal.costmodels.table import CostTable
 from servecal.util.errors import InputError
+
+if TYPE_CHECKING:  # frames only while fitting: loading a fitted table imports no pandas
+    import pandas as pd
 
 #: The profiler's GPU grid (profiler/design.py), extended to what schedulers visit:
 #: overloaded decode batches (512), full prefills of 16k prompts and prefill batches (the
@@ -112,6 +114,8 @@ def probe_points(
     c = np.where((n == 0) & (c == 0), 1, c)
     ctx = np.where(n > 0, rng.integers(1, hi["ctx"] + 1, size), 0)
     prefix = np.where(c > 0, rng.integers(0, hi["prefix"] + 1, size), 0)
+    import pandas as pd
+
     return pd.DataFrame({"n_decode": n, "chunk": c, "ctx": ctx, "prefix": prefix})
 
 

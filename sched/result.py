@@ -13,7 +13,7 @@ are differences of those end times. Computed once here, never per iteration.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -206,7 +206,7 @@ def append_request_row(
 def _request_rows(engine: Engine) -> dict[str, list[Any]]:
     state = engine.state
     ends = np.asarray(state.clock.ends, dtype=float)
-    durations = np.array([row[1] for row in engine.log.rows], dtype=float)
+    durations = engine.log.durations()
     rows: dict[str, list[Any]] = {c: [] for c in REQUEST_COLUMNS}
     for req in state.requests:
         live = state.live.get(req.rid)
@@ -242,25 +242,41 @@ def _logged(n: int, query: Callable[[], Any]) -> np.ndarray:
         return np.full(n, np.nan)
 
 
-def _iterations(engine: Engine) -> dict[str, np.ndarray]:
+def batch_columns(
+    rows: Sequence[tuple[Any, ...]],
+    predictor: Any,
+    predictions: Sequence[tuple[float, float, float]] | None = None,
+) -> dict[str, np.ndarray]:
+    """The iteration columns (``ITERATION_COLUMNS``) of ``rows`` (``ROW_COLUMNS``
+    tuples): the logged ``predictions`` when observers asked for them during the run,
+    else one vectorised ``predictor`` call per column. A whole run's rows, or one
+    batch of a streamed run's (:mod:`servecal.sched.iteration_stream`)."""
     from servecal.sched.engine import ITERATION_COLUMNS, ROW_COLUMNS
 
-    log = engine.log
-    n = len(log.rows)
-    table = np.array(log.rows, dtype=float).reshape(n, len(ROW_COLUMNS))
+    n = len(rows)
+    table = np.array(rows, dtype=float).reshape(n, len(ROW_COLUMNS))
     cols: dict[str, Any] = {name: table[:, k] for k, name in enumerate(ROW_COLUMNS)}
     for name in ("n_decode", "chunk", "n_prefills"):
         cols[name] = cols[name].astype(np.int64)
-    if len(log.predictions) == n and n:
-        pred = np.array(log.predictions, dtype=float)
+    if predictions is not None:
+        pred = np.array(predictions, dtype=float)
         cols["pred_p50_ms"], cols["pred_p99_ms"], cols["margin_ms"] = pred.T
-    else:  # no observers: one vectorised predictor call per column, at the end
-        p = engine.predictor
+    else:
+        p = predictor
         args = (cols["n_decode"], cols["chunk"], cols["ctx"], cols["prefix"])
         cols["pred_p50_ms"] = _logged(n, lambda: p.predict(*args, q=0.5))
         cols["pred_p99_ms"] = _logged(n, lambda: p.predict(*args, q=TAIL_QUANTILE))
         cols["margin_ms"] = _logged(n, lambda: p.margin(*args))
-    columns = {name: cols[name] for name in ITERATION_COLUMNS}
+    return {name: cols[name] for name in ITERATION_COLUMNS}
+
+
+def _iterations(engine: Engine) -> Columns:
+    log = engine.log
+    if log.stream is not None:  # written as the run went: the file's columns
+        return log.stream.finish()
+    n = len(log.rows)
+    logged = log.predictions if len(log.predictions) == n and n else None
+    columns = batch_columns(log.rows, engine.predictor, logged)
     for key, values in log.extra.items():
         columns[key] = column(values + [None] * (n - len(values)))
     return columns
@@ -301,7 +317,7 @@ def _speculative(engine: Engine) -> dict[str, float]:
     accepted = engine.log.extra.get("drafts_accepted")
     if accepted is None:
         return {}
-    decodes = sum(row[2] for row in engine.log.rows)
+    decodes = sum(row[2] for row in engine.log.rows)  # never streamed (refused)
     per = sum(accepted) / decodes if decodes else math.nan
     return {"accepted_per_decode": per, "tokens_per_decode": 1.0 + per}
 

@@ -136,7 +136,7 @@ def write_run(
     old: Path | None = None
     try:
         # numpy → Parquet without pandas (servecal.util.arrow_numpy); nulls as pandas writes them
-        write_parquet(dict(result.iteration_columns), tmp / "iterations.parquet")
+        _write_iterations(result, tmp / "iterations.parquet")
         write_parquet(dict(result.request_columns), tmp / "requests.parquet")
         doc = {
             "schema": RUN_SCHEMA,
@@ -169,6 +169,18 @@ def write_run(
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def _write_iterations(result: RunResult, path: Path) -> None:
+    """The iterations file: a streamed run's (already written as it ran) moved in,
+    else written from the columns."""
+    from servecal.sched.iteration_stream import StreamedColumns
+
+    columns = result.iteration_columns
+    if isinstance(columns, StreamedColumns):
+        columns.move_to(path)
+    else:
+        write_parquet(dict(columns), path)
 
 
 def _comparable(config: Any) -> Any:

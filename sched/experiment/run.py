@@ -115,9 +115,19 @@ def _speculative(spec: RunSpec, rng: np.random.Generator) -> Any:
 
 
 def _on_engine(
-    spec: RunSpec, requests: list[Request], rng: np.random.Generator, on_progress: RunProgress
+    spec: RunSpec,
+    requests: list[Request],
+    rng: np.random.Generator,
+    on_progress: RunProgress,
+    stream_dir: str | None = None,
 ) -> RunResult:
     from servecal.sched.engine import Engine, EngineConfig
+
+    stream_to = None
+    if spec.stream_iterations:
+        from servecal.sched.iteration_stream import temporary_file
+
+        stream_to = str(temporary_file(stream_dir))
 
     predictor, observers = planning_predictor(spec)
     engine = Engine(
@@ -129,6 +139,7 @@ def _on_engine(
             kv_capacity=spec.kv_capacity,
             prefix_cache=prefix_cache_config(spec, requests),
             speculative=_speculative(spec, rng),
+            stream_iterations_to=stream_to,
         ),
         observers=observers,
         policy_name=spec.policy.label,
@@ -206,13 +217,22 @@ RUNNERS.add("disaggregated", "servecal.sched.experiment.run:_on_disaggregated", 
 # fmt: on
 
 
-def run(spec: RunSpec, seed: int, on_progress: RunProgress | None = None) -> RunResult:
+def run(
+    spec: RunSpec,
+    seed: int,
+    on_progress: RunProgress | None = None,
+    stream_dir: str | None = None,
+) -> RunResult:
     """Run ``spec`` once with ``seed``; ``on_progress`` is passed to a backend that
-    reports progress inside a run (the torch backend)."""
+    reports progress inside a run (the torch backend). ``stream_dir``: where a
+    ``spec.stream_iterations`` run writes its iterations file as it goes (beside the
+    run folder it goes into; ``None``: the system's temporary folder)."""
     _, executor_ss = np.random.SeedSequence(seed).spawn(2)
     rng = np.random.default_rng(executor_ss)
     runner = RUNNERS.load(RUNNERS.entries[spec.backend].target)
-    return runner(spec, requests_for(spec, seed), rng, on_progress or (lambda _: None))
+    streaming = getattr(spec, "stream_iterations", False)  # a cluster spec has none
+    more = {"stream_dir": stream_dir} if streaming else {}  # the engine's only
+    return runner(spec, requests_for(spec, seed), rng, on_progress or (lambda _: None), **more)
 
 
 def summarize(spec: RunSpec, result: RunResult) -> dict[str, Any]:

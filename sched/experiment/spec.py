@@ -117,6 +117,9 @@ class RunSpec:
       run's configuration (``describe``, equality).
     * ``prefix_cache``: ``auto|on|off``, the engine's KV block cache of prompt
       prefixes (docs/prefix_cache.md); ``auto`` is on when requests carry block ids.
+    * ``stream_iterations``: the engine writes iteration rows to the run folder in
+      batches as it runs instead of keeping them (:mod:`servecal.sched.iteration_stream`);
+      how a run is stored, never what it computes: not part of its configuration.
     """
 
     workload: str
@@ -142,6 +145,7 @@ class RunSpec:
     trust: TableTrust = field(default=NO_TRUST, compare=False)
     prefix_cache: str = "auto"
     speculative: str | None = None
+    stream_iterations: bool = field(default=False, compare=False)
 
     def __post_init__(self) -> None:
         _check_prefix_cache(self.prefix_cache)
@@ -163,6 +167,8 @@ class RunSpec:
         if not (self.prompt_scale > 0 and self.ttft_scale > 0):
             raise ValueError("prompt_scale and ttft_scale must be > 0")
         _check_speculative(self.speculative, self.backend)
+        if self.stream_iterations:
+            _check_streaming(self)
 
     @property
     def slos(self) -> tuple[str, ...]:
@@ -186,7 +192,7 @@ class RunSpec:
         option values in ``policy_options`` and the label rows use (``policy_label``:
         the name and the options given, e.g. ``sloweave[multi_prefill=True]``)."""
         doc = asdict(self)
-        del doc["trust"]
+        del doc["trust"], doc["stream_iterations"]
         doc["policy"] = self.policy.name
         doc["policy_label"] = self.policy.label  # name + the options given, as rows say
         doc["policy_options"] = self.policy.resolve().describe()
@@ -194,6 +200,17 @@ class RunSpec:
         if doc["speculative"] is None:  # run.json as before speculative decoding
             del doc["speculative"]
         return doc
+
+
+def _check_streaming(spec: RunSpec) -> None:
+    """``--stream-iterations``: the engine's alone, and not with what adds columns
+    per iteration (the drift monitor) or prices decodes from the rows (speculative)."""
+    if spec.backend != ENGINE:
+        raise ValueError(f"--stream-iterations runs on the engine backend only, not {spec.backend}")
+    if spec.monitor or spec.adaptive_margin:
+        raise ValueError("--stream-iterations with --monitor/--adaptive-margin is not supported")
+    if spec.speculative is not None:
+        raise ValueError("--stream-iterations with --speculative is not supported")
 
 
 def _check_prefix_cache(mode: str) -> None:

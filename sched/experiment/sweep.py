@@ -20,7 +20,7 @@ import math
 import os
 import signal
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Executor, Future, ProcessPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -52,7 +52,8 @@ def execute(task: Task, on_progress: RunProgress | None = None) -> dict[str, Any
         raise KeyboardInterrupt
     _running = True
     try:
-        result = run(task.spec, task.seed, on_progress)
+        beside = None if task.folder is None else str(Path(task.folder).parent)
+        result = run(task.spec, task.seed, on_progress, stream_dir=beside)
         summary = summarize(task.spec, result)
         if task.folder is not None:
             from servecal.sched.runfolder import as_recorded, write_run
@@ -212,6 +213,8 @@ def _local_pool(jobs: int | None, tasks: int, on_run_progress: RunProgress | Non
     workers = max(1, min(jobs or os.cpu_count() or 1, tasks))
     if workers == 1:
         return InProcess(on_run_progress)
+    from concurrent.futures import ProcessPoolExecutor  # multiprocessing: only for a pool
+
     return ProcessPoolExecutor(max_workers=workers, initializer=_init_worker)
 
 

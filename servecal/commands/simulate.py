@@ -75,6 +75,12 @@ def simulate_command(
     adaptive_margin: bool = typer.Option(
         False, "--adaptive-margin", help="Adapt the margin online while drift is detected."
     ),
+    stream_iterations: bool = typer.Option(
+        False,
+        "--stream-iterations",
+        help="Engine: write iteration rows to the run folder in batches as the run goes "
+        "instead of holding them (long runs: memory holds one batch).",
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object."),
 ) -> None:
     """Simulate one workload x policy over seeds; write run folders."""
@@ -93,7 +99,8 @@ def simulate_command(
     torch = None
     if device is not None or model is not None:
         torch = checked(lambda: ex.TorchOptions(device or "auto", model))
-    more = {"drift": drift, "monitor": monitor, "adaptive_margin": adaptive_margin}
+    more = {"drift": drift, "monitor": monitor, "adaptive_margin": adaptive_margin,
+            "stream_iterations": stream_iterations}  # fmt: skip
     fields = {**run.spec_fields(), **more, "driver": run.driver(), "torch": torch}
     spec = checked(lambda: ex.run_spec(workload, policy_spec, tpot_slo, rate, chosen, **fields))
     if chosen == TORCH and run.truth is not None:

@@ -117,13 +117,19 @@ def from_numpy(values: np.ndarray) -> Any:
     return pa.array(a, from_pandas=True)
 
 
-def write_parquet(columns: dict[str, np.ndarray], path: Any) -> None:
-    """Write numpy ``columns`` (name → values, in order) as one Parquet file."""
+def arrow_table(columns: dict[str, np.ndarray]) -> Any:
+    """Numpy ``columns`` (name → values, in order) as a pyarrow table."""
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     arrays = [from_numpy(values) for values in columns.values()]
-    pq.write_table(pa.Table.from_arrays(arrays, names=list(columns)), path)
+    return pa.Table.from_arrays(arrays, names=list(columns))
+
+
+def write_parquet(columns: dict[str, np.ndarray], path: Any) -> None:
+    """Write numpy ``columns`` (name → values, in order) as one Parquet file."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(arrow_table(columns), path)
 
 
 def read_parquet(path: Any) -> Any:
