@@ -122,8 +122,8 @@ class Replica:
         """Run to the end: every request is routed."""
         engine = self.engine
         engine.next_arrival_ms = None
-        step, has_work = engine.step, engine.has_work
-        while has_work() and step():
+        step = engine.step
+        while step():  # False once nothing runs, waits or is routed here (has_work)
             pass
         self.sync()
 
