@@ -72,11 +72,14 @@ class Replica:
     are not counted), ``steps``
     (iterations run: a router may cache what it derived from a replica while this
     and ``outstanding`` stay put); read from the engine: ``n_decode``, ``ctx_mean``,
-    ``now_ms``, ``kv_capacity``, ``kv_used``.
+    ``now_ms``, ``kv_capacity``, ``kv_used``. The built-in routers' sort keys, kept with
+    the load: ``by_requests`` = ``(outstanding, index)``, ``by_tokens`` =
+    ``(queued_prompt_tokens, outstanding, index)`` (built once per change, not once
+    per replica per arrival: ``min`` over 64 replicas then reads one attribute each).
     """
 
     __slots__ = ("index", "name", "engine", "predictor", "outstanding", "queued_prompt_tokens",
-                 "steps", "_routed_prompt")  # fmt: skip
+                 "steps", "by_requests", "by_tokens", "_routed_prompt")  # fmt: skip
 
     def __init__(self, index: int, name: str, engine: ReplicaEngine) -> None:
         self.index = index
@@ -93,20 +96,25 @@ class Replica:
     def add(self, request: Request) -> None:
         self.engine.add(request)
         self._routed_prompt += request.prompt_tokens
-        self.outstanding += 1
+        self.outstanding = outstanding = self.outstanding + 1
         # what the prefix cache served is subtracted at the next sync only (as before)
         prefilled = self.engine.state.prefill_tokens
-        self.queued_prompt_tokens = max(0, self._routed_prompt - prefilled)
+        self.queued_prompt_tokens = queued = max(0, self._routed_prompt - prefilled)
+        self.by_requests = (outstanding, self.index)
+        self.by_tokens = (queued, outstanding, self.index)
 
     def sync(self) -> None:
         """Re-read the load figures from the engine's counters (after it stepped): O(1)."""
         engine = self.engine
         s = engine.state
         self.steps = s.clock.last_iter + 1
-        self.outstanding = len(s.running) + len(s.waiting) + len(s.requests) - engine._next
+        outstanding = len(s.running) + len(s.waiting) + len(s.requests) - engine._next
         # prompt tokens a prefix cache served are never prefilled: not queued either
         served = s.prefill_tokens + s.prefix_served
-        self.queued_prompt_tokens = max(0, self._routed_prompt - served)
+        queued = max(0, self._routed_prompt - served)
+        self.outstanding, self.queued_prompt_tokens = outstanding, queued
+        self.by_requests = (outstanding, self.index)
+        self.by_tokens = (queued, outstanding, self.index)
 
     def advance_to(self, t_ms: float) -> None:
         """Run iterations that start before ``t_ms`` (an arrival then sees this state)."""

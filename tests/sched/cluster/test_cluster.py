@@ -168,10 +168,11 @@ def test_stepping_only_the_replicas_behind_an_arrival_changes_nothing(router):
 
 @pytest.mark.parametrize("router", ["least-tokens", "predicted-latency"])
 def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
-    """Replicas keep ``outstanding`` and ``queued_prompt_tokens`` as counters (moved at
-    routing, re-read after stepping): at every decision they equal what the engine's
-    state says, and a predicted-latency router with its per-replica cache routes
-    exactly as one that predicts everything afresh."""
+    """Replicas keep ``outstanding`` and ``queued_prompt_tokens`` (and the routers' keys
+    built from them) as counters (moved at routing, re-read from the engine's counters
+    after stepping): at every decision they equal what the engine's iteration rows say,
+    and a predicted-latency router with its per-replica cache routes exactly as one
+    that predicts everything afresh."""
     from servecal.sched.cluster.cluster import Cluster
     from servecal.sched.cluster.routers import PredictedLatency
     from servecal.sched.cluster.spec import build_cluster
@@ -188,8 +189,11 @@ def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
                 e, s = r.engine, r.engine.state
                 assert r.outstanding == len(s.running) + len(s.waiting) + len(s.requests) - e._next
                 prefilled = sum(row[3] for row in e.log.rows)
+                assert s.prefill_tokens == prefilled  # the engine's counter, not its rows
                 assert r.queued_prompt_tokens == max(0, r._routed_prompt - prefilled)
                 assert r.steps == len(e.log.rows)
+                assert r.by_requests == (r.outstanding, r.index)
+                assert r.by_tokens == (r.queued_prompt_tokens, r.outstanding, r.index)
             checked.append(request.rid)
             if isinstance(self.inner, PredictedLatency):
                 fresh = PredictedLatency(**{k: getattr(self.inner, k) for k in
