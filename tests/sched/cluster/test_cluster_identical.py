@@ -33,6 +33,16 @@ CASES: dict[str, tuple[str, int, str, float, int, tuple]] = {
     "predicted-latency": ("mixed", 4, "predicted-latency", 220.0, 300, ()),
     "predicted-latency-16": ("mixed", 16, "predicted-latency", 900.0, 400, ()),
     "least-requests-16": ("mixed", 16, "least-requests", 900.0, 400, ()),
+    # overloaded: most arrivals try several replicas before one is predicted to meet both
+    "predicted-latency-overload": ("mixed", 8, "predicted-latency", 1600.0, 800, ()),
+    "predicted-latency-tiers": (
+        "tenants",
+        8,
+        "predicted-latency",
+        800.0,
+        600,
+        (("strict", (0, 1, 2)), ("relaxed", (3, 4, 5, 6, 7))),
+    ),
     "prefix-affinity": ("chat+prefix", 4, "prefix-affinity", 60.0, 200, ()),
     "least-tokens-prefix": ("chat+prefix", 4, "least-tokens", 60.0, 200, ()),
     "tiers": ("tenants", 3, "least-requests", 60.0, 300, (("strict", (0,)), ("relaxed", (1, 2)))),
