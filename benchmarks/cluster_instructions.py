@@ -12,15 +12,18 @@ not. Run each part under ``valgrind --tool=cachegrind`` and subtract ``setup``'s
 
 ``setup`` builds the cluster of ``benchmarks/cluster.py`` (SLOWeave replicas, mixed
 requests at 50 req/s per replica) and stops; ``cluster`` also runs it and writes each
-replica's request ids to ``ASSIGNMENT`` (JSON); ``alone`` runs each replica's requests
+replica's request ids to ``ASSIGNMENT`` (JSON); ``cluster-nogc`` runs it with the
+garbage collector off (and writes nothing); ``alone`` runs each replica's requests
 (read from ``ASSIGNMENT``) on a plain engine with that replica's noise stream, as
 ``benchmarks/cluster.py`` does (its engines' construction is counted too: a slight
 overcount of the engines' side). ``(cluster − setup) / (alone − setup)`` is the
-cluster's cost in units of its engines' own.
+cluster's cost in units of its engines' own. Each part prints the garbage
+collections it ran, per generation.
 """
 
 from __future__ import annotations
 
+import gc
 import json
 import sys
 from pathlib import Path
@@ -37,7 +40,7 @@ from servecal.sched.experiment.models import load_predictor, load_truth  # noqa:
 from servecal.sched.experiment.run import requests_for  # noqa: E402
 from servecal.sched.policies.registry import ENGINE, PolicySpec  # noqa: E402
 
-PARTS = ("setup", "cluster", "alone")
+PARTS = ("setup", "cluster", "cluster-nogc", "alone")
 
 
 def main() -> None:
@@ -54,7 +57,12 @@ def main() -> None:
     requests = requests_for(spec, 0)  # type: ignore[arg-type]
     replicas, route = build_cluster(spec, _rng(0))
     truth, predictor = load_truth("device"), load_predictor("fitted", "device")
-    if part == "cluster":
+    before = [g["collections"] for g in gc.get_stats()]
+    if part == "cluster-nogc":
+        gc.disable()
+        Cluster(requests, replicas, route).run()
+        gc.enable()
+    elif part == "cluster":
         cols = Cluster(requests, replicas, route).run().request_columns
         mine = {i: cols["rid"][cols["replica"] == i].tolist() for i in range(replicas_n)}
         Path(assignment).write_text(json.dumps(mine))
@@ -65,6 +73,8 @@ def main() -> None:
             engine = Engine([by_rid[rid] for rid in rids], policy.build(ENGINE), predictor,
                             executor, EngineConfig())  # fmt: skip
             engine.run()
+    after = [g["collections"] for g in gc.get_stats()]
+    print("gc collections by generation:", [b - a for a, b in zip(before, after, strict=True)])
 
 
 if __name__ == "__main__":
