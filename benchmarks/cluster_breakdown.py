@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heapreplace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -48,7 +48,7 @@ def timed_run(cluster: Cluster) -> tuple[dict[str, float], int]:
     for request in cluster.requests:
         t = request.arrival_ms
         while behind and behind[0][0] < t:
-            _, k = heappop(behind)
+            k = behind[0][1]
             engine = engines[k]
             engine.next_arrival_ms = t
             state, step = engine.state, engine.step
@@ -65,8 +65,9 @@ def timed_run(cluster: Cluster) -> tuple[dict[str, float], int]:
             acc["visits"] += 1
             acc["arrival_steps"] += n
             if working:
-                heappush(behind, (state.now_ms, k))
+                heapreplace(behind, (state.now_ms, k))
             else:
+                heappop(behind)
                 queued.discard(k)
         a = clock()
         chosen = route(request, replicas)

@@ -361,6 +361,7 @@ class Engine:
             self._observe(idx, start, n_decode, chunk, ctx, prefix, duration, energy)
         s.kv_used += n_decode + chunk
         s.kv_ready += n_decode
+        s.prefill_tokens += chunk
         cache = self.prefix_cache
         if cache is not None and cache.cached_tokens > s.kv_capacity - s.kv_used:
             cache.fit(s.kv_capacity - s.kv_used)  # the iteration's new KV takes cached room

@@ -30,7 +30,9 @@ class EngineState:
     * ``arrived``, ``prefilled``, ``finished``: ids since the previous plan;
     * ``recomputes`` (recompute preemptions so far), ``plan_calls``;
       ``prefix_served``: prefill tokens the prefix cache served so far (queued
-      requests' pinned hits included);
+      requests' pinned hits included); ``prefill_tokens``: prompt tokens prefilled by
+      the iterations so far (their chunks summed: what a cluster's router reads as a
+      replica's progress without keeping the iteration rows);
     * ``sync_heap`` / ``lag_heap``: next-token deadlines of the ready requests that
       decoded in the last iteration (``(D_i, rid, version)``: their ``ℓ_i`` is its
       end) and of the others (``(d_i, rid, version)``). The engine drops stale
@@ -56,6 +58,7 @@ class EngineState:
         "finished",
         "recomputes",
         "prefix_served",
+        "prefill_tokens",
         "plan_calls",
         "sync_heap",
         "lag_heap",
@@ -80,6 +83,7 @@ class EngineState:
         self.finished: list[int] = []
         self.recomputes = 0
         self.prefix_served = 0
+        self.prefill_tokens = 0
         self.plan_calls = 0
         self.sync_heap: list[tuple[float, int, int]] = []
         self.lag_heap: list[tuple[float, int, int]] = []

@@ -36,8 +36,8 @@ class DecodeReplica:
     """One decode-only replica and the load figures a router reads (the names a
     :class:`~servecal.sched.cluster.replica.Replica` has: ``index``, ``name``,
     ``predictor``, ``outstanding``, ``queued_prompt_tokens`` (always 0: nothing is left
-    to prefill), ``steps``, ``n_decode``, ``ctx_mean``, ``now_ms``, ``kv_used``,
-    ``kv_capacity``)."""
+    to prefill), ``by_requests``, ``by_tokens``, ``steps``, ``n_decode``, ``ctx_mean``,
+    ``now_ms``, ``kv_used``, ``kv_capacity``)."""
 
     def __init__(
         self, index: int, name: str, executor: Any, predictor: Any, kv_capacity: int
@@ -65,6 +65,16 @@ class DecodeReplica:
     @property
     def outstanding(self) -> int:
         return len(self.running) + len(self.waiting)
+
+    @property
+    def by_requests(self) -> tuple[int, int]:
+        """The least-requests key, as :class:`~servecal.sched.cluster.replica.Replica`'s."""
+        return (self.outstanding, self.index)
+
+    @property
+    def by_tokens(self) -> tuple[int, int, int]:
+        """The least-tokens key, as :class:`~servecal.sched.cluster.replica.Replica`'s."""
+        return (self.queued_prompt_tokens, self.outstanding, self.index)
 
     @property
     def n_decode(self) -> int:

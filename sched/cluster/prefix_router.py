@@ -25,7 +25,7 @@ from servecal.sched.cluster.routers import PredictedLatency
 from servecal.sched.prefix_cache import chain_keys
 from servecal.sched.request import Request
 
-_BY_TOKENS = attrgetter("queued_prompt_tokens", "outstanding", "index")
+_BY_TOKENS = attrgetter("by_tokens")  # (queued prompt tokens, outstanding, index)
 
 
 def _held_run(keys: tuple[int, ...], replica: Replica, sent: dict[int, int]) -> int:

@@ -21,9 +21,11 @@ from typing import Any, ClassVar
 from servecal.sched.cluster.replica import Replica
 from servecal.sched.request import Request
 
-# the load keys, read in C: routers scan every replica they may use at every arrival
-_BY_REQUESTS = attrgetter("outstanding", "index")
-_BY_TOKENS = attrgetter("queued_prompt_tokens", "outstanding", "index")
+# the load keys, read in C: routers scan every replica they may use at every arrival,
+# so each replica keeps its keys as tuples (``(outstanding, index)``, ``(queued prompt
+# tokens, outstanding, index)``), rebuilt when its load moves, not at every scan
+_BY_REQUESTS = attrgetter("by_requests")
+_BY_TOKENS = attrgetter("by_tokens")
 
 
 @dataclass

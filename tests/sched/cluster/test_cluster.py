@@ -168,10 +168,11 @@ def test_stepping_only_the_replicas_behind_an_arrival_changes_nothing(router):
 
 @pytest.mark.parametrize("router", ["least-tokens", "predicted-latency"])
 def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
-    """Replicas keep ``outstanding`` and ``queued_prompt_tokens`` as counters (moved at
-    routing, re-read after stepping): at every decision they equal what the engine's
-    state says, and a predicted-latency router with its per-replica cache routes
-    exactly as one that predicts everything afresh."""
+    """Replicas keep ``outstanding`` and ``queued_prompt_tokens`` (and the routers' keys
+    built from them) as counters (moved at routing, re-read from the engine's counters
+    after stepping): at every decision they equal what the engine's iteration rows say,
+    and a predicted-latency router with its per-replica cache routes exactly as one
+    that predicts everything afresh."""
     from servecal.sched.cluster.cluster import Cluster
     from servecal.sched.cluster.routers import PredictedLatency
     from servecal.sched.cluster.spec import build_cluster
@@ -188,8 +189,11 @@ def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
                 e, s = r.engine, r.engine.state
                 assert r.outstanding == len(s.running) + len(s.waiting) + len(s.requests) - e._next
                 prefilled = sum(row[3] for row in e.log.rows)
+                assert s.prefill_tokens == prefilled  # the engine's counter, not its rows
                 assert r.queued_prompt_tokens == max(0, r._routed_prompt - prefilled)
                 assert r.steps == len(e.log.rows)
+                assert r.by_requests == (r.outstanding, r.index)
+                assert r.by_tokens == (r.queued_prompt_tokens, r.outstanding, r.index)
             checked.append(request.rid)
             if isinstance(self.inner, PredictedLatency):
                 fresh = PredictedLatency(**{k: getattr(self.inner, k) for k in
@@ -206,3 +210,47 @@ def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
     assert len(checked) == 600
     if router == "predicted-latency":
         assert inner._ttft and inner._tpot  # the cache was used
+
+
+@pytest.mark.parametrize("router", ["least-tokens", "predicted-latency", "prefix-affinity"])
+def test_routing_never_reads_the_engines_iteration_rows(router):
+    """What routers read comes from the engines' counters, not ``engine.log.rows``: a
+    cluster runs the same whether its engines keep their rows or stream them away."""
+    from servecal.sched.cluster.cluster import Cluster
+    from servecal.sched.cluster.spec import build_cluster
+    from servecal.sched.experiment.run import requests_for
+
+    reads = []
+
+    class Rows(list):  # appends as a list; every read before the results is counted
+        def __len__(self):
+            reads.append("len")
+            return super().__len__()
+
+        def __getitem__(self, key):
+            reads.append("item")
+            return super().__getitem__(key)
+
+        def __iter__(self):
+            reads.append("iter")
+            return super().__iter__()
+
+    workload = "chat+prefix" if router == "prefix-affinity" else "mixed"
+    spec = ClusterSpec(workload, (ReplicaSpec(PolicySpec("sloweave")),) * 4, PolicySpec(router),
+                       tpot_slo_ms=50, rate=120, n_requests=300)  # fmt: skip
+    replicas, inner = build_cluster(spec, np.random.default_rng(0))
+    for r in replicas:
+        r.engine.log.rows = Rows()
+        r.engine._record = r.engine.log.rows.append
+
+    routed = []
+
+    class Watching:
+        def route(self, request, allowed):
+            assert not reads, "a replica's load was read from its iteration rows"
+            routed.append(request.rid)
+            return inner.route(request, allowed)
+
+    Cluster(requests_for(spec, 0), replicas, Watching()).run()  # type: ignore[arg-type]
+    assert len(routed) == 300
+    assert all(list.__len__(r.engine.log.rows) > 100 for r in replicas)  # rows were kept
