@@ -70,7 +70,7 @@ class Cluster:
         return found
 
     def run(self) -> RunResult:
-        replicas, route, times = self.replicas, self.router.route, self.route_ns
+        replicas = self.replicas
         by_index = {r.index: r for r in replicas}
         position = {id(r): k for k, r in enumerate(replicas)}
         # the replicas with work, by clock: only those behind an arrival are stepped to
@@ -98,16 +98,7 @@ class Cluster:
                 else:
                     heappop(behind)
                     queued.discard(k)
-            allowed, indices = self._allowed(request.slo_class)
-            t0 = perf_counter_ns()
-            chosen = route(request, allowed)
-            times.append(perf_counter_ns() - t0)
-            if chosen not in indices:
-                raise ValueError(
-                    f"router {type(self.router).__name__} chose replica {chosen!r} for request "
-                    f"{request.rid}, not one of {sorted(indices)}"
-                )
-            target = by_index[chosen]
+            target = self._route(request, by_index)
             target.add(request)
             k = position[id(target)]
             if k not in queued:
@@ -116,6 +107,20 @@ class Cluster:
         for r in replicas:
             r.finish()
         return merged_result([r.engine.result() for r in replicas], self.route_ns)
+
+    def _route(self, request: Request, by_index: dict[int, Replica]) -> Replica:
+        """The replica the router chooses for ``request`` among those its SLO class may
+        use (the decision timed into ``route_ns``); a choice outside them is an error."""
+        allowed, indices = self._allowed(request.slo_class)
+        t0 = perf_counter_ns()
+        chosen = self.router.route(request, allowed)
+        self.route_ns.append(perf_counter_ns() - t0)
+        if chosen not in indices:
+            raise ValueError(
+                f"router {type(self.router).__name__} chose replica {chosen!r} for request "
+                f"{request.rid}, not one of {sorted(indices)}"
+            )
+        return by_index[chosen]
 
 
 def merged_result(results: Sequence[RunResult], route_ns: Sequence[int] = ()) -> RunResult:
