@@ -366,6 +366,18 @@ def partial(args) -> None:  # noqa: ANN001
     run(f"{label}: unchanged", args.fits, lambda i: own(i, 1.0))
     run(f"{label}: chunk >= 64 x1.15", args.fits, lambda i: own(i, 1.15))
 
+    # a fresh measurement of the same device on the calibration's own points: the table
+    # (and its calibration medians) from one draw, the samples from another
+    def fresh(i: int, factor: float) -> dict:
+        own(i, 1.0)  # the set's fitted table
+        frame = truth.draw(pts, 20, np.random.default_rng(99_000 + i))
+        frame.loc[frame["chunk"] >= 64, "ms"] *= factor
+        return replay(fitted[i][0], frame)
+
+    label = f"fresh draw on the table's points, {len(pts)} pts x 20, sigma 0.03"
+    run(f"{label}: same truth", args.fits, lambda i: fresh(i, 1.0))
+    run(f"{label}: chunk >= 64 x1.15", args.fits, lambda i: fresh(i, 1.15))
+
 
 def stability(table: CostTable) -> None:
     print("\n# stability: brute-force single-row deletions")

@@ -129,12 +129,10 @@ class TableMedian:
              for x in (n_decode, ctx, prefix, chunk)]
         )  # fmt: skip
         points, where = np.unique(rows, axis=0, return_inverse=True)
-        flat = out.reshape(-1)
-        for i, point in enumerate(points):  # a grid's points, not its rows
-            measured = self._measured.get(tuple(point))
-            if measured is not None:
-                flat[where.reshape(-1) == i] = measured
-        return out
+        # per distinct point (a grid's points, not its rows): its median, NaN if not kept
+        kept = np.array([self._measured.get(tuple(p), np.nan) for p in points.tolist()])
+        per_row = kept[where.reshape(-1)].reshape(out.shape)
+        return np.where(np.isnan(per_row), out, per_row)
 
 
 def reference_for(predictor: Any) -> TableMedian | None:
