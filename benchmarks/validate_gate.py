@@ -354,11 +354,15 @@ def partial(args) -> None:  # noqa: ANN001
     truth = SyntheticTruth(decode_attention=2e-5, prefill_attention=1e-6, sigma=0.03)
     fitted: dict[int, tuple[CostTable, pd.DataFrame]] = {}  # one fit per set, both verdicts
 
-    def own(i: int, factor: float) -> dict:
+    def calibrated(i: int) -> tuple[CostTable, pd.DataFrame]:
+        """Set ``i``'s calibration and the table fitted on it (fitted once)."""
         if i not in fitted:
             frame = truth.draw(pts, 20, np.random.default_rng(98_000 + i))
             fitted[i] = (fit(frame, i), frame)
-        table, frame = fitted[i]
+        return fitted[i]
+
+    def own(i: int, factor: float) -> dict:
+        table, frame = calibrated(i)
         frame = frame.assign(ms=np.where(frame["chunk"] >= 64, frame["ms"] * factor, frame["ms"]))
         return replay(table, frame)
 
@@ -369,10 +373,9 @@ def partial(args) -> None:  # noqa: ANN001
     # a fresh measurement of the same device on the calibration's own points: the table
     # (and its calibration medians) from one draw, the samples from another
     def fresh(i: int, factor: float) -> dict:
-        own(i, 1.0)  # the set's fitted table
         frame = truth.draw(pts, 20, np.random.default_rng(99_000 + i))
         frame.loc[frame["chunk"] >= 64, "ms"] *= factor
-        return replay(fitted[i][0], frame)
+        return replay(calibrated(i)[0], frame)
 
     label = f"fresh draw on the table's points, {len(pts)} pts x 20, sigma 0.03"
     run(f"{label}: same truth", args.fits, lambda i: fresh(i, 1.0))

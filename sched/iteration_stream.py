@@ -8,8 +8,9 @@ holds at most :data:`BATCH` rows: each full batch becomes one Parquet row group
 and the log keeps only what the request rows need of every iteration (its
 duration, 8 bytes). The file's content equals the file a kept run writes.
 
-The file is written under a hidden temporary name (``.iterations.XXXX.tmp``, which
-:func:`~servecal.sched.runfolder.is_temporary` names a writer's leftover) and only
+The file is written under a hidden temporary name from :func:`tempfile.mkstemp`
+(``.iterations.<random>.tmp``, which :func:`~servecal.sched.runfolder.is_temporary`
+names a writer's leftover) and only
 gets its Parquet footer when the run finishes: an interrupted run leaves no file
 that reads as complete, and the next command into the folder removes it.
 :func:`~servecal.sched.runfolder.write_run` moves the finished file into the run
