@@ -3,7 +3,8 @@
 Run::
 
     python benchmarks/vidur_side_by_side.py TRACE.csv VIDUR_A100_DIR \\
-        --vidur-python /work/venvs/vidur/bin/python [--requests 2000] [--rate 4] \\
+        --vidur-python /work/venvs/vidur/bin/python \\
+        [--servecal-python /work/venvs/servecal/bin/python] [--requests 2000] [--rate 4] \\
         [--budget 512] [--alternations 5]
 
 * ``TRACE.csv``: the Azure LLM inference trace, conversation
@@ -32,6 +33,13 @@ Run::
   size BUDGET (its token budget per iteration), batch cap 128, the random-forest
   predictor. Its iterations are the batches it ran (``batch_metrics``' rows or, when
   it writes none, the ``batch`` events of its log).
+
+Each simulator runs from its own virtual environment, as a user installs it:
+``--vidur-python`` (``pip install vidur==0.0.26``) and ``--servecal-python`` (``pip
+install .`` into a fresh virtualenv; default: this interpreter). A development
+interpreter with many packages and ``.pth`` start-up hooks (an editable install's
+finder) charges every process it starts ~0.1 CPU s that an installed servecal does not
+pay (docs/results/2026-12-04-vidur-side-by-side.md).
 
 Each alternation runs both as fresh processes (startup, loading, the run and its output
 included), the order flipping every alternation, after one untimed warm-up of each.
@@ -207,9 +215,9 @@ def vidur_command(python: str, requests: Path, budget: int, cache: Path, out: Pa
             "--metrics_config_keep_individual_batch_metrics"]  # fmt: skip
 
 
-def servecal_command(requests: Path, n: int, budget: int, samples: Path, table: Path,
-                     out: Path) -> list[str]:  # fmt: skip
-    return [sys.executable, "-m", "servecal", "simulate", "--workload", f"trace:{requests}",
+def servecal_command(python: str, requests: Path, n: int, budget: int, samples: Path,
+                     table: Path, out: Path) -> list[str]:  # fmt: skip
+    return [python, "-m", "servecal", "simulate", "--workload", f"trace:{requests}",
             "--requests", str(n), "--seeds", "1", "--policy", f"budget-{budget}",
             "--truth", f"samples:{samples}", "--predictor", str(table), "--tpot-slo", "100",
             "--out", str(out), "--json"]  # fmt: skip
@@ -244,6 +252,8 @@ def main() -> None:
     ap.add_argument("trace", type=Path)
     ap.add_argument("vidur_profiles", type=Path)
     ap.add_argument("--vidur-python", required=True)
+    ap.add_argument("--servecal-python", default=sys.executable,
+                    help="the interpreter of servecal's own environment")  # fmt: skip
     ap.add_argument("--requests", type=int, default=2000)
     ap.add_argument("--rate", type=float, default=4.0)
     ap.add_argument("--budget", type=int, default=512)
@@ -264,17 +274,21 @@ def run(args: argparse.Namespace, work: Path) -> None:
     cache = work / "vidur_cache"
     vidur_profiles(args.vidur_profiles.resolve(), cache)
     samples, table = work / "a100.parquet", work / "a100.json"
-    exe = [sys.executable, "-m", "servecal"]
+    # run in the scratch folder: ``-m`` puts the working directory first on the path,
+    # and a source checkout there would shadow the installed servecal
+    exe = [args.servecal_python, "-m", "servecal"]
     subprocess.run([*exe, "import", "aiconfigurator", str(AIC_A100), "--model", "llama-3-8b",
-                    "--out", str(samples)], check=True, capture_output=True)  # fmt: skip
+                    "--out", str(samples)], check=True, capture_output=True, cwd=work)  # fmt: skip
     subprocess.run([*exe, "fit", str(samples), "--out", str(table)], check=True,
-                   capture_output=True)  # fmt: skip
+                   capture_output=True, cwd=work)  # fmt: skip
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     vidur_env = {**env, "HF_HUB_OFFLINE": "1", "HF_HOME": str(work / "hf_home"),
                  "WANDB_MODE": "disabled"}  # fmt: skip
     commands = {
         "servecal": (
-            servecal_command(ours, args.requests, args.budget, samples, table, work / "run"),
+            servecal_command(
+                args.servecal_python, ours, args.requests, args.budget, samples, table, work / "run"
+            ),
             env,
         ),  # fmt: skip
         "vidur": (

@@ -1,3 +1,3 @@
-from servecal.cli import main
+from servecal.launch import main
 
 main()

@@ -78,14 +78,7 @@ class OneLineGroup(TyperGroup):
         return code
 
 
-app = typer.Typer(
-    name="servecal",
-    help="Calibrate what one LLM-serving iteration costs; schedule requests under SLOs with it.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    cls=OneLineGroup,
-)
+HELP = "Calibrate what one LLM-serving iteration costs; schedule requests under SLOs with it."
 
 
 def _version(value: bool) -> None:
@@ -94,7 +87,6 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-@app.callback()
 def _root(
     version: bool = typer.Option(
         False, "--version", callback=_version, is_eager=True, help="Print the version."
@@ -103,15 +95,60 @@ def _root(
     """Calibrate what one LLM-serving iteration costs, and schedule requests under SLOs."""
 
 
-for _info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
-    if _info.name.startswith("_"):
-        continue
-    importlib.import_module(f"servecal.commands.{_info.name}").register(app)
+def command_modules() -> list[str]:
+    """The modules of ``servecal/commands`` that define a command, sorted. Each
+    registers one command named as the module, less a trailing ``_`` (``import_``)."""
+    found = pkgutil.iter_modules(commands.__path__)
+    return sorted(m.name for m in found if not m.name.startswith("_"))
+
+
+def build_app(modules: list[str] | None = None) -> typer.Typer:
+    """The command line with the commands of ``modules`` (default: every command)."""
+    built = typer.Typer(
+        name="servecal",
+        help=HELP,
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        cls=OneLineGroup,
+    )
+    # a callback keeps the app a group even with one command registered (typer runs
+    # a lone command without its name otherwise)
+    built.callback()(_root)
+    for module in command_modules() if modules is None else modules:
+        importlib.import_module(f"servecal.commands.{module}").register(built)
+    return built
+
+
+def module_for(args: list[str]) -> str | None:
+    """The command module ``args`` invoke (``simulate ...`` -> ``simulate``), or None
+    (no command, an option first, or a name no module has: the whole app answers)."""
+    if not args or args[0].startswith("-"):
+        return None
+    known = command_modules()
+    for module in (args[0], f"{args[0]}_"):
+        if module in known:
+            return module
+    return None
+
+
+def __getattr__(name: str) -> Any:
+    """``servecal.cli.app``: every command, built on first use (PEP 562)."""
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    """Console entry point (errors and Ctrl-C are handled by :class:`OneLineGroup`)."""
+    """Console entry point (errors and Ctrl-C are handled by :class:`OneLineGroup`).
+
+    Only the command named on the line is imported and turned into click options:
+    building all of them is a cost every process would pay for commands it does not run
+    (docs/results/2026-12-04-vidur-side-by-side.md).
+    """
+    module = module_for(sys.argv[1:])
     try:
-        app()
+        build_app(None if module is None else [module])()
     except KeyboardInterrupt:  # between the group's handler and the interpreter's exit
         sys.exit(EXIT_INTERRUPTED)
