@@ -135,6 +135,12 @@ def _checked_tp(tp: Any) -> int:
 class CostTable:
     """Monotone quantile grid with margin, energy and provenance (see module docstring)."""
 
+    #: Every answer is non-decreasing in each of ``n_decode, chunk, ctx, prefix`` (the
+    #: grid is checked so, and the interpolation keeps it: :mod:`.interp`; exactly along
+    #: the chunk, to within rounding along the others). Readers may rely on it: a
+    #: router bounds two predictions by one (:class:`.routers.PredictedLatency`).
+    non_decreasing = True
+
     def __init__(
         self,
         axes: Mapping[str, Sequence[int]],

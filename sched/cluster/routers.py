@@ -76,9 +76,14 @@ class PredictedLatency:
 
     The replicas are tried least loaded first (fewest queued prompt tokens, then fewest
     outstanding requests) and the first predicted to meet both gets the request: on
-    identical replicas that is also the lowest predicted TTFT, and an uncongested fleet
-    costs one prediction per request. When none is predicted to meet both, the one with
-    the smallest worst ratio of prediction to SLO.
+    identical replicas that is also the lowest predicted TTFT. When none is predicted
+    to meet both, the one with the smallest worst ratio of prediction to SLO.
+
+    An uncongested fleet costs one table lookup a request: on a cost table, whose
+    answers are non-decreasing in every coordinate, ``T(n + m + 1, chunk)`` bounds
+    both ``T(n, chunk)`` and ``T(n + m + 1, min(chunk, Q))`` from above, so a least
+    loaded replica that meets both SLOs at that one shape meets them exactly; only
+    when it does not are the two bounds computed (:meth:`_surely_meets`).
     ``chunk``: the prefill tokens per iteration assumed (a SLOWeave replica's chunk
     varies; 512 is a typical one at a 25 ms TPOT); ``quantile``, ``use_margin``: the
     bound planned on (``use_margin=False`` with a P50-only table).
@@ -143,10 +148,28 @@ class PredictedLatency:
         ttft, tpot = self.predict(request, replica)
         return max(ttft / request.ttft_slo_ms, tpot / request.tpot_slo_ms)
 
+    def _surely_meets(self, request: Request, replica: Replica) -> bool:
+        """Whether ``replica`` meets both SLOs at one shape bounding both of
+        :meth:`predict`'s table lookups from above (see the class docstring): True
+        only where :meth:`_worst` is at most 1 too; False decides nothing. Only for a
+        fixed table declared ``non_decreasing`` (a learning one may not stay so)."""
+        p = replica.predictor
+        if not getattr(p, "non_decreasing", False) or callable(getattr(p, "observe", None)):
+            return False
+        n = replica.n_decode
+        upper = self._bound(replica, max(n, replica.outstanding) + 1, self.chunk, replica.ctx_mean)
+        if upper / request.tpot_slo_ms > 1.0:
+            return False
+        iterations = math.ceil((replica.queued_prompt_tokens + request.prompt_tokens) / self.chunk)
+        ttft = max(0.0, replica.now_ms - request.arrival_ms) + iterations * upper
+        return ttft / request.ttft_slo_ms <= 1.0
+
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
         # the least loaded first: in an uncongested fleet it is the answer, and finding
         # it is one C scan, not a sort
         first = min(replicas, key=_BY_TOKENS)
+        if self._surely_meets(request, first):
+            return first.index
         best_worst = self._worst(request, first)
         if best_worst <= 1.0:
             return first.index

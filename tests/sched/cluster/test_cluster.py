@@ -203,7 +203,7 @@ def test_the_load_a_router_reads_is_the_engines_at_every_arrival(router):
                 return expected
             return self.inner.route(request, replicas)
 
-    spec = _cluster(4, router, rate=220)  # overloaded: the router tries several replicas
+    spec = _cluster(4, router, rate=600)  # overloaded: the router tries several replicas
     requests = requests_for(spec, 0)  # type: ignore[arg-type]
     replicas, inner = build_cluster(spec, np.random.default_rng(0))
     Cluster(requests, replicas, Checking(inner)).run()
@@ -254,3 +254,40 @@ def test_routing_never_reads_the_engines_iteration_rows(router):
     Cluster(requests_for(spec, 0), replicas, Watching()).run()  # type: ignore[arg-type]
     assert len(routed) == 300
     assert all(list.__len__(r.engine.log.rows) > 100 for r in replicas)  # rows were kept
+
+
+@pytest.mark.parametrize("rate", [60, 600])
+def test_predicted_latencys_one_lookup_routes_as_the_two_bounds_do(rate):
+    """The one-lookup shortcut (a shape bounding both predictions from above) routes
+    every request where the two exact bounds route it, at a load where it decides
+    most arrivals (60 req/s on 4 replicas) and where the fleet is overloaded."""
+    from servecal.sched.cluster.cluster import Cluster
+    from servecal.sched.cluster.routers import PredictedLatency
+    from servecal.sched.cluster.spec import build_cluster
+    from servecal.sched.experiment.run import requests_for
+
+    class TwoBounds(PredictedLatency):
+        def _surely_meets(self, request, replica):
+            return False
+
+    decided = []
+
+    class Checking:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def route(self, request, replicas):
+            first = min(replicas, key=lambda r: r.by_tokens)
+            decided.append(self.inner._surely_meets(request, first))
+            expected = TwoBounds().route(request, replicas)
+            assert self.inner.route(request, replicas) == expected
+            return expected
+
+    spec = _cluster(4, "predicted-latency", rate=rate)
+    replicas, inner = build_cluster(spec, np.random.default_rng(0))
+    Cluster(requests_for(spec, 0), replicas, Checking(inner)).run()  # type: ignore[arg-type]
+    assert len(decided) == 600
+    if rate == 60:
+        assert sum(decided) > 500  # the shortcut decides most arrivals of a calm fleet
+    else:
+        assert sum(decided) < 600  # and not every one of an overloaded fleet's
