@@ -10,7 +10,8 @@ still be *read* as a user's defaults (the cache folder, the vLLM venv).
 The one exception is a process's own entry, where the environment must be set before
 a library reads it at import and no caller can hand it in: a local job worker's
 ``CUDA_VISIBLE_DEVICES`` (multiprocessing starts a worker with its parent's
-environment, and CUDA reads the variable once).
+environment, and CUDA reads the variable once), and the ``servecal`` console entry's
+``OPENBLAS_NUM_THREADS`` (OpenBLAS reads it once, when numpy is imported).
 """
 
 from __future__ import annotations
@@ -21,7 +22,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE_DIRS = ("servecal", "profiler", "costmodels", "sched", "reports", "integrations")
 #: (file, function) allowed to write the environment: a process entry (see above).
-PROCESS_ENTRIES = {("profiler/jobs/local.py", "_worker_main")}
+PROCESS_ENTRIES = {
+    ("profiler/jobs/local.py", "_worker_main"),
+    ("servecal/launch.py", "limit_blas_threads"),
+}
 MUTATORS = {"update", "setdefault", "pop", "popitem", "clear", "__setitem__", "__delitem__"}
 
 

@@ -39,6 +39,7 @@ STAGES = {
     "servecal.cli": 5,
     "servecal.commands": 5,
     "servecal.__main__": 5,
+    "servecal.launch": 5,  # the console entry: sets up the process, then runs the CLI
 }
 #: Stages of one height that must not import each other.
 APART = {"servecal.reports", "servecal.integrations"}
