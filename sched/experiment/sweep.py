@@ -83,16 +83,30 @@ def run_config(task: Task) -> dict[str, Any]:
 
 def input_files(spec: RunSpec) -> list[str]:
     """The files a spec's results depend on: a predictor table, a truth's samples, a
-    workload's trace."""
+    workload's trace; for a fleet (a cluster's ``replicas``, a disaggregated one's
+    ``prefill`` and ``decode`` pools), every replica's table and samples, once each."""
     from servecal.sched.experiment.models import table_path
 
-    table = table_path(spec.predictor)
-    out = [] if table is None else [str(table)]
-    for text, kinds in ((spec.truth, ("samples", "fit")), (spec.workload, ("trace",))):
-        name, sep, arg = text.partition(":")
-        if sep and name in kinds:
-            out.append(arg)
-    return [f for f in out if Path(f).is_file()]
+    models = [spec, *(getattr(spec, pool, ()) for pool in ("replicas", "prefill", "decode"))]
+    models = [m for m in _flatten(models) if hasattr(m, "predictor")]
+    out: list[str] = []
+    for model in models:
+        table = table_path(model.predictor)
+        out += [] if table is None else [str(table)]
+        out += _named_files(model.truth, ("samples", "fit"))
+    out += _named_files(spec.workload, ("trace",))
+    return [f for f in dict.fromkeys(out) if Path(f).is_file()]
+
+
+def _flatten(items: list[Any]) -> list[Any]:
+    """``items`` with the tuples among them (a fleet's pools) spliced in."""
+    return [x for item in items for x in (item if isinstance(item, tuple) else (item,))]
+
+
+def _named_files(text: str, kinds: tuple[str, ...]) -> list[str]:
+    """The file of a ``kind:path`` name (``samples:a.parquet``) whose kind is one of ``kinds``."""
+    name, sep, arg = text.partition(":")
+    return [arg] if sep and name in kinds else []
 
 
 def _file_digest(path: str) -> str:

@@ -189,3 +189,28 @@ def test_a_table_refitted_at_the_same_path_is_another_run(tmp_path: Path) -> Non
     mine.write_text(json.dumps(doc))
     r = simulate(out, 1, "--predictor", str(mine))
     assert r.exit_code == 2 and "input_sha256" in one_error_line(r.output)
+
+
+def test_a_fleet_sweep_writes_and_resumes_its_run_folders(tmp_path: Path) -> None:
+    """A cluster spec swept into folders records every replica's table by its digest
+    (each file once) and resumes; a replica's table refitted at its path is another run."""
+    from servecal.sched.cluster import ClusterSpec, ReplicaSpec
+    from servecal.sched.experiment.sweep import sweep
+    from servecal.sched.policies.registry import PolicySpec
+
+    table = Path(__file__).resolve().parents[2] / "sched" / "data" / "device_a100_fitted.json"
+    mine = tmp_path / "t.json"
+    mine.write_bytes(table.read_bytes())
+    replicas = (ReplicaSpec(PolicySpec("fixed-256"), predictor=str(mine)),) * 2
+    spec = ClusterSpec("chat", replicas, PolicySpec("round-robin"), tpot_slo_ms=50, rate=10,
+                       n_requests=30)  # fmt: skip
+    out = tmp_path / "fleet"
+    first = sweep([spec], folders=[out])[0].summaries[0]
+    config = json.loads((out / "seed-0" / "run.json").read_text())["config"]
+    assert list(config["input_sha256"]) == [str(mine)]
+    assert sweep([spec], folders=[out])[0].summaries[0]["goodput"] == first["goodput"]
+    doc = json.loads(mine.read_text())
+    doc["created"] = "refitted"
+    mine.write_text(json.dumps(doc))
+    with pytest.raises(InputError, match="input_sha256"):
+        sweep([spec], folders=[out])
