@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from servecal.costmodels.predictor import PLAN_QUANTILE
-from servecal.sched.policies.sloweave import MARGIN_CONTROLS, SLO_CONTROL
+from servecal.sched.policies.sloweave import MARGIN_CONTROLS, REGION_CONTROL
 from servecal.util.errors import InputError
 
 #: Key of the plug-in's section in vLLM's ``--additional-config``.
@@ -73,9 +73,10 @@ class PluginConfig:
       prompt per step; on admits bursts of short prompts faster).
     * ``check_model``: refuse a table whose fingerprint names another model shape.
     * ``margin_control``: SLOWeave's ``margin_control``, as in the engine policy:
-      ``slo`` (default) scales the budget online from the SLO's gap misses, one
-      controller per engine kept across steps; ``region`` also corrects it per region
-      of the chunk by the table's measured error; ``fixed`` plans on the whole budget.
+      ``region`` (default) scales the budget online from the SLO's gap misses and
+      corrects it per region of the chunk by the table's measured error, one
+      controller per engine kept across steps; ``slo`` keeps one scale for every
+      chunk; ``fixed`` plans on the whole budget.
     """
 
     table: Path
@@ -92,7 +93,7 @@ class PluginConfig:
     multi_prefill: bool = False
     max_prefills: int = 8
     check_model: bool = True
-    margin_control: str = SLO_CONTROL
+    margin_control: str = REGION_CONTROL
 
     def __post_init__(self) -> None:
         self._check_numbers()

@@ -39,7 +39,13 @@ class MarginControl(Protocol):
     def summary(self) -> dict[str, float | int]: ...
 
     def choose(
-        self, fit: Fit, limit: int, prefix: int = 0, n_decode: int = 0, ctx: float = 0.0
+        self,
+        fit: Fit,
+        limit: int,
+        prefix: int = 0,
+        n_decode: int = 0,
+        ctx: float = 0.0,
+        median: Median | None = None,
     ) -> int: ...
 
     def count(

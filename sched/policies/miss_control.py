@@ -198,10 +198,17 @@ class GapMissControl:
         self._pending = deadline_ms
 
     def choose(
-        self, fit: Fit, limit: int, prefix: int = 0, n_decode: int = 0, ctx: float = 0.0
+        self,
+        fit: Fit,
+        limit: int,
+        prefix: int = 0,
+        n_decode: int = 0,
+        ctx: float = 0.0,
+        median: Median | None = None,
     ) -> int:
         """The largest chunk up to ``limit`` that the budget × :meth:`scale` fits (one
-        scale for every chunk: the batch's numbers do not matter here)."""
+        scale for every chunk: the batch's numbers and the table's median do not
+        matter here)."""
         return fit(limit, self._scale)
 
     def count(

@@ -36,7 +36,7 @@ from servecal.sched.policies.region_control import RegionMissControl
 from servecal.sched.view import EngineView
 
 #: ``margin_control`` values: the budget scaled online from the SLO's gap misses per
-#: ``log2`` region of the chunk, or one scale for every chunk (the default), or the
+#: ``log2`` region of the chunk (the default), or one scale for every chunk, or the
 #: whole budget planned on ``T̂_q + δ`` (the baseline the SLO control is measured
 #: against).
 REGION_CONTROL = "region"
@@ -59,13 +59,15 @@ class SLOWeaveConfig:
       it admitted exceeds ``admission_fraction`` (0.9) of its ``D_i``.
     * ``multi_prefill`` (False): after the oldest prompt's whole remainder fits, fill the
       rest of the budget first-fit with the next prompts, up to ``max_prefills`` (8).
-    * ``margin_control`` (``slo``): ``slo`` scales the budget online so that the
+    * ``margin_control`` (``region``): ``slo`` scales the budget online so that the
       iterations filled to the deadline overshoot it no more often than the SLO affords
       (:mod:`~servecal.sched.policies.miss_control`; ``control_gain``,
       ``control_max_scale``, ``control_tpot_share`` are its options); ``region`` does
-      so per ``log2`` region of the chunk, for a table wrong in some regions only
-      (:mod:`~servecal.sched.policies.region_control`); ``fixed`` plans on ``T̂_q + δ``
-      against the whole budget (kept as the baseline the control is measured against).
+      so and corrects each ``log2`` region of the chunk by the table's error measured
+      there, for a table wrong in some regions only
+      (:mod:`~servecal.sched.policies.region_control`; ``control_region_max_scale``);
+      ``fixed`` plans on ``T̂_q + δ`` against the whole budget (kept as the baseline
+      the control is measured against).
     """
 
     c_max: int = 4096
@@ -77,9 +79,10 @@ class SLOWeaveConfig:
     admission_fraction: float = 0.9
     multi_prefill: bool = False
     max_prefills: int = 8
-    # ``region`` measured better on coarse-grid truths at reduced scale only
-    # (docs/results/2026-12-04-robustness-coarse.md): not the default until the full run
-    margin_control: str = SLO_CONTROL
+    # ``region``: ≥ 0.98× the best fixed chunk on all 40 cells of the ten smooth and
+    # replayed truths, as ``slo`` is, and far above it on coarse-grid replays
+    # (docs/results/2026-12-04-robustness-full.md)
+    margin_control: str = REGION_CONTROL
     control_gain: float = 0.05
     control_max_scale: float = 1.1
     control_region_max_scale: float = 1.5
@@ -204,7 +207,7 @@ def controlled_chunk(
 
     budget = max(0.0, earliest_deadline_ms - now_ms)
     fit, median = _searches(predictor, config, n_decode, ctx, prefix, budget)
-    c = control.choose(fit, limit, prefix, n_decode, ctx)
+    c = control.choose(fit, limit, prefix, n_decode, ctx, median)
     if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
     if c > 0:

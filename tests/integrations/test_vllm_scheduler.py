@@ -271,7 +271,7 @@ def test_the_chunk_equals_the_engine_policys_for_the_same_state(
 ) -> None:
     """vLLM's scheduled chunk, against SLOWeave.plan on a view the test builds itself,
     with the plug-in's default margin controller and with the whole-budget plan."""
-    settings = {} if margin_control == "slo" else {"margin_control": margin_control}
+    settings = {} if margin_control == "region" else {"margin_control": margin_control}
     s, clock = make(root, c_max=1024, **settings)
     policy = SLOWeave(SLOWeaveConfig(c_max=1024, margin_control=margin_control))
     # 220 steps: region control's per-bucket biases (learned from the steps it scores)
@@ -286,11 +286,11 @@ def test_the_margin_controller_moves_as_the_engine_policys(root: Path) -> None:
     schedule(), told of each freed request) is in the engine policy's state at every
     step (checked inside ``same_steps``), and that state moved: iterations the budget
     cut were scored, some of them misses, the scale left 1, and ``α`` was solved again
-    from the finished requests' gap counts (after 16 of them)."""
+    from the finished requests' gap counts (after 16 of them: 220 steps, as above)."""
     s, clock = make(root, c_max=1024)
     policy = SLOWeave(SLOWeaveConfig(c_max=1024))
     prior_alpha = s._sw_control.alpha
-    same_steps(s, clock, policy, 150, seed=8)
+    same_steps(s, clock, policy, 220, seed=8)
     state = s._sw_control.summary()
     assert state["counted"] > 10 and 0 < state["misses"] < state["counted"]
     assert state["scale"] != 1.0 and state["alpha"] != prior_alpha

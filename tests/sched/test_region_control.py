@@ -56,6 +56,27 @@ def test_choose_takes_the_largest_chunk_its_own_region_allows() -> None:
     assert control.choose(linear_fit(0.0, 0.01, calls), 4096) == 0
 
 
+def test_a_cheaper_chunk_below_a_step_is_taken_by_its_tokens_a_millisecond() -> None:
+    """A coarse grid steps at 512: chunks above it cost 2.5× what the table's median
+    says, those below 0.6×. The largest feasible chunk (1000 at scale 1, in region 9)
+    prefills fewer tokens a millisecond than region 8's top (511): that is taken. With
+    no bias (a table priced right) the largest chunk stays the choice."""
+
+    def median(chunk: int) -> float:  # 2 ms of decodes, 0.01 ms a token
+        return 2.0 + 0.01 * chunk
+
+    control = RegionMissControl()
+    fit = linear_fit(10.0, 0.01, [])
+    assert control.choose(fit, 4096, median=median) == 1000  # nothing learned yet
+    with_bias(control, 9, math.log(1.05))
+    with_bias(control, 8, math.log(0.6))
+    assert control.choose(fit, 4096) == 952  # without the median: the largest, as before
+    assert control.choose(fit, 4096, median=median) == 511
+    # a small difference (5% either way) is the means' noise, not a step: the largest
+    with_bias(control, 8, math.log(0.95))
+    assert control.choose(fit, 4096, median=median) == 952
+
+
 def test_the_bias_is_per_prefix_bucket() -> None:
     control = RegionMissControl()
     with_bias(control, 9, math.log(2.5), prefix=2048)

@@ -49,10 +49,15 @@ CASES: dict[str, tuple[str, int, str, float, int, tuple]] = {
 }
 
 
+#: The replicas' policy, pinned: the expectation guards the cluster's loop and routing,
+#: not SLOWeave's default controller (``region`` since it was written).
+REPLICA_POLICY = PolicySpec.parse("sloweave", {"margin_control": "slo"})
+
+
 def _spec(name: str) -> ClusterSpec:
     workload, n, router, rate, count, tiers = CASES[name]
     slo = 50.0 if "prefix" in workload else 25.0
-    return ClusterSpec(workload, (ReplicaSpec(PolicySpec.parse("sloweave")),) * n,
+    return ClusterSpec(workload, (ReplicaSpec(REPLICA_POLICY),) * n,
                        PolicySpec.parse(router), groups=tiers, tpot_slo_ms=slo, rate=rate,
                        n_requests=count)  # fmt: skip
 

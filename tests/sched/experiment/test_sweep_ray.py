@@ -111,7 +111,9 @@ def test_the_max_goodput_search_on_ray_reproduces_the_local_one(cluster, tmp_pat
     assert on_ray_rows == local
     for row in local:  # found inside the bracket's reach, not a bound
         assert row["max_goodput_bound"] == "measured" and row["max_goodput"] > 0
-        assert len(set(row["max_goodput_per_seed"])) == 2  # seeds differ: real searches
+    # seeds differ: real searches (two seeds of one policy may still land on one value
+    # of the bisection's grid)
+    assert any(len(set(row["max_goodput_per_seed"])) == 2 for row in local)
 
 
 @on_ray
