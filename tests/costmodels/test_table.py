@@ -285,3 +285,30 @@ def test_a_pickled_table_answers_and_counts_as_the_original() -> None:
     assert back.predict(3, 100, 50.5, 0, q=0.99) == table.predict(3, 100, 50.5, 0, q=0.99)
     assert back.max_chunk(3, 50.5, 0, 5.0, 300) == table.max_chunk(3, 50.5, 0, 5.0, 300)
     assert back.dumps() == table.dumps()
+
+
+@pytest.mark.parametrize(
+    ("values", "words"),
+    [
+        ([1.0, True, 2.0], "list of numbers"),
+        ([1.0, None], "list of numbers"),
+        ("1.0", "list of numbers"),
+        ([1.0, float("nan")], "non-finite"),
+        ([1.0, float("inf")], "non-finite"),
+        ([1.0, 10**400], "too large"),
+        ([1.0, -(2**60)], "too large"),
+    ],
+)
+def test_a_grid_list_refuses_what_is_not_a_finite_number(values, words: str) -> None:
+    from servecal.costmodels.table_schema import _num_list
+
+    with pytest.raises(InputError, match=words):
+        _num_list(values, "t.json", "energy_j")
+
+
+def test_a_grid_list_keeps_its_numbers_as_floats() -> None:
+    from servecal.costmodels.table_schema import _num_list
+
+    got = _num_list([0, 1, 2.5, 2**53], "t.json", "energy_j")
+    assert got == [0.0, 1.0, 2.5, float(2**53)] and all(type(v) is float for v in got)
+    assert _num_list([], "t.json", "energy_j") == []
