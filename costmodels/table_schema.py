@@ -38,8 +38,9 @@ def _num_list(value: Any, source: str, name: str) -> list[float]:
     # checked per distinct type and with C-level maps: a table holds ~20,000 numbers
     # and every command that loads one pays this (4.1 -> 1.5 ms on the A100 table:
     # docs/results/2026-12-04-vidur-side-by-side.md)
-    kinds = set(map(type, value)) if isinstance(value, list) else {None}
-    if not all(k is not bool and k is not None and issubclass(k, (int, float)) for k in kinds):
+    if not isinstance(value, list) or not all(
+        k is not bool and issubclass(k, (int, float)) for k in set(map(type, value))
+    ):
         raise InputError(f"{source}: field '{name}': must be a list of numbers")
     try:  # a huge JSON integer would overflow float(): isfinite raises, compare as numbers
         finite = all(map(math.isfinite, value))

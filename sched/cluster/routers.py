@@ -59,6 +59,17 @@ class LeastTokens:
         return min(replicas, key=_BY_TOKENS).index
 
 
+def _learns(predictor: Any) -> bool:
+    """Whether ``predictor`` learns online (its answers move: nothing is cached)."""
+    return callable(getattr(predictor, "observe", None))
+
+
+def _decoding_with(replica: Replica) -> int:
+    """Requests decoding once everything routed to ``replica`` and the new one do:
+    ``n + m + 1``."""
+    return max(replica.n_decode, replica.outstanding) + 1
+
+
 @dataclass(frozen=True)
 class PredictedLatency:
     """Where the replica's cost table predicts the request meets its TTFT and TPOT
@@ -122,11 +133,9 @@ class PredictedLatency:
     def predict(self, request: Request, replica: Replica) -> tuple[float, float]:
         """``(TTFT, TPOT)`` predicted for ``request`` on ``replica``, in ms."""
         n, ctx = replica.n_decode, replica.ctx_mean
-        queued = replica.queued_prompt_tokens
-        held = replica.outstanding - n
         steps, i = replica.steps, replica.index
-        fixed = not callable(getattr(replica.predictor, "observe", None))
-        args = (n + max(0, held) + 1, min(self.chunk, queued + 1), ctx)
+        fixed = not _learns(replica.predictor)
+        args = (_decoding_with(replica), min(self.chunk, replica.queued_prompt_tokens + 1), ctx)
         hit = self._tpot.get(i)
         if fixed and hit is not None and hit[0] == steps and hit[1] == args:
             tpot = hit[2]
@@ -139,10 +148,13 @@ class PredictedLatency:
         else:
             per_iteration = self._bound(replica, n, self.chunk, ctx)
             self._ttft[i] = (steps, n, ctx, per_iteration)
-        iterations = math.ceil((queued + request.prompt_tokens) / self.chunk)
-        wait = max(0.0, replica.now_ms - request.arrival_ms)
-        ttft = wait + iterations * per_iteration
-        return ttft, tpot
+        return self._ttft_of(request, replica, per_iteration), tpot
+
+    def _ttft_of(self, request: Request, replica: Replica, per_iteration: float) -> float:
+        """Wait for the current iteration, then the queue ahead and the prompt at
+        ``chunk`` tokens an iteration of ``per_iteration`` ms."""
+        iterations = math.ceil((replica.queued_prompt_tokens + request.prompt_tokens) / self.chunk)
+        return max(0.0, replica.now_ms - request.arrival_ms) + iterations * per_iteration
 
     def _worst(self, request: Request, replica: Replica) -> float:
         ttft, tpot = self.predict(request, replica)
@@ -154,15 +166,12 @@ class PredictedLatency:
         only where :meth:`_worst` is at most 1 too; False decides nothing. Only for a
         fixed table declared ``non_decreasing`` (a learning one may not stay so)."""
         p = replica.predictor
-        if not getattr(p, "non_decreasing", False) or callable(getattr(p, "observe", None)):
+        if not getattr(p, "non_decreasing", False) or _learns(p):
             return False
-        n = replica.n_decode
-        upper = self._bound(replica, max(n, replica.outstanding) + 1, self.chunk, replica.ctx_mean)
+        upper = self._bound(replica, _decoding_with(replica), self.chunk, replica.ctx_mean)
         if upper / request.tpot_slo_ms > 1.0:
             return False
-        iterations = math.ceil((replica.queued_prompt_tokens + request.prompt_tokens) / self.chunk)
-        ttft = max(0.0, replica.now_ms - request.arrival_ms) + iterations * upper
-        return ttft / request.ttft_slo_ms <= 1.0
+        return self._ttft_of(request, replica, upper) / request.ttft_slo_ms <= 1.0
 
     def route(self, request: Request, replicas: Sequence[Replica]) -> int:
         # the least loaded first: in an uncongested fleet it is the answer, and finding

@@ -87,8 +87,9 @@ def input_files(spec: RunSpec) -> list[str]:
     ``prefill`` and ``decode`` pools), every replica's table and samples, once each."""
     from servecal.sched.experiment.models import table_path
 
-    models = [spec, *(getattr(spec, pool, ()) for pool in ("replicas", "prefill", "decode"))]
-    models = [m for m in _flatten(models) if hasattr(m, "predictor")]
+    pools = ("replicas", "prefill", "decode")
+    replicas = [r for pool in pools for r in getattr(spec, pool, ())]
+    models = [m for m in (spec, *replicas) if hasattr(m, "predictor")]
     out: list[str] = []
     for model in models:
         table = table_path(model.predictor)
@@ -96,11 +97,6 @@ def input_files(spec: RunSpec) -> list[str]:
         out += _named_files(model.truth, ("samples", "fit"))
     out += _named_files(spec.workload, ("trace",))
     return [f for f in dict.fromkeys(out) if Path(f).is_file()]
-
-
-def _flatten(items: list[Any]) -> list[Any]:
-    """``items`` with the tuples among them (a fleet's pools) spliced in."""
-    return [x for item in items for x in (item if isinstance(item, tuple) else (item,))]
 
 
 def _named_files(text: str, kinds: tuple[str, ...]) -> list[str]:
