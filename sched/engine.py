@@ -29,8 +29,6 @@ from heapq import heapify, heappop, heappush
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from servecal.costmodels.predictor import TAIL_QUANTILE, Predictor
 from servecal.sched.executor import Executor
 from servecal.sched.live import LiveRequest, Phase
@@ -164,13 +162,6 @@ class IterationLog:
     def __len__(self) -> int:
         """Iterations recorded so far (written and held)."""
         return len(self.rows) + (0 if self.stream is None else self.stream.count)
-
-    def durations(self) -> np.ndarray:
-        """Every iteration's duration (ms), in order."""
-        held = np.array([row[1] for row in self.rows], dtype=float)
-        if self.stream is None:
-            return held
-        return np.concatenate([np.frombuffer(self.stream.durations, dtype=float), held])
 
 
 class Engine:

@@ -29,7 +29,6 @@ import os
 import shutil
 import tempfile
 import weakref
-from array import array
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -49,14 +48,13 @@ class IterationStream:
     """Writes iteration rows (``ROW_COLUMNS`` tuples) to ``path`` in row groups.
 
     ``rows``: the batch being filled (the engine appends to it; :meth:`record`
-    flushes it when full); ``durations``: every iteration's duration so far."""
+    flushes it when full)."""
 
     def __init__(
         self, path: str | os.PathLike[str], predictor: Any, batch: int | None = None
     ) -> None:
         self.path = Path(path)
         self.rows: list[tuple[Any, ...]] = []
-        self.durations = array("d")
         self._predictor = copy.deepcopy(predictor)  # its clamped-query counts stay the run's
         self._batch = batch or BATCH
         self._writer: Any = None
@@ -83,7 +81,6 @@ class IterationStream:
             self._writer = pq.ParquetWriter(self.path, table.schema)
         if rows:
             self._writer.write_table(table)
-        self.durations.extend(columns["duration_ms"])
         self.count += len(rows)
         rows.clear()
 

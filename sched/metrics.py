@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from servecal.sched.result import REQUEST_COLUMNS as RESULT_COLUMNS
+from servecal.sched.result import median, p99
 from servecal.util.errors import InputError
 
 if TYPE_CHECKING:
@@ -192,7 +193,7 @@ def _censored_ttft(requests: Frame, ttft_ms: np.ndarray) -> np.ndarray:
 
 def _p99(values: np.ndarray) -> float | None:
     v = _present(np.asarray(values, dtype=float))
-    return float(np.percentile(v, 99)) if v.size else None
+    return p99(v) if v.size else None
 
 
 def _rows(frame: Frame, column: str) -> int:
@@ -274,7 +275,7 @@ def summarize(
         "recomputes": int(np.nansum(_num(requests, "recomputes"))),
         "parks": int(np.nansum(_num(requests, "parks"))),
         "rejected": int(_rejected(requests, n).sum()),
-        "decision_us_median": float(np.median(decision)) if decision.size else None,
+        "decision_us_median": median(decision) if decision.size else None,
         "online": _online(iterations),
     }
     summary.update(_prefix_cache(requests))

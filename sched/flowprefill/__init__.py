@@ -5,11 +5,23 @@ policy registry (:mod:`servecal.sched.policies.registry`); runs go through the
 experiment layer (:mod:`servecal.sched.experiment`)."""
 
 from servecal.sched.flowprefill.decision import Decision, DriverView, PrefillPolicy
-from servecal.sched.flowprefill.driver import DriverConfig, OperatorDriver
-from servecal.sched.flowprefill.operators import GRANULARITIES, OperatorModel
 from servecal.sched.flowprefill.policies import Fcfs, FlowPrefill, TokenBudgetChunks
 from servecal.sched.flowprefill.priority import by_priority, priority, priority_order, slack_ms
 from servecal.sched.flowprefill.state import Job
+from servecal.util.lazy import lazy_exports
+
+#: The driver and its operator model, imported on first use (PEP 562): the policy
+#: registry loads FlowPrefill's policies by import path, and an engine run that
+#: resolves them (``budget``'s driver backend) needs neither.
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "DriverConfig": "driver",
+        "OperatorDriver": "driver",
+        "GRANULARITIES": "operators",
+        "OperatorModel": "operators",
+    },
+)
 
 __all__ = [
     "GRANULARITIES",

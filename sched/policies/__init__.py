@@ -6,7 +6,6 @@
 """
 
 from servecal.sched.policies._common import room_for
-from servecal.sched.policies.budget import TokenBudget
 from servecal.sched.policies.registry import (
     DRIVER,
     ENGINE,
@@ -19,8 +18,21 @@ from servecal.sched.policies.registry import (
     make_policy,
     resolve,
 )
-from servecal.sched.policies.sloweave import SLOWeave, SLOWeaveConfig
-from servecal.sched.policies.static import FixedChunk, FullPrefill
+from servecal.util.lazy import lazy_exports
+
+#: The policy classes, imported on first use (PEP 562): the registry names every
+#: class by import path, so a run imports only the policy it runs, and importing
+#: this package for the registry does not pay for SLOWeave and its controllers.
+_CLASSES = {
+    "SLOWeave": "sloweave",
+    "SLOWeaveConfig": "sloweave",
+    "FixedChunk": "static",
+    "FullPrefill": "static",
+    "TokenBudget": "budget",
+}
+
+__getattr__ = lazy_exports(__name__, _CLASSES)
+
 
 __all__ = [
     "DRIVER",

@@ -78,7 +78,7 @@ class TokenBudget:
 
     def plan(self, view: EngineView, predictor: Predictor) -> Plan:
         left = self.budget - view.n_decode
-        if left <= 0:
+        if left <= 0 or view.next_prefill() is None:  # most iterations: decodes only
             return DECODE_ONLY
         queue: Iterable = view.prefill_queue()
         if self.order == "edf":
