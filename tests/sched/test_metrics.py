@@ -240,3 +240,45 @@ def test_empty_run_summarises_to_zeros_and_nones() -> None:
     s = summarize(_requests(TOY).iloc[0:0])
     assert s["requests"] == 0 and s["goodput"] == 0.0 and s["attainment"] == 0.0
     assert s["p99_ttft_ms"] is None and s["mean_ttft_ms"] is None and s["p99_tpot_ms"] is None
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 7, 8, 100, 101, 102, 1000])
+def test_p99_and_median_are_numpys_floats_exactly(size):
+    """The partition-based quantiles the metrics and the request rows use give the very
+    floats ``np.percentile(v, 99)`` and ``np.median(v)`` give (two-sided interpolation
+    and the mean of the middle two included), ties and repeated values too."""
+    from servecal.sched.result import median, p99
+
+    rng = np.random.default_rng(size)
+    for scale in (1e-3, 1.0, 30.0, 1e6):
+        for values in (rng.random(size) * scale, np.round(rng.random(size) * scale, 1)):
+            assert p99(values) == float(np.percentile(values, 99))
+            assert median(values) == float(np.median(values))
+
+
+def test_a_simulated_summary_does_not_import_numpy_ma():
+    """numpy's percentile and median import numpy.ma on first use (~7 ms a process);
+    the summary's quantiles, on a simulated run's columns, do not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from servecal.sched.metrics import summarize\n"
+        "a = np.array\n"
+        "req = {'rid': a([0, 1]), 'arrival_ms': a([0.0, 1.0]), 'prompt_tokens': a([10, 10]),"
+        " 'output_tokens': a([3, 3]), 'ttft_slo_ms': a([500.0] * 2),"
+        " 'tpot_slo_ms': a([25.0] * 2), 'slo_class': a(['default'] * 2, dtype=object),"
+        " 'first_token_ms': a([5.0, 9.0]), 'completion_ms': a([40.0, 50.0]),"
+        " 'tokens_out': a([3, 3]), 'tpot_p99_ms': a([20.0, 22.0]),"
+        " 'tpot_mean_ms': a([18.0, 20.0]), 'tpot_max_ms': a([20.0, 22.0]),"
+        " 'recomputes': a([0, 0]), 'parks': a([0, 0]), 'slo_exception': a([False] * 2),"
+        " 'rejected': a([False] * 2)}\n"
+        "it = {'duration_ms': a([5.0, 7.0, 9.0]), 'decision_us': a([3.0, 4.0, 5.0])}\n"
+        "before = 'numpy.ma' in sys.modules\n"
+        "s = summarize(req, it)\n"
+        "print(before, 'numpy.ma' in sys.modules, s['p99_tpot_ms'], s['decision_us_median'])\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["False", "False", str(np.percentile([20.0, 22.0], 99)), "4.0"]
