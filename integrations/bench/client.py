@@ -161,7 +161,12 @@ async def _drive(url: str, model: str, requests: list[Request], prompts: list[li
             asyncio.ensure_future(_send(session, url, model, got, prompt, t0, id_prefix))
             for got, prompt in zip(received, prompts, strict=True)
         ]
-        done, pending = await asyncio.wait(tasks, timeout=deadline_s)
+        # counted from the last request's due time, not from the start: at a low rate
+        # the last requests are sent late, and a deadline from the start would cut them
+        # before they are sent (a miss that grows as the rate falls, against the
+        # monotonicity a max-goodput search assumes)
+        last_due_s = max((r.arrival_ms for r in requests), default=0.0) / 1000.0
+        done, pending = await asyncio.wait(tasks, timeout=last_due_s + deadline_s)
         for task in pending:
             task.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
@@ -174,7 +179,7 @@ async def _drive(url: str, model: str, requests: list[Request], prompts: list[li
 def send_workload(url: str, model: str, requests: list[Request], seed: int,
                   deadline_s: float, id_prefix: str = ID_PREFIX) -> list[Received]:  # fmt: skip
     """Send ``requests`` to ``url`` at their arrival times; every request comes back,
-    complete, failed or cut off at ``deadline_s`` after the start. Prompts are token
+    complete, failed or cut off ``deadline_s`` after the last one was due. Prompts are token
     ids (:mod:`.prompts`: realising the requests' shared prefixes where they carry
     prefix identity); each request's ``X-Request-Id`` is ``id_prefix-RID``."""
     prompts = prompt_ids(requests, seed)

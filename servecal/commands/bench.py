@@ -210,7 +210,9 @@ def bench_command(
         ..., "--tpot-slo", help="TPOT SLO in ms of requests without their own."
     ),
     timeout_s: float = typer.Option(
-        600.0, "--timeout-s", help="A run's deadline: unfinished requests count as missed."
+        600.0,
+        "--timeout-s",
+        help="Seconds a run waits after its last request is due; unfinished ones count as missed.",
     ),
     max_goodput: bool = typer.Option(
         False, "--max-goodput", help="Search the highest rate within SLO."

@@ -107,6 +107,16 @@ def test_failed_and_cut_off_requests_are_kept_as_missed(server, tmp_path: Path) 
     assert rq["completion_ms"].isna().sum() == 2
 
 
+def test_the_deadline_counts_from_the_last_request_due(server) -> None:
+    """At a low rate the last requests are due late: the run's deadline waits for them
+    (counted from the last arrival), so none is cut before it is sent."""
+    url, _ = server
+    reqs = [Request(i, 600.0 * i, 3, 4) for i in range(3)]  # due at 0, 0.6 and 1.2 s
+    got = send_workload(url, "fake", reqs, seed=0, deadline_s=0.5)
+    assert [g.error for g in got] == [None, None, None]
+    assert all(g.complete for g in got)
+
+
 def test_bench_url_writes_a_run_folder_that_report_reads(server, tmp_path: Path) -> None:
     url, _ = server
     runner = CliRunner()
