@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -130,7 +131,7 @@ def running_server(spec: ServerSpec, log_path: Path, start_timeout_s: float = 60
     url = f"http://127.0.0.1:{port}"
     env = dict(os.environ, VLLM_TARGET_DEVICE=os.environ.get("VLLM_TARGET_DEVICE", "cpu"))
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(log_path, "ab") as log:
+    with _terminate_as_exit(), open(log_path, "ab") as log:
         proc = popen_at_niceness(
             spec.command(port),
             spec.nice,
@@ -154,6 +155,32 @@ def running_server(spec: ServerSpec, log_path: Path, start_timeout_s: float = 60
             yield url
         finally:
             stop_server(proc)
+
+
+@contextlib.contextmanager
+def _terminate_as_exit() -> Iterator[None]:
+    """SIGTERM raises ``SystemExit`` while the server runs, so that ``finally`` stops it.
+
+    The server is started in a session of its own (a Ctrl-C to the terminal reaches
+    only us, and we stop it), so a SIGTERM's default action, which ends the
+    interpreter at once, would leave it running, holding its port and the CPUs. A
+    handler someone else installed (``calibrate``'s) is left alone, as is any thread
+    but the main one (only it may set handlers)."""
+    if (
+        threading.current_thread() is not threading.main_thread()
+        or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+    ):
+        yield
+        return
+
+    def exit_on_terminate(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, exit_on_terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
 def stop_server(proc: subprocess.Popen, grace_s: float = SHUTDOWN_S + 30) -> int:
