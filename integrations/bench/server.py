@@ -174,6 +174,8 @@ def _terminate_as_exit() -> Iterator[None]:
         return
 
     def exit_on_terminate(signum: int, frame: object) -> None:
+        # once: a second SIGTERM must not cut the stop short (SIGKILL still ends us)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise SystemExit(128 + signum)
 
     signal.signal(signal.SIGTERM, exit_on_terminate)
