@@ -15,6 +15,11 @@ later prompts start from an empty cache (the usual case), and a larger first
 prefix only prices the chunk higher. The token budget is the decode tokens plus
 that chunk, never above the step's token cap (vLLM's
 ``max_num_scheduled_tokens``); vLLM then fills it in its own order.
+
+A chunk that would complete the prompt(s) is cut one token short when the margin
+controller holds the decode batch below a step of the table's error
+(``sched/policies/decode_cliff.py``), as the engine policy cuts it; with
+``multi_prefill`` the cut falls on the last of the prompts.
 """
 
 from __future__ import annotations
@@ -92,7 +97,7 @@ def plan_chunk(
     # no decode running: no deadline binds (budget inf)
     chunk, budget, _aged = controlled_chunk(
         control, predictor, config, n_decode, ctx, next_prefix, limit,
-        now_ms, earliest_deadline_ms, next_waited_ms,
+        now_ms, earliest_deadline_ms, next_waited_ms, next_remaining,
     )  # fmt: skip
     tokens = min(token_cap, decode_tokens + chunk)
     # a zero budget would stop vLLM from scheduling anything, even the decodes

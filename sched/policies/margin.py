@@ -27,7 +27,8 @@ class MarginControl(Protocol):
     unless the aging rule overrode it, ``count`` hears of the chunk decided (the
     controller keeps it pending when it is one it learns from). ``finished(gaps)``:
     a request completed; ``scale()``: the pooled scale (for budgets fitted outside
-    ``choose``).
+    ``choose``); ``holds(n_after, decode_ms)``: whether to leave a prompt one token
+    short rather than complete it into a batch of ``n_after`` decodes.
     """
 
     def settle(self, now_ms: float) -> None: ...
@@ -35,6 +36,8 @@ class MarginControl(Protocol):
     def scale(self) -> float: ...
 
     def finished(self, gaps: int) -> None: ...
+
+    def holds(self, n_after: int, decode_ms: Callable[[int], float]) -> bool: ...
 
     def summary(self) -> dict[str, float | int]: ...
 

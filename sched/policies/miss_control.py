@@ -219,6 +219,10 @@ class GapMissControl:
         if chunk < limit:
             self._pending = deadline_ms
 
+    def holds(self, n_after: int, decode_ms: Callable[[int], float]) -> bool:
+        """Never: one scale knows nothing of the decode batch's size."""
+        return False
+
     def finished(self, gaps: int) -> None:
         """A request completed with ``gaps`` inter-token gaps (output tokens − 1)."""
         if gaps < 1:

@@ -46,6 +46,11 @@ largest feasible chunk is taken instead when its tokens per millisecond are
 :data:`EFFICIENCY_GAIN` × the larger one's or more. On a truth the table prices right
 every ``m_r ≈ 0`` and a larger chunk amortises the iteration's fixed cost better, so
 the largest feasible chunk stays the choice.
+
+The same ``log g`` is kept per exact decode count too
+(:class:`~servecal.sched.policies.decode_cliff.DecodeCliff`): where it jumps between
+neighbouring batch sizes and no larger batch repays the jump, :meth:`holds` tells
+SLOWeave not to complete a prompt into that batch (``hold_cliffs``, on by default).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from servecal.sched.policies.decode_cliff import DecodeCliff, DecodeCost
 from servecal.sched.policies.margin import Fit, Median
 from servecal.sched.policies.miss_control import GapMissControl
 
@@ -94,14 +100,18 @@ class RegionMissControl(GapMissControl):
     Use as ``GapMissControl``, with ``choose(fit, limit, prefix)`` for the chunk and
     ``planned(deadline_ms, chunk, now_ms, p50_ms)`` after deciding one the budget cut
     (``p50_ms``: the table's median for it). ``region_max_scale`` (1.5) bounds a
-    region's scale above.
+    region's scale above; ``hold_cliffs`` (True): :meth:`holds` answers from the decode
+    batch's cliffs (False: never holds).
     """
 
     region_max_scale: float = 1.5
+    hold_cliffs: bool = True
     regions: dict[tuple[int, int], _Mean] = field(default_factory=dict)
     #: the same bias per (chunk, prefix, decodes, context) bucket: used once it has
     #: :data:`FINE_MIN` iterations, the coarser region's until then
     fine: dict[tuple[int, int, int, int], _Mean] = field(default_factory=dict)
+    #: the same bias per exact decode count, for the decode batch's cliffs
+    cliff: DecodeCliff = field(default_factory=DecodeCliff)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -110,6 +120,8 @@ class RegionMissControl(GapMissControl):
         self._prefix_bucket = -1  # the current decision's
         self._batch = (-1, -1)  # the current decision's decodes and context buckets
         self._pending_batch = (-1, -1)
+        self._n_decode = 0  # the current decision's decodes
+        self._pending_n_decode = 0
         self._start = math.nan
         self._p50 = math.nan
         self._pending_region = (-1, -1)
@@ -146,6 +158,7 @@ class RegionMissControl(GapMissControl):
         prefilled, ``n_decode`` and ``ctx`` the batch's decodes and their mean context."""
         self._prefix_bucket = bucket(prefix)
         self._batch = (bucket(n_decode), bucket(int(ctx)))
+        self._n_decode = n_decode
         largest = self._largest(fit, limit)
         if median is None or largest <= 0:
             return largest
@@ -201,6 +214,7 @@ class RegionMissControl(GapMissControl):
         if chunk > 0 and p50_ms > 0:
             self._pending_region = (bucket(chunk), self._prefix_bucket)
             self._pending_batch = self._batch
+            self._pending_n_decode = self._n_decode
             self._start, self._p50 = now_ms, p50_ms
         else:
             self._pending_region = (-1, -1)
@@ -228,6 +242,13 @@ class RegionMissControl(GapMissControl):
         g = min(max(math.log(took / self._p50), -CLIP), CLIP)
         self.regions.setdefault(key, _Mean()).add(g)
         self.fine.setdefault((*key, *self._pending_batch), _Mean()).add(g)
+        self.cliff.add(self._pending_n_decode, g)
+
+    def holds(self, n_after: int, decode_ms: DecodeCost) -> bool:
+        """Whether completing a prompt into a batch of ``n_after`` decodes steps to or past
+        a cliff of the table's error no larger batch repays (``decode_ms(n)``: the
+        table's median for ``n`` decodes alone)."""
+        return self.hold_cliffs and self.cliff.holds(n_after, decode_ms)
 
     def summary(self) -> dict[str, float | int]:
         """The pooled summary and how many regions it learned."""

@@ -68,6 +68,10 @@ class SLOWeaveConfig:
       (:mod:`~servecal.sched.policies.region_control`; ``control_region_max_scale``);
       ``fixed`` plans on ``T̂_q + δ`` against the whole budget (kept as the baseline
       the control is measured against).
+    * ``control_hold_cliffs`` (True; ``region`` only): a prompt is left one token short
+      rather than completed into a decode batch at or past a step of the table's
+      error that no larger batch repays
+      (:mod:`~servecal.sched.policies.decode_cliff`).
     """
 
     c_max: int = 4096
@@ -87,6 +91,7 @@ class SLOWeaveConfig:
     control_max_scale: float = 1.1
     control_region_max_scale: float = 1.5
     control_tpot_share: float = 0.5
+    control_hold_cliffs: bool = True
 
     def __post_init__(self) -> None:
         if self.c_max < 1:
@@ -118,6 +123,7 @@ class SLOWeaveConfig:
                     gain=self.control_gain,
                     max_scale=self.control_max_scale,
                     region_max_scale=self.control_region_max_scale,
+                    hold_cliffs=self.control_hold_cliffs,
                 )
             return GapMissControl(
                 tpot_share=self.control_tpot_share,
@@ -186,6 +192,7 @@ def controlled_chunk(
     now_ms: float,
     earliest_deadline_ms: float,
     waited_ms: float,
+    remaining: int = 0,
 ) -> tuple[int, float, bool]:
     """:func:`deadline_chunk` under a margin controller (``None``: as it is).
 
@@ -193,9 +200,11 @@ def controlled_chunk(
     decision is taken, the previous iteration has ended), lets it choose the chunk
     :func:`deadline_chunk` fits under its scale (or each region's: aging left out of
     that search, applied to what it found), and tells it of the chunk decided unless
-    aging overrode it. A scheduler that keeps one controller per engine and calls this
-    every step decides as the engine policy does (the vLLM plug-in:
-    ``integrations/vllm/planner.py``).
+    aging overrode it. ``remaining``: the prompt's prefill left (0: not known); a chunk
+    that would complete it is cut one token short when the controller ``holds`` a
+    batch of ``n_decode + 1`` decodes (:mod:`~servecal.sched.policies.decode_cliff`).
+    A scheduler that keeps one controller per engine and calls this every step decides
+    as the engine policy does (the vLLM plug-in: ``integrations/vllm/planner.py``).
     """
     if control is not None:
         control.settle(now_ms)
@@ -210,9 +219,20 @@ def controlled_chunk(
     c = control.choose(fit, limit, prefix, n_decode, ctx, median)
     if _ages(config, c, limit, waited_ms):
         return min(config.aging_chunk, limit), budget, True
+    if 0 < remaining <= c and _holds(control, predictor, n_decode, ctx):
+        c = remaining - 1
     if c > 0:
         control.count(earliest_deadline_ms, c, limit, now_ms, median)
     return c, budget, False
+
+
+def _holds(control: MarginControl, predictor: Predictor, n_decode: int, ctx: float) -> bool:
+    """Whether ``control`` keeps the batch from growing to ``n_decode + 1`` decodes."""
+
+    def decode_ms(n: int) -> float:
+        return float(predictor.predict(n, 0, ctx, 0, 0.5))
+
+    return control.holds(n_decode + 1, decode_ms)
 
 
 def _searches(
@@ -273,7 +293,7 @@ class SLOWeave:
         waited = now - live.arrival_ms if cfg.aging_ms is not None else 0.0
         c, budget, aged = controlled_chunk(
             control, predictor, cfg, n, ctx, live.prefilled, limit, now,
-            view.earliest_deadline_ms(), waited,
+            view.earliest_deadline_ms(), waited, live.remaining_prefill,
         )  # fmt: skip
         exceptions: tuple[int, ...] = ()
         if aged:

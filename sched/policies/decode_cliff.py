@@ -1,0 +1,118 @@
+"""A decode batch past a cost step the table cannot see: learned online, and not grown into.
+
+A calibration grid prices ``n`` decodes by interpolating between the few batch sizes it
+measured; a device — or a nearest-point replay of that grid — can step between them.
+A replay of a grid with 16 and 128 decodes as neighbours prices 46 decodes at 128's
+cost: at 3,000 tokens of context a decode-only step goes from 4 ms to 24.5 ms, the
+whole of a 25 ms TPOT, while the table, smooth, says 5.4 ms. No chunk avoids that
+step: once the batch is past it every iteration costs it. What sets the batch is how
+fast prompts are completed (each completed prompt adds a decode until its output
+ends), and SLOWeave, filling each iteration to the deadline, completes them fastest;
+a fixed chunk that happens to complete them slower never reaches the step
+(docs/results/2026-12-05-decode-cliff.md).
+
+:class:`DecodeCliff` keeps the running mean ``m_n`` of ``log g`` per exact decode
+count ``n`` (``g`` = an iteration's duration ÷ the table's median for it, clipped as
+the region biases are), from the iterations the margin controller counts; a batch
+size counts once it has :data:`MIN_SEEN` iterations. A *cliff* at a counted size
+``j`` is a jump in that bias between neighbouring batch sizes: the mean of ``m_n``
+over ``j`` and the next :data:`WINDOW` − 1 counted sizes exceeds the mean over the
+:data:`WINDOW` counted sizes below ``j`` by ``log(CLIFF_GAIN)`` or more. (Counted
+sizes, not ``j − 3 … j − 1``: a growing batch passes each size in an iteration or two,
+so the sizes just below a step are often seen too rarely.) A cliff *binds* unless a
+larger batch repays it: some larger batch it has seen, or ``2j``, ``4j``, ``8j``
+priced at the table's median × the bias above the cliff, decodes at least as many
+tokens a millisecond as the largest counted batch below it does.
+(A grid whose 1 and 16 decodes are neighbours steps at 5 decodes too, but 16 decodes
+cost what 5 do: that cliff is repaid and the batch grows through it.)
+
+:meth:`DecodeCliff.holds` says whether a batch of ``n_after`` decodes lies at or past a
+binding cliff; SLOWeave then leaves the prompt it would complete one token short
+(:func:`~servecal.sched.policies.sloweave.controlled_chunk`), so that the batch grows
+again only as decodes finish. On a truth whose cost per decode never jumps by
+``CLIFF_GAIN`` between neighbouring batch sizes nothing binds and nothing changes.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+#: The jump in the table's error between neighbouring batch sizes that makes a cliff
+#: (0.41 in ``log g``): well above what noise moves a window's mean (σ 10% jitter and
+#: 1% stalls clipped at e, over 3 sizes × 3 iterations: < 0.15), well below a grid's
+#: step (the coarse replays': 0.8-1.4).
+CLIFF_GAIN = 1.5
+#: Counted batch sizes on each side of a cliff whose biases are averaged.
+WINDOW = 3
+#: Iterations a batch size needs before its bias counts: few, because a binding cliff
+#: is visited rarely — every visit is a TPOT miss.
+MIN_SEEN = 3
+#: Iterations a batch size's mean is a plain mean over before it turns exponential.
+WARMUP = 20
+
+#: ``decode_ms(n)``: the table's median for ``n`` decodes alone at the decision's context.
+DecodeCost = Callable[[int], float]
+
+
+@dataclass
+class _Mean:
+    value: float = 0.0
+    n: int = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.value += (x - self.value) * max(1.0 / WARMUP, 1.0 / self.n)
+
+
+@dataclass
+class DecodeCliff:
+    """The table's bias per exact decode count, and the cliffs in it (module docstring).
+
+    ``add(n_decode, log_g)`` after each counted iteration; ``holds(n_after, decode_ms)``
+    before completing a prompt.
+    """
+
+    by_n: dict[int, _Mean] = field(default_factory=dict)
+
+    def add(self, n_decode: int, log_g: float) -> None:
+        """An iteration with ``n_decode`` decodes took ``exp(log_g)`` × the table's median."""
+        self.by_n.setdefault(n_decode, _Mean()).add(log_g)
+
+    def holds(self, n_after: int, decode_ms: DecodeCost) -> bool:
+        """True when a batch of ``n_after`` decodes lies at or past a binding cliff."""
+        seen = sorted((n, mean.value) for n, mean in self.by_n.items() if mean.n >= MIN_SEEN)
+        jump = math.log(CLIFF_GAIN)
+        for i in range(1, len(seen)):
+            j = seen[i][0]
+            if j > n_after:
+                break
+            below = _mean_bias(seen[max(0, i - WINDOW) : i])
+            above = _mean_bias(seen[i : i + WINDOW])
+            base = seen[i - 1][0]  # the largest batch seen below the jump
+            if above - below >= jump and not self._repaid(base, j, below, above, decode_ms):
+                return True
+        return False
+
+    def _repaid(self, base: int, j: int, below: float, above: float, decode_ms: DecodeCost) -> bool:
+        """Whether some batch of ``j`` decodes or more decodes as many tokens a millisecond
+        as ``base`` decodes below the cliff: one seen, or ``2j``/``4j``/``8j`` by the
+        table with the bias above the cliff."""
+
+        def rate(n: int, log_g: float) -> float:  # decodes a millisecond
+            cost = decode_ms(n) * math.exp(log_g)
+            return n / cost if cost > 0 else math.inf
+
+        below_rate = rate(base, below)
+        seen = (
+            rate(n, mean.value) >= below_rate
+            for n, mean in self.by_n.items()
+            if n >= j and mean.n >= MIN_SEEN
+        )
+        return any(seen) or any(rate(n, above) >= below_rate for n in (2 * j, 4 * j, 8 * j))
+
+
+def _mean_bias(sizes: list[tuple[int, float]]) -> float:
+    """The mean of ``(batch size, bias)`` pairs' biases."""
+    return sum(bias for _, bias in sizes) / len(sizes)
