@@ -39,6 +39,8 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from servecal.sched.policies.running_mean import RunningMean
+
 #: The jump in the table's error between neighbouring batch sizes that makes a cliff
 #: (0.41 in ``log g``): well above what noise moves a window's mean (σ 10% jitter and
 #: 1% stalls clipped at e, over 3 sizes × 3 iterations: < 0.15), well below a grid's
@@ -49,21 +51,9 @@ WINDOW = 3
 #: Iterations a batch size needs before its bias counts: few, because a binding cliff
 #: is visited rarely — every visit is a TPOT miss.
 MIN_SEEN = 3
-#: Iterations a batch size's mean is a plain mean over before it turns exponential.
-WARMUP = 20
 
 #: ``decode_ms(n)``: the table's median for ``n`` decodes alone at the decision's context.
 DecodeCost = Callable[[int], float]
-
-
-@dataclass
-class _Mean:
-    value: float = 0.0
-    n: int = 0
-
-    def add(self, x: float) -> None:
-        self.n += 1
-        self.value += (x - self.value) * max(1.0 / WARMUP, 1.0 / self.n)
 
 
 @dataclass
@@ -74,11 +64,11 @@ class DecodeCliff:
     before completing a prompt.
     """
 
-    by_n: dict[int, _Mean] = field(default_factory=dict)
+    by_n: dict[int, RunningMean] = field(default_factory=dict)
 
     def add(self, n_decode: int, log_g: float) -> None:
         """An iteration with ``n_decode`` decodes took ``exp(log_g)`` × the table's median."""
-        self.by_n.setdefault(n_decode, _Mean()).add(log_g)
+        self.by_n.setdefault(n_decode, RunningMean()).add(log_g)
 
     def holds(self, n_after: int, decode_ms: DecodeCost) -> bool:
         """True when a batch of ``n_after`` decodes lies at or past a binding cliff."""
