@@ -52,6 +52,10 @@ WINDOW = 3
 #: is visited rarely — every visit is a TPOT miss.
 MIN_SEEN = 3
 
+#: Counted iterations after which the lowest binding cliff is found again though no
+#: batch size has newly become counted (the sizes' means have moved).
+REFRESH = 64
+
 #: ``decode_ms(n)``: the table's median for ``n`` decodes alone at the decision's context.
 DecodeCost = Callable[[int], float]
 
@@ -61,29 +65,47 @@ class DecodeCliff:
     """The table's bias per exact decode count, and the cliffs in it (module docstring).
 
     ``add(n_decode, log_g)`` after each counted iteration; ``holds(n_after, decode_ms)``
-    before completing a prompt.
+    before completing a prompt. The lowest binding cliff is found again only when a
+    batch size has just become counted or :data:`REFRESH` iterations have been added
+    since (a completed prompt asks every time; a scan of every size each time cost a
+    run on a right table 2.7× its time).
     """
 
     by_n: dict[int, RunningMean] = field(default_factory=dict)
+    #: the lowest binding cliff as last found (``None``: none); ``stale``: find it again
+    cap: int | None = None
+    stale: bool = True
+    added: int = 0
 
     def add(self, n_decode: int, log_g: float) -> None:
         """An iteration with ``n_decode`` decodes took ``exp(log_g)`` × the table's median."""
-        self.by_n.setdefault(n_decode, RunningMean()).add(log_g)
+        mean = self.by_n.setdefault(n_decode, RunningMean())
+        mean.add(log_g)
+        self.added += 1
+        if mean.n == MIN_SEEN or self.added >= REFRESH:
+            self.stale = True
 
     def holds(self, n_after: int, decode_ms: DecodeCost) -> bool:
-        """True when a batch of ``n_after`` decodes lies at or past a binding cliff."""
+        """True when a batch of ``n_after`` decodes lies at or past a binding cliff
+        (``decode_ms``: the table at the asking decision's context, which prices the
+        repay test when the cliff is found again)."""
+        if self.stale:
+            self.cap = self._lowest_binding(decode_ms)
+            self.stale, self.added = False, 0
+        return self.cap is not None and n_after >= self.cap
+
+    def _lowest_binding(self, decode_ms: DecodeCost) -> int | None:
+        """The smallest counted batch size at which a binding cliff starts."""
         seen = sorted((n, mean.value) for n, mean in self.by_n.items() if mean.n >= MIN_SEEN)
         jump = math.log(CLIFF_GAIN)
         for i in range(1, len(seen)):
             j = seen[i][0]
-            if j > n_after:
-                break
             below = _mean_bias(seen[max(0, i - WINDOW) : i])
             above = _mean_bias(seen[i : i + WINDOW])
             base = seen[i - 1][0]  # the largest batch seen below the jump
             if above - below >= jump and not self._repaid(base, j, below, above, decode_ms):
-                return True
-        return False
+                return j
+        return None
 
     def _repaid(self, base: int, j: int, below: float, above: float, decode_ms: DecodeCost) -> bool:
         """Whether some batch of ``j`` decodes or more decodes as many tokens a millisecond
