@@ -11,13 +11,15 @@ ends), and SLOWeave, filling each iteration to the deadline, completes them fast
 a fixed chunk that happens to complete them slower never reaches the step
 (docs/results/2026-12-05-decode-cliff.md).
 
-:class:`DecodeCliff` keeps the running mean ``m_n`` of ``log g`` per exact decode
+:class:`DecodeCliff` keeps the last :data:`KEPT` values of ``log g`` per exact decode
 count ``n`` (``g`` = an iteration's duration ÷ the table's median for it, clipped as
 the region biases are), from the iterations the margin controller counts; a batch
-size counts once it has :data:`MIN_SEEN` iterations. A *cliff* at a counted size
-``j`` is a jump in that bias between neighbouring batch sizes: the mean of ``m_n``
-over ``j`` and the next :data:`WINDOW` − 1 counted sizes exceeds the mean over the
-:data:`WINDOW` counted sizes below ``j`` by ``log(CLIFF_GAIN)`` or more. (Counted
+size counts once it has :data:`MIN_SEEN` of them, and its bias ``m_n`` is their
+median (a stall among a size's few iterations does not move it; a mean did, and held
+a batch on a truth with 3% stalls). A *cliff* at a counted size ``j`` is a jump in
+that bias between neighbouring batch sizes: the mean of ``m_n`` over ``j`` and the
+next :data:`WINDOW` − 1 counted sizes exceeds the mean over the :data:`WINDOW`
+counted sizes below ``j`` by ``log(CLIFF_GAIN)`` or more. (Counted
 sizes, not ``j − 3 … j − 1``: a growing batch passes each size in an iteration or two,
 so the sizes just below a step are often seen too rarely.) A cliff *binds* unless a
 larger batch repays it: some larger batch it has seen, or ``2j``, ``4j``, ``8j``
@@ -36,10 +38,10 @@ again only as decodes finish. On a truth whose cost per decode never jumps by
 from __future__ import annotations
 
 import math
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-
-from servecal.sched.policies.running_mean import RunningMean
+from statistics import median
 
 #: The jump in the table's error between neighbouring batch sizes that makes a cliff
 #: (0.41 in ``log g``): well above what noise moves a window's mean (σ 10% jitter and
@@ -52,6 +54,8 @@ WINDOW = 3
 #: is visited rarely — every visit is a TPOT miss.
 MIN_SEEN = 3
 
+#: Iterations kept per decode count (its bias is their median).
+KEPT = 20
 #: Counted iterations after which the lowest binding cliff is found again though no
 #: batch size has newly become counted (the sizes' means have moved).
 REFRESH = 64
@@ -71,7 +75,8 @@ class DecodeCliff:
     run on a right table 2.7× its time).
     """
 
-    by_n: dict[int, RunningMean] = field(default_factory=dict)
+    #: the last :data:`KEPT` values of ``log g`` per decode count
+    by_n: dict[int, deque[float]] = field(default_factory=dict)
     #: the lowest binding cliff as last found (``None``: none); ``stale``: find it again
     cap: int | None = None
     stale: bool = True
@@ -79,10 +84,12 @@ class DecodeCliff:
 
     def add(self, n_decode: int, log_g: float) -> None:
         """An iteration with ``n_decode`` decodes took ``exp(log_g)`` × the table's median."""
-        mean = self.by_n.setdefault(n_decode, RunningMean())
-        mean.add(log_g)
+        kept = self.by_n.get(n_decode)
+        if kept is None:
+            kept = self.by_n[n_decode] = deque(maxlen=KEPT)
+        kept.append(log_g)
         self.added += 1
-        if mean.n == MIN_SEEN or self.added >= REFRESH:
+        if len(kept) == MIN_SEEN or self.added >= REFRESH:
             self.stale = True
 
     def holds(self, n_after: int, decode_ms: DecodeCost) -> bool:
@@ -96,7 +103,7 @@ class DecodeCliff:
 
     def _lowest_binding(self, decode_ms: DecodeCost) -> int | None:
         """The smallest counted batch size at which a binding cliff starts."""
-        seen = sorted((n, mean.value) for n, mean in self.by_n.items() if mean.n >= MIN_SEEN)
+        seen = sorted(self._biases())
         jump = math.log(CLIFF_GAIN)
         for i in range(1, len(seen)):
             j = seen[i][0]
@@ -106,6 +113,11 @@ class DecodeCliff:
             if above - below >= jump and not self._repaid(base, j, below, above, decode_ms):
                 return j
         return None
+
+    def _biases(self) -> list[tuple[int, float]]:
+        """``(decode count, bias)`` of every counted size: the median of its kept
+        ``log g`` (a stall among a size's few iterations does not move it)."""
+        return [(n, median(kept)) for n, kept in self.by_n.items() if len(kept) >= MIN_SEEN]
 
     def _repaid(self, base: int, j: int, below: float, above: float, decode_ms: DecodeCost) -> bool:
         """Whether some batch of ``j`` decodes or more decodes as many tokens a millisecond
@@ -117,11 +129,7 @@ class DecodeCliff:
             return n / cost if cost > 0 else math.inf
 
         below_rate = rate(base, below)
-        seen = (
-            rate(n, mean.value) >= below_rate
-            for n, mean in self.by_n.items()
-            if n >= j and mean.n >= MIN_SEEN
-        )
+        seen = (rate(n, bias) >= below_rate for n, bias in self._biases() if n >= j)
         return any(seen) or any(rate(n, above) >= below_rate for n in (2 * j, 4 * j, 8 * j))
 
 

@@ -67,6 +67,19 @@ def test_a_step_seen_too_few_times_does_not_bind() -> None:
     assert not cliff.holds(48, table_decodes)
 
 
+def test_a_stall_at_the_largest_size_seen_is_not_a_step() -> None:
+    # 46 decodes seen three times, one of them stalled ×2: its median is the table's
+    below = {n: -0.05 for n in range(40, 46)}
+    stalled = learned(below)
+    for log_g in (0.0, 0.69, 0.02):
+        stalled.add(46, log_g)
+    assert not stalled.holds(46, table_decodes)
+    stepped = learned(below)
+    for log_g in (0.7, 0.0, 0.72):  # two of three dear: the median is
+        stepped.add(46, log_g)
+    assert stepped.holds(46, table_decodes)
+
+
 def test_noise_and_stalls_around_a_right_table_never_bind() -> None:
     rng = np.random.default_rng(0)
     cliff = DecodeCliff()
@@ -117,8 +130,8 @@ def test_the_cliff_learns_from_the_iterations_the_controller_counts() -> None:
         control.choose(fit, 100, 0, 46, 1024.0, lambda c: 5.0)
         control.count(50.0, 100, 100, 0.0, lambda c: 5.0)
         control.settle(10.0)  # 10 ms against a 5 ms median
-    mean = control.cliff.by_n[46]
-    assert mean.n == MIN_SEEN and mean.value == pytest.approx(math.log(2.0))
+    kept = control.cliff.by_n[46]
+    assert list(kept) == pytest.approx([math.log(2.0)] * MIN_SEEN)
 
 
 # ---------------------------------------------------------------- on a coarse replay
