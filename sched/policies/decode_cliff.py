@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 from statistics import median
 
 #: The jump in the table's error between neighbouring batch sizes that makes a cliff
-#: (0.41 in ``log g``): well above what noise moves a window's mean (σ 10% jitter and
-#: 1% stalls clipped at e, over 3 sizes × 3 iterations: < 0.15), well below a grid's
-#: step (the coarse replays': 0.8-1.4).
+#: (0.41 in ``log g``): well above what jitter moves the mean of 3 sizes' medians (σ
+#: 10%: < 0.15; a stall does not move a median), well below a grid's step (the coarse
+#: replays': 0.8-1.4).
 CLIFF_GAIN = 1.5
 #: Counted batch sizes on each side of a cliff whose biases are averaged.
 WINDOW = 3
@@ -57,7 +57,7 @@ MIN_SEEN = 3
 #: Iterations kept per decode count (its bias is their median).
 KEPT = 20
 #: Counted iterations after which the lowest binding cliff is found again though no
-#: batch size has newly become counted (the sizes' means have moved).
+#: batch size has newly become counted (the sizes' biases have moved).
 REFRESH = 64
 
 #: ``decode_ms(n)``: the table's median for ``n`` decodes alone at the decision's context.
@@ -110,7 +110,7 @@ class DecodeCliff:
             below = _mean_bias(seen[max(0, i - WINDOW) : i])
             above = _mean_bias(seen[i : i + WINDOW])
             base = seen[i - 1][0]  # the largest batch seen below the jump
-            if above - below >= jump and not self._repaid(base, j, below, above, decode_ms):
+            if above - below >= jump and not _repaid(seen, base, j, below, above, decode_ms):
                 return j
         return None
 
@@ -119,18 +119,22 @@ class DecodeCliff:
         ``log g`` (a stall among a size's few iterations does not move it)."""
         return [(n, median(kept)) for n, kept in self.by_n.items() if len(kept) >= MIN_SEEN]
 
-    def _repaid(self, base: int, j: int, below: float, above: float, decode_ms: DecodeCost) -> bool:
-        """Whether some batch of ``j`` decodes or more decodes as many tokens a millisecond
-        as ``base`` decodes below the cliff: one seen, or ``2j``/``4j``/``8j`` by the
-        table with the bias above the cliff."""
 
-        def rate(n: int, log_g: float) -> float:  # decodes a millisecond
-            cost = decode_ms(n) * math.exp(log_g)
-            return n / cost if cost > 0 else math.inf
+def _repaid(
+    seen: list[tuple[int, float]], base: int, j: int, below: float, above: float,
+    decode_ms: DecodeCost,
+) -> bool:  # fmt: skip
+    """Whether some batch of ``j`` decodes or more decodes as many tokens a millisecond
+    as ``base`` decodes below the cliff: one ``seen`` (``(size, bias)``), or
+    ``2j``/``4j``/``8j`` by the table with the bias above the cliff."""
 
-        below_rate = rate(base, below)
-        seen = (rate(n, bias) >= below_rate for n, bias in self._biases() if n >= j)
-        return any(seen) or any(rate(n, above) >= below_rate for n in (2 * j, 4 * j, 8 * j))
+    def rate(n: int, log_g: float) -> float:  # decodes a millisecond
+        cost = decode_ms(n) * math.exp(log_g)
+        return n / cost if cost > 0 else math.inf
+
+    below_rate = rate(base, below)
+    larger = (rate(n, bias) >= below_rate for n, bias in seen if n >= j)
+    return any(larger) or any(rate(n, above) >= below_rate for n in (2 * j, 4 * j, 8 * j))
 
 
 def _mean_bias(sizes: list[tuple[int, float]]) -> float:
