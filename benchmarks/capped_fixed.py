@@ -26,22 +26,24 @@ import robustness  # noqa: E402  (this folder's benchmark: its truths and their 
 from servecal.sched import experiment as ex  # noqa: E402
 from servecal.sched.experiment.goodput import Bracket, search_sequentially  # noqa: E402
 from servecal.sched.plan import DECODE_ONLY, Plan  # noqa: E402
-from servecal.sched.policies._common import room_for  # noqa: E402
 from servecal.sched.policies.registry import PolicySpec  # noqa: E402
 from servecal.sched.policies.static import FixedChunk  # noqa: E402
 
 
 def capped(cap: int) -> Any:
-    """``FixedChunk.plan`` that never completes a prompt into more than ``cap`` decodes."""
+    """``FixedChunk.plan``, its chunk cut one token short when it would complete a
+    prompt into more than ``cap`` decodes."""
+    fixed_plan = FixedChunk.plan
 
     def plan(self: FixedChunk, view: Any, predictor: Any) -> Plan:
-        live = view.next_prefill()
-        if live is None:
-            return DECODE_ONLY
-        c = min(self.chunk, room_for(view, live))
-        if c >= live.remaining_prefill and view.n_decode + 1 > cap:
-            c = live.remaining_prefill - 1
-        return Plan(prefill=((live.rid, c),)) if c > 0 else DECODE_ONLY
+        out = fixed_plan(self, view, predictor)
+        if not out.prefill or view.n_decode + 1 <= cap:
+            return out
+        rid, c = out.prefill[0]
+        left = view.get(rid).remaining_prefill
+        if c < left:  # the prompt is not completed
+            return out
+        return Plan(prefill=((rid, left - 1),)) if left > 1 else DECODE_ONLY
 
     return plan
 

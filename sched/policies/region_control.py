@@ -61,8 +61,11 @@ from dataclasses import dataclass, field
 from servecal.sched.policies.decode_cliff import DecodeCliff, DecodeCost
 from servecal.sched.policies.margin import Fit, Median
 from servecal.sched.policies.miss_control import GapMissControl
-from servecal.sched.policies.running_mean import WARMUP, RunningMean
 
+#: Iterations a region's mean is a plain mean over before it turns exponential.
+WARMUP = 20
+#: Weight of each new iteration after that (an effective memory of 20 iterations).
+WEIGHT = 1.0 / WARMUP
 #: ``log f`` is clipped to ``±CLIP`` before it enters a mean.
 CLIP = 1.0
 #: Iterations a (chunk, prefix, decodes, context) bucket needs before its own mean is
@@ -79,6 +82,18 @@ def bucket(x: int) -> int:
 
 
 @dataclass
+class _Mean:
+    """A running mean: plain for :data:`WARMUP` values, then exponential."""
+
+    value: float = 0.0
+    n: int = 0
+
+    def add(self, x: float) -> None:
+        self.n += 1
+        self.value += (x - self.value) * max(WEIGHT, 1.0 / self.n)
+
+
+@dataclass
 class RegionMissControl(GapMissControl):
     """:class:`GapMissControl` with a per-region bias correction (module docstring).
 
@@ -91,10 +106,10 @@ class RegionMissControl(GapMissControl):
 
     region_max_scale: float = 1.5
     hold_cliffs: bool = True
-    regions: dict[tuple[int, int], RunningMean] = field(default_factory=dict)
+    regions: dict[tuple[int, int], _Mean] = field(default_factory=dict)
     #: the same bias per (chunk, prefix, decodes, context) bucket: used once it has
     #: :data:`FINE_MIN` iterations, the coarser region's until then
-    fine: dict[tuple[int, int, int, int], RunningMean] = field(default_factory=dict)
+    fine: dict[tuple[int, int, int, int], _Mean] = field(default_factory=dict)
     #: the same bias per exact decode count, for the decode batch's cliffs
     cliff: DecodeCliff = field(default_factory=DecodeCliff)
 
@@ -111,7 +126,7 @@ class RegionMissControl(GapMissControl):
         self._p50 = math.nan
         self._pending_region = (-1, -1)
 
-    def _mean(self, region: int) -> RunningMean | None:
+    def _mean(self, region: int) -> _Mean | None:
         """The learned bias of chunk bucket ``region`` for the current decision: its
         fine bucket's once that has :data:`FINE_MIN` iterations, else its region's."""
         mean = self.fine.get((region, self._prefix_bucket, *self._batch))
@@ -225,8 +240,8 @@ class RegionMissControl(GapMissControl):
         if not took > 0.0:
             return
         g = min(max(math.log(took / self._p50), -CLIP), CLIP)
-        self.regions.setdefault(key, RunningMean()).add(g)
-        self.fine.setdefault((*key, *self._pending_batch), RunningMean()).add(g)
+        self.regions.setdefault(key, _Mean()).add(g)
+        self.fine.setdefault((*key, *self._pending_batch), _Mean()).add(g)
         self.cliff.add(self._pending_n_decode, g)
 
     def holds(self, n_after: int, decode_ms: DecodeCost) -> bool:

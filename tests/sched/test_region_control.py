@@ -16,9 +16,9 @@ from servecal.sched.policies.region_control import (
     CLIP,
     FINE_MIN,
     RegionMissControl,
+    _Mean,
     bucket,
 )
-from servecal.sched.policies.running_mean import RunningMean
 from servecal.sched.policies.sloweave import SLOWeaveConfig
 
 
@@ -33,7 +33,7 @@ def linear_fit(budget: float, per_token: float, calls: list[int]):
 
 
 def with_bias(control: RegionMissControl, region: int, log_g: float, prefix: int = 0) -> None:
-    control.regions[(region, bucket(prefix))] = RunningMean(log_g, 50)
+    control.regions[(region, bucket(prefix))] = _Mean(log_g, 50)
 
 
 def test_choose_takes_the_largest_chunk_its_own_region_allows() -> None:
